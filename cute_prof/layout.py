@@ -1,0 +1,194 @@
+"""The one definition of the profile buffer format, shared by the device ops and the decoder.
+
+Buffer: a flat int64 array of ``1 + 4 * max_events`` words.
+
+* ``buf[0]`` is the record counter. Every recording thread bumps it atomically by one
+  before it writes, and keeps bumping it after the buffer is full, so the host knows
+  exactly how many records were attempted: ``overflow = max(0, counter - max_events)``.
+* Record ``i`` occupies ``buf[1 + 4*i : 5 + 4*i]`` = ``start_ns, dur_ns, tag_word, tid_word``.
+
+The tag word and the tid word carry metadata above the 16-bit tag id and the 32-bit tid,
+so ``Event.tag_id`` and ``Event.tid`` still decode to exactly what the kernel passed.
+
+Tag word (word 2)::
+
+    bits  0..15  tag id (0..65535)
+    bits 16..47  payload: the 32-bit pattern of a user int32 (loop index, tile id)
+    bits 48..51  record kind (KIND_*)
+    bits 52..55  reserved, zero
+    bits 56..62  COMPLETE_MAGIC: written in the same store as the rest of the record, so a
+                 slot that was claimed but never written (kernel trapped, or was killed)
+                 reads back as zero here and is reported as incomplete
+    bit  63      zero: a valid tag word is never negative
+
+Tid word (word 3)::
+
+    bits  0..31  tid: the 32-bit pattern of the user's int32 thread/track id
+    bits 32..43  SM id (``%smid``)
+    bits 44..49  warp index inside the CTA
+    bits 50..62  reserved, zero
+    bit  63      zero
+
+Kinds: ``KIND_SPAN`` (start_ns, dur_ns from ``%globaltimer``); ``KIND_INSTANT`` (dur_ns = 0);
+``KIND_CLOCK_SPAN`` (dur word holds SM cycles from ``clock64``; start word holds the
+``%globaltimer`` value at the *end* of the region, converted on the host with the SM clock
+measured in the same launch); ``KIND_CLOCK_SYNC`` (a calibration pair: start word is
+``%globaltimer``, dur word is ``clock64`` read back to back on the same SM).
+
+Records start at byte offset 8 + 32*i. When the buffer's data pointer is 8 mod 16 (as
+``allocate_profile_buffer`` arranges) every record is 16-byte aligned and the device writes
+it with two 16-byte stores; otherwise it falls back to four 8-byte stores.
+"""
+
+from __future__ import annotations
+
+import numpy as np
+
+WORDS_PER_RECORD = 4
+HEADER_WORDS = 1
+COUNTER_INDEX = 0
+RECORD_BYTES = 8 * WORDS_PER_RECORD
+
+# word indices inside one record
+WORD_START = 0
+WORD_DUR = 1
+WORD_TAG = 2
+WORD_TID = 3
+
+# tag word
+TAG_SHIFT, TAG_BITS = 0, 16
+PAYLOAD_SHIFT, PAYLOAD_BITS = 16, 32
+KIND_SHIFT, KIND_BITS = 48, 4
+TAG_RESERVED_SHIFT, TAG_RESERVED_BITS = 52, 4
+MAGIC_SHIFT, MAGIC_BITS = 56, 7
+COMPLETE_MAGIC = 0x5A
+
+# tid word
+TID_SHIFT, TID_BITS = 0, 32
+SM_SHIFT, SM_BITS = 32, 12
+WARP_SHIFT, WARP_BITS = 44, 6
+
+KIND_SPAN = 0
+KIND_INSTANT = 1
+KIND_CLOCK_SPAN = 2
+KIND_CLOCK_SYNC = 3
+KIND_NAMES = {
+    KIND_SPAN: "span",
+    KIND_INSTANT: "instant",
+    KIND_CLOCK_SPAN: "clock_span",
+    KIND_CLOCK_SYNC: "clock_sync",
+}
+
+MAX_TAG_ID = (1 << TAG_BITS) - 1
+MAX_SM_ID = (1 << SM_BITS) - 1
+MAX_WARP_ID = (1 << WARP_BITS) - 1
+# A counter above this cannot come from a real launch (2**40 records at 1.5 G/s is 12 minutes
+# of nothing but recording); it means the buffer is not a profile buffer or was corrupted.
+MAX_PLAUSIBLE_COUNTER = 1 << 40
+
+
+def _mask(bits: int) -> int:
+    return (1 << bits) - 1
+
+
+MAGIC_FIELD = COMPLETE_MAGIC << MAGIC_SHIFT
+
+
+def buffer_words(max_events: int) -> int:
+    """Number of int64 words a buffer for ``max_events`` records needs."""
+    return HEADER_WORDS + WORDS_PER_RECORD * int(max_events)
+
+
+def record_word_index(slot, word: int = 0):
+    """Index into the flat buffer of ``word`` of record ``slot`` (scalar or array)."""
+    return HEADER_WORDS + WORDS_PER_RECORD * slot + word
+
+
+def tag_word_constant(tag: int, kind: int = KIND_SPAN, payload: int = 0) -> int:
+    """The tag word as a Python int, for tags known when the kernel is traced."""
+    return (
+        ((int(tag) & _mask(TAG_BITS)) << TAG_SHIFT)
+        | ((int(payload) & _mask(PAYLOAD_BITS)) << PAYLOAD_SHIFT)
+        | ((int(kind) & _mask(KIND_BITS)) << KIND_SHIFT)
+        | MAGIC_FIELD
+    )
+
+
+def encode_tag_words(tag, payload=0, kind=KIND_SPAN) -> np.ndarray:
+    """Vectorised tag-word encoder (the host mirror of what the device ops emit)."""
+    tag = np.asarray(tag, dtype=np.int64) & _mask(TAG_BITS)
+    payload = np.asarray(payload, dtype=np.int64) & _mask(PAYLOAD_BITS)
+    kind = np.asarray(kind, dtype=np.int64) & _mask(KIND_BITS)
+    return (tag << TAG_SHIFT) | (payload << PAYLOAD_SHIFT) | (kind << KIND_SHIFT) | MAGIC_FIELD
+
+
+def encode_tid_words(tid, sm=0, warp=0) -> np.ndarray:
+    """Vectorised tid-word encoder (the host mirror of what the device ops emit)."""
+    tid = np.asarray(tid, dtype=np.int64) & _mask(TID_BITS)
+    sm = np.asarray(sm, dtype=np.int64) & _mask(SM_BITS)
+    warp = np.asarray(warp, dtype=np.int64) & _mask(WARP_BITS)
+    return (tid << TID_SHIFT) | (sm << SM_SHIFT) | (warp << WARP_SHIFT)
+
+
+def _field(words: np.ndarray, shift: int, bits: int) -> np.ndarray:
+    return (words >> shift) & _mask(bits)
+
+
+def _as_int32(values: np.ndarray) -> np.ndarray:
+    return values.astype(np.uint32).view(np.int32)
+
+
+def decode_tag_words(words: np.ndarray) -> dict:
+    """Split tag words into fields: tag, payload (int32), kind, complete (bool)."""
+    words = np.asarray(words, dtype=np.int64)
+    return {
+        "tag": _field(words, TAG_SHIFT, TAG_BITS).astype(np.int32),
+        "payload": _as_int32(_field(words, PAYLOAD_SHIFT, PAYLOAD_BITS)),
+        "kind": _field(words, KIND_SHIFT, KIND_BITS).astype(np.uint8),
+        "complete": (words >= 0) & (_field(words, MAGIC_SHIFT, MAGIC_BITS) == COMPLETE_MAGIC)
+        & (_field(words, TAG_RESERVED_SHIFT, TAG_RESERVED_BITS) == 0),
+    }
+
+
+def decode_tid_words(words: np.ndarray) -> dict:
+    """Split tid words into fields: tid (int32), sm, warp."""
+    words = np.asarray(words, dtype=np.int64)
+    return {
+        "tid": _as_int32(_field(words, TID_SHIFT, TID_BITS)),
+        "sm": _field(words, SM_SHIFT, SM_BITS).astype(np.int16),
+        "warp": _field(words, WARP_SHIFT, WARP_BITS).astype(np.int8),
+    }
+
+
+def write_records(
+    buf: np.ndarray,
+    start_ns,
+    dur_ns,
+    tag,
+    tid,
+    *,
+    payload=0,
+    kind=KIND_SPAN,
+    sm=0,
+    warp=0,
+    first_slot: int | None = None,
+) -> None:
+    """Append records to a host int64 buffer exactly as the device does: bump the counter
+    by the number attempted, store only the ones that fit. Used by tests and the CPU demo."""
+    start_ns = np.atleast_1d(np.asarray(start_ns, dtype=np.int64))
+    n = start_ns.shape[0]
+    max_events = (buf.shape[0] - HEADER_WORDS) // WORDS_PER_RECORD
+    first = int(buf[COUNTER_INDEX]) if first_slot is None else int(first_slot)
+    slots = first + np.arange(n)
+    fits = slots < max_events
+    words = np.empty((n, WORDS_PER_RECORD), dtype=np.int64)
+    words[:, WORD_START] = start_ns
+    words[:, WORD_DUR] = np.broadcast_to(np.asarray(dur_ns, dtype=np.int64), (n,))
+    words[:, WORD_TAG] = np.broadcast_to(encode_tag_words(tag, payload, kind), (n,))
+    words[:, WORD_TID] = np.broadcast_to(encode_tid_words(tid, sm, warp), (n,))
+    records = buf[HEADER_WORDS:HEADER_WORDS + WORDS_PER_RECORD * max_events].reshape(
+        max_events, WORDS_PER_RECORD
+    )
+    records[slots[fits]] = words[fits]
+    if first_slot is None:
+        buf[COUNTER_INDEX] += n
