@@ -1,0 +1,717 @@
+"""Warp-specialised bf16 GEMM for Hopper (sm_90a) in CuTe DSL, instrumented with cute_prof.
+
+    C[M, N] = A[M, K] @ B[N, K]^T        A, B: bf16, K-major (row-major)   C: bf16, row-major
+                                          accumulation in fp32
+
+Structure (one CTA = one 128 x 256 output tile, non-persistent, 384 threads):
+
+* warpgroup 0 (warps 0..3) is the producer warpgroup. It gives registers back with
+  ``setmaxnreg.dec``; only warp 0 works: per k-tile it waits for the stage to be empty,
+  arms the stage's full barrier with the byte count, and issues two TMA loads (A and B
+  tiles, 128x64 and 256x64) into a ``num_stages``-deep shared-memory ring.
+* warpgroups 1 and 2 (warps 4..11) are consumers (``setmaxnreg.inc``). Each owns 64 rows
+  of the tile: per k-tile it waits for the stage to be full, issues 4 wgmma
+  (m64n256k16) on it, keeps one wgmma group in flight and releases the previous stage.
+* epilogue: the two consumer warpgroups convert the fp32 accumulators to bf16, write
+  128x32 sub-tiles to shared memory (stmatrix) and warp 4 TMA-stores them; the TMA store
+  clips at the matrix edge, and TMA loads zero-fill past it, so any M and any N, K that
+  are multiples of 8 (16-byte row pitch, a TMA requirement) work.
+
+Pipeline: ``cutlass.pipeline.PipelineTmaAsync`` (full barrier = 1 producer arrive + TMA
+transaction bytes; empty barrier = one arrive from lane 0 of each consumer warp).
+
+Profiling (``profile_level`` is a ``cutlass.Constexpr``; 0 compiles every probe out):
+
+=====  ==========================================  =========================================
+level  producer warp (slot 0)                      each consumer warp (slots 1..8)
+=====  ==========================================  =========================================
+1      ``ws.producer_mainloop`` x1                 ``ws.consumer_mainloop`` x1, ``ws.epilogue`` x1
+2      + ``ws.wait_empty``, ``ws.tma_issue``        + ``ws.wait_full``, ``ws.mma_ktile``
+       per k-tile                                  per k-tile
+=====  ==========================================  =========================================
+
+``tid = cta_linear * TID_STRIDE + slot`` (``cta_linear`` = ``blockIdx.x``, the launch
+order); per-k-tile records carry the k-tile index as payload. See :func:`expected_counts`.
+"""
+
+from __future__ import annotations
+
+import math
+from dataclasses import dataclass
+from typing import Optional
+
+import cutlass
+import cutlass.cute as cute
+import cutlass.pipeline as pipeline
+import cutlass.utils.hopper_helpers as sm90_utils
+from cutlass import Int32, Int64
+from cutlass.utils import LayoutEnum
+
+# --------------------------------------------------------------------------------------
+# profiling ops: the real module, or a minimal local stand-in with the same call shapes
+# (used only while cute_prof.ops cannot be imported, so this file compiles on its own).
+
+class _ShimOps:
+    """Stand-in for ``cute_prof.ops`` (profile_start / profile_stop with guard="lane0" only),
+    used only when the real module cannot be imported. Same record format (layout.py)."""
+
+    _tag_ids: dict = {}
+
+    @staticmethod
+    def profile_start(buf, max_events):
+        return cute.arch.globaltimer()
+
+    @staticmethod
+    def profile_stop(buf, t0, tag, tid, max_events, *, guard="lane0", payload=0):
+        from cutlass._mlir.dialects import llvm
+
+        assert guard == "lane0"
+        if isinstance(tag, str):
+            tag = _ShimOps._tag_ids.setdefault(tag, 1 + len(_ShimOps._tag_ids))
+        magic = 0x5A << 56
+        ops = [
+            Int64(buf.iterator.toint()).ir_value(),
+            Int64(max_events).ir_value(),
+            Int64(t0).ir_value(),
+            Int32(tid).ir_value(),
+            Int32(payload).ir_value(),
+        ]
+        text = "\n".join([
+            "{",
+            ".reg .pred p;",
+            ".reg .u64 g, t, s, a, d, tw, w3, hi;",
+            ".reg .u32 lane;",
+            "mov.u32 lane, %laneid;",
+            "setp.eq.u32 p, lane, 0;",
+            "@p mov.u64 t, %globaltimer;",
+            "cvta.to.global.u64 g, $0;",
+            "@p atom.global.add.u64 s, [g], 1;",
+            "setp.lt.and.s64 p, s, $1, p;",
+            "sub.s64 d, t, $2;",
+            "cvt.u64.u32 hi, $4;",
+            "shl.b64 hi, hi, 16;",
+            f"or.b64 tw, hi, {magic | int(tag)};",
+            "cvt.u64.u32 w3, $3;",
+            "shl.b64 a, s, 5;",
+            "add.s64 a, a, g;",
+            "@p st.global.u64 [a+8], $2;",
+            "@p st.global.u64 [a+16], d;",
+            "@p st.global.u64 [a+32], w3;",
+            "@p st.global.u64 [a+24], tw;",
+            "}",
+        ])
+        llvm.inline_asm(None, ops, text, "l,l,l,r,r,~{memory}", has_side_effects=True,
+                        is_align_stack=False, asm_dialect=llvm.AsmDialect.AD_ATT)
+
+
+try:  # pragma: no cover - depends on the tree state
+    from cute_prof import ops as cp
+
+    PROF_OPS_SOURCE = "cute_prof.ops"
+except Exception:  # noqa: BLE001
+    cp = _ShimOps  # type: ignore
+
+    PROF_OPS_SOURCE = "shim"
+
+# tag names (string names are given ids by cute_prof.tags.default_tag_table())
+TAG_WAIT_EMPTY = "ws.wait_empty"
+TAG_TMA_ISSUE = "ws.tma_issue"
+TAG_WAIT_FULL = "ws.wait_full"
+TAG_MMA_KTILE = "ws.mma_ktile"
+TAG_EPILOGUE = "ws.epilogue"
+TAG_PRODUCER_MAINLOOP = "ws.producer_mainloop"
+TAG_CONSUMER_MAINLOOP = "ws.consumer_mainloop"
+ALL_TAGS = (
+    TAG_WAIT_EMPTY,
+    TAG_TMA_ISSUE,
+    TAG_WAIT_FULL,
+    TAG_MMA_KTILE,
+    TAG_EPILOGUE,
+    TAG_PRODUCER_MAINLOOP,
+    TAG_CONSUMER_MAINLOOP,
+)
+
+# tid = cta_linear * TID_STRIDE + slot; slot 0 = producer warp, 1 + i = consumer warp i
+TID_STRIDE = 16
+PRODUCER_SLOT = 0
+
+
+def tid_of(cta_linear: int, slot: int) -> int:
+    return cta_linear * TID_STRIDE + slot
+
+
+def split_tid(tid):
+    """(cta_linear, slot) of a tid (works on numpy arrays)."""
+    return tid // TID_STRIDE, tid % TID_STRIDE
+
+
+# --------------------------------------------------------------------------------------
+
+
+@dataclass(frozen=True)
+class GemmConfig:
+    tile_m: int = 128
+    tile_n: int = 256
+    tile_k: int = 64
+    num_stages: Optional[int] = None  # None: as many as fit in shared memory (4 for 128x256)
+    epi_stages: int = 4
+    group_m: int = 8  # CTA rasterisation: groups of group_m M-tiles sweep N (L2 reuse)
+    producer_regs: int = 40
+    consumer_regs: int = 232
+
+
+class WsGemm:
+    """Host object: holds the static configuration; ``__call__`` is the ``@cute.jit`` entry.
+
+    ``cute.compile(gemm, mA, mB, mC, prof_buf, max_events, stream, profile_level)``
+    """
+
+    def __init__(self, config: GemmConfig = GemmConfig()):
+        self.cfg = config
+        if config.tile_m != 128:
+            raise ValueError("tile_m must be 128 (two consumer warpgroups of 64 rows)")
+        if config.tile_n not in (64, 128, 256):
+            raise ValueError("tile_n must be 64, 128 or 256")
+        if config.tile_k != 64:
+            raise ValueError("tile_k must be 64 (one 128-byte swizzle atom of bf16)")
+        self.tile_shape_mnk = (config.tile_m, config.tile_n, config.tile_k)
+        self.num_consumer_wg = 2
+        self.num_consumer_warps = 4 * self.num_consumer_wg
+        self.threads_per_cta = 128 * (1 + self.num_consumer_wg)
+        self.num_consumer_threads = 128 * self.num_consumer_wg
+        self.producer_warp = 0
+        self.first_consumer_warp = 4
+        self.epi_store_warp = 4
+        self.acc_dtype = cutlass.Float32
+        self.ab_dtype = cutlass.BFloat16
+        self.c_dtype = cutlass.BFloat16
+        self.smem_capacity = 232448  # sm_90 opt-in maximum per CTA
+        self.buffer_align_bytes = 1024
+        self.epi_tile = (config.tile_m, min(32, config.tile_n))
+        self.epi_stages = config.epi_stages
+        ab_bytes = (config.tile_m + config.tile_n) * config.tile_k * 2
+        epi_bytes = self.epi_tile[0] * self.epi_tile[1] * 2 * self.epi_stages
+        max_stages = (self.smem_capacity - 1024 - epi_bytes) // ab_bytes
+        self.num_stages = config.num_stages or min(max_stages, 8)
+        if self.num_stages > max_stages or self.num_stages < 2:
+            raise ValueError(f"num_stages={self.num_stages} does not fit (max {max_stages})")
+        self.epilog_barrier = pipeline.NamedBarrier(
+            barrier_id=1, num_threads=self.num_consumer_threads
+        )
+
+    # ---------------------------------------------------------------- host-side facts
+    def grid_shape(self, m: int, n: int) -> tuple[int, int]:
+        return math.ceil(m / self.cfg.tile_m), math.ceil(n / self.cfg.tile_n)
+
+    def num_ctas(self, m: int, n: int) -> int:
+        gm, gn = self.grid_shape(m, n)
+        return gm * gn
+
+    def k_tiles(self, k: int) -> int:
+        return math.ceil(k / self.cfg.tile_k)
+
+    # ---------------------------------------------------------------- jit entry
+    @cute.jit
+    def __call__(
+        self,
+        mA: cute.Tensor,
+        mB: cute.Tensor,
+        mC: cute.Tensor,
+        prof_buf: cute.Tensor,
+        max_events: Int32,
+        stream,
+        profile_level: cutlass.Constexpr[int],
+    ):
+        a_layout = LayoutEnum.ROW_MAJOR  # K-major A
+        b_layout = LayoutEnum.ROW_MAJOR  # K-major B (N x K)
+        c_layout = LayoutEnum.ROW_MAJOR  # N-major C
+
+        tiled_mma = sm90_utils.make_trivial_tiled_mma(
+            self.ab_dtype,
+            self.ab_dtype,
+            a_layout.sm90_mma_major_mode(),
+            b_layout.sm90_mma_major_mode(),
+            self.acc_dtype,
+            (self.num_consumer_wg, 1, 1),
+            tiler_mn=(64, self.tile_shape_mnk[1]),
+        )
+
+        a_smem_staged = sm90_utils.make_smem_layout_a(
+            a_layout, self.tile_shape_mnk, self.ab_dtype, self.num_stages
+        )
+        b_smem_staged = sm90_utils.make_smem_layout_b(
+            b_layout, self.tile_shape_mnk, self.ab_dtype, self.num_stages
+        )
+        epi_smem_staged = sm90_utils.make_smem_layout_epi(
+            self.c_dtype, c_layout, self.epi_tile, self.epi_stages
+        )
+
+        a_smem_one = cute.slice_(a_smem_staged, (None, None, 0))
+        b_smem_one = cute.slice_(b_smem_staged, (None, None, 0))
+        epi_smem_one = cute.slice_(epi_smem_staged, (None, None, 0))
+
+        tma_atom_a, tma_a = cute.nvgpu.cpasync.make_tiled_tma_atom(
+            cute.nvgpu.cpasync.CopyBulkTensorTileG2SOp(),
+            mA,
+            a_smem_one,
+            (self.tile_shape_mnk[0], self.tile_shape_mnk[2]),
+        )
+        tma_atom_b, tma_b = cute.nvgpu.cpasync.make_tiled_tma_atom(
+            cute.nvgpu.cpasync.CopyBulkTensorTileG2SOp(),
+            mB,
+            b_smem_one,
+            (self.tile_shape_mnk[1], self.tile_shape_mnk[2]),
+        )
+        tma_atom_c, tma_c = cute.nvgpu.cpasync.make_tiled_tma_atom(
+            cute.nvgpu.cpasync.CopyBulkTensorTileS2GOp(),
+            mC,
+            epi_smem_one,
+            self.epi_tile,
+        )
+
+        @cute.struct
+        class SharedStorage:
+            mbar: cute.struct.MemRange[cutlass.Int64, self.num_stages * 2]
+            sA: cute.struct.Align[
+                cute.struct.MemRange[self.ab_dtype, cute.cosize(a_smem_staged)],
+                self.buffer_align_bytes,
+            ]
+            sB: cute.struct.Align[
+                cute.struct.MemRange[self.ab_dtype, cute.cosize(b_smem_staged)],
+                self.buffer_align_bytes,
+            ]
+            sC: cute.struct.Align[
+                cute.struct.MemRange[self.c_dtype, cute.cosize(epi_smem_staged)],
+                self.buffer_align_bytes,
+            ]
+
+        self.shared_storage = SharedStorage
+
+        m = cute.size(mC, mode=[0])
+        n = cute.size(mC, mode=[1])
+        num_m_tiles = (m + self.tile_shape_mnk[0] - 1) // self.tile_shape_mnk[0]
+        num_n_tiles = (n + self.tile_shape_mnk[1] - 1) // self.tile_shape_mnk[1]
+
+        self.kernel(
+            tma_atom_a,
+            tma_a,
+            tma_atom_b,
+            tma_b,
+            tma_atom_c,
+            tma_c,
+            tiled_mma,
+            a_smem_staged,
+            b_smem_staged,
+            epi_smem_staged,
+            num_m_tiles,
+            num_n_tiles,
+            prof_buf,
+            max_events,
+            profile_level,
+        ).launch(
+            grid=[num_m_tiles * num_n_tiles, 1, 1],
+            block=[self.threads_per_cta, 1, 1],
+            smem=SharedStorage.size_in_bytes(),
+            stream=stream,
+        )
+
+    # ---------------------------------------------------------------- device kernel
+    @cute.kernel
+    def kernel(
+        self,
+        tma_atom_a: cute.CopyAtom,
+        mA: cute.Tensor,
+        tma_atom_b: cute.CopyAtom,
+        mB: cute.Tensor,
+        tma_atom_c: cute.CopyAtom,
+        mC: cute.Tensor,
+        tiled_mma: cute.TiledMma,
+        a_smem_staged: cute.ComposedLayout,
+        b_smem_staged: cute.ComposedLayout,
+        epi_smem_staged: cute.ComposedLayout,
+        num_m_tiles: Int32,
+        num_n_tiles: Int32,
+        prof_buf: cute.Tensor,
+        max_events: Int32,
+        profile_level: cutlass.Constexpr[int],
+    ):
+        tidx, _, _ = cute.arch.thread_idx()
+        bidx, _, _ = cute.arch.block_idx()
+        warp_idx = cute.arch.make_warp_uniform(cute.arch.warp_idx())
+
+        if warp_idx == self.producer_warp:
+            cute.nvgpu.cpasync.prefetch_descriptor(tma_atom_a)
+            cute.nvgpu.cpasync.prefetch_descriptor(tma_atom_b)
+            cute.nvgpu.cpasync.prefetch_descriptor(tma_atom_c)
+
+        # ---- grouped rasterisation: bidx -> (pid_m, pid_n)
+        group_m = self.cfg.group_m
+        tiles_per_group = group_m * num_n_tiles
+        group_id = bidx // tiles_per_group
+        first_m = group_id * group_m
+        rows_in_group = cutlass.min(num_m_tiles - first_m, group_m)
+        in_group = bidx % tiles_per_group
+        pid_m = first_m + in_group % rows_in_group
+        pid_n = in_group // rows_in_group
+
+        # ---- shared memory and the mainloop pipeline
+        smem = cutlass.utils.SmemAllocator()
+        storage = smem.allocate(self.shared_storage)
+
+        a_bytes = cute.size_in_bytes(self.ab_dtype, cute.slice_(a_smem_staged, (None, None, 0)))
+        b_bytes = cute.size_in_bytes(self.ab_dtype, cute.slice_(b_smem_staged, (None, None, 0)))
+        ab_pipe = pipeline.PipelineTmaAsync.create(
+            barrier_storage=storage.mbar.data_ptr(),
+            num_stages=self.num_stages,
+            producer_group=pipeline.CooperativeGroup(pipeline.Agent.Thread),
+            consumer_group=pipeline.CooperativeGroup(
+                pipeline.Agent.Thread, self.num_consumer_warps
+            ),
+            tx_count=a_bytes + b_bytes,
+            cta_layout_vmnk=cute.make_layout((1, 1, 1, 1)),
+        )
+
+        sA = storage.sA.get_tensor(a_smem_staged.outer, swizzle=a_smem_staged.inner)
+        sB = storage.sB.get_tensor(b_smem_staged.outer, swizzle=b_smem_staged.inner)
+        sC = storage.sC.get_tensor(epi_smem_staged.outer, swizzle=epi_smem_staged.inner)
+
+        # (bM, bK, k_tiles), (bN, bK, k_tiles), (bM, bN)
+        gA = cute.local_tile(
+            mA, (self.tile_shape_mnk[0], self.tile_shape_mnk[2]), (pid_m, None)
+        )
+        gB = cute.local_tile(
+            mB, (self.tile_shape_mnk[1], self.tile_shape_mnk[2]), (pid_n, None)
+        )
+        gC = cute.local_tile(
+            mC, (self.tile_shape_mnk[0], self.tile_shape_mnk[1]), (pid_m, pid_n)
+        )
+        k_tiles = cute.size(gA, mode=[2])
+
+        # ================================================================ producer
+        if warp_idx < self.first_consumer_warp:
+            cute.arch.setmaxregister_decrease(self.cfg.producer_regs)
+            if warp_idx == self.producer_warp:
+                tAsA, tAgA = cute.nvgpu.cpasync.tma_partition(
+                    tma_atom_a,
+                    0,
+                    cute.make_layout(1),
+                    cute.group_modes(sA, 0, 2),
+                    cute.group_modes(gA, 0, 2),
+                )
+                tBsB, tBgB = cute.nvgpu.cpasync.tma_partition(
+                    tma_atom_b,
+                    0,
+                    cute.make_layout(1),
+                    cute.group_modes(sB, 0, 2),
+                    cute.group_modes(gB, 0, 2),
+                )
+                prod_tid = bidx * TID_STRIDE + PRODUCER_SLOT
+                if cutlass.const_expr(profile_level >= 1):
+                    t_main = cp.profile_start(prof_buf, max_events)
+
+                state = pipeline.make_pipeline_state(
+                    pipeline.PipelineUserType.Producer, self.num_stages
+                )
+                for k in cutlass.range(k_tiles, unroll=1):
+                    if cutlass.const_expr(profile_level >= 2):
+                        t0 = cp.profile_start(prof_buf, max_events)
+                    # wait until every consumer warp released this stage
+                    ab_pipe.sync_object_empty.wait(state.index, state.phase)
+                    if cutlass.const_expr(profile_level >= 2):
+                        cp.profile_stop(
+                            prof_buf, t0, TAG_WAIT_EMPTY, prod_tid, max_events,
+                            guard="lane0", payload=k,
+                        )
+                        t1 = cp.profile_start(prof_buf, max_events)
+                    # arm the full barrier with the stage's byte count, then load A and B
+                    ab_pipe.sync_object_full.arrive(state.index, ab_pipe.producer_mask)
+                    full_bar = ab_pipe.producer_get_barrier(state)
+                    cute.copy(
+                        tma_atom_a, tAgA[(None, k)], tAsA[(None, state.index)],
+                        tma_bar_ptr=full_bar,
+                    )
+                    cute.copy(
+                        tma_atom_b, tBgB[(None, k)], tBsB[(None, state.index)],
+                        tma_bar_ptr=full_bar,
+                    )
+                    if cutlass.const_expr(profile_level >= 2):
+                        cp.profile_stop(
+                            prof_buf, t1, TAG_TMA_ISSUE, prod_tid, max_events,
+                            guard="lane0", payload=k,
+                        )
+                    state.advance()
+
+                if cutlass.const_expr(profile_level >= 1):
+                    cp.profile_stop(
+                        prof_buf, t_main, TAG_PRODUCER_MAINLOOP, prod_tid, max_events,
+                        guard="lane0", payload=k_tiles,
+                    )
+
+        # ================================================================ consumers
+        if warp_idx >= self.first_consumer_warp:
+            cute.arch.setmaxregister_increase(self.cfg.consumer_regs)
+            ctidx = tidx - 128  # thread index among the consumer threads
+            cons_wg = warp_idx // 4 - 1
+            cons_tid = bidx * TID_STRIDE + 1 + (warp_idx - self.first_consumer_warp)
+
+            thr_mma = tiled_mma.get_slice(cons_wg * 128)
+            tCsA = thr_mma.partition_A(sA)
+            tCsB = thr_mma.partition_B(sB)
+            tCrA = tiled_mma.make_fragment_A(tCsA)
+            tCrB = tiled_mma.make_fragment_B(tCsB)
+            tCgC = thr_mma.partition_C(gC)
+            acc = cute.make_rmem_tensor(tCgC.shape, self.acc_dtype)
+            num_k_blocks = cute.size(tCrA, mode=[2])
+
+            if cutlass.const_expr(profile_level >= 1):
+                t_main = cp.profile_start(prof_buf, max_events)
+
+            acc.fill(0.0)
+            tiled_mma.set(cute.nvgpu.warpgroup.Field.ACCUMULATE, True)
+            read_state = pipeline.make_pipeline_state(
+                pipeline.PipelineUserType.Consumer, self.num_stages
+            )
+            release_state = pipeline.make_pipeline_state(
+                pipeline.PipelineUserType.Consumer, self.num_stages
+            )
+            for k in cutlass.range(k_tiles, unroll=1):
+                if cutlass.const_expr(profile_level >= 2):
+                    t0 = cp.profile_start(prof_buf, max_events)
+                ab_pipe.consumer_wait(read_state)
+                if cutlass.const_expr(profile_level >= 2):
+                    cp.profile_stop(
+                        prof_buf, t0, TAG_WAIT_FULL, cons_tid, max_events,
+                        guard="lane0", payload=k,
+                    )
+                    t1 = cp.profile_start(prof_buf, max_events)
+                cute.nvgpu.warpgroup.fence()
+                for kb in cutlass.range_constexpr(num_k_blocks):
+                    coord = (None, None, kb, read_state.index)
+                    cute.gemm(tiled_mma, acc, tCrA[coord], tCrB[coord], acc)
+                cute.nvgpu.warpgroup.commit_group()
+                # keep this k-tile's wgmma in flight; the previous one is now complete
+                cute.nvgpu.warpgroup.wait_group(1)
+                if k > 0:
+                    ab_pipe.consumer_release(release_state)
+                    release_state.advance()
+                read_state.advance()
+                if cutlass.const_expr(profile_level >= 2):
+                    cp.profile_stop(
+                        prof_buf, t1, TAG_MMA_KTILE, cons_tid, max_events,
+                        guard="lane0", payload=k,
+                    )
+            cute.nvgpu.warpgroup.wait_group(0)
+            ab_pipe.consumer_release(release_state)
+
+            if cutlass.const_expr(profile_level >= 1):
+                cp.profile_stop(
+                    prof_buf, t_main, TAG_CONSUMER_MAINLOOP, cons_tid, max_events,
+                    guard="lane0", payload=k_tiles,
+                )
+                t_epi = cp.profile_start(prof_buf, max_events)
+
+            # ------------------------------------------------------------ epilogue
+            copy_atom_r2s = sm90_utils.get_smem_store_op(
+                LayoutEnum.ROW_MAJOR, elem_ty_d=self.c_dtype, elem_ty_acc=self.acc_dtype
+            )
+            copy_atom_c = cute.make_copy_atom(
+                cute.nvgpu.warp.StMatrix8x8x16bOp(False, 4), self.c_dtype
+            )
+            tiled_copy_c_atom = cute.make_tiled_copy_C_atom(copy_atom_c, tiled_mma)
+            tiled_copy_r2s = cute.make_tiled_copy_S(copy_atom_r2s, tiled_copy_c_atom)
+            thr_copy_r2s = tiled_copy_r2s.get_slice(ctidx)
+            tRS_sD = thr_copy_r2s.partition_D(sC)  # (R2S, R2S_M, R2S_N, EPI_STAGE)
+            tRS_rAcc = tiled_copy_r2s.retile(acc)
+            rD_shape = cute.shape(thr_copy_r2s.partition_S(sC))
+            tRS_rD = cute.make_rmem_tensor(rD_shape[:3], self.acc_dtype)
+            tRS_rD_out = cute.make_rmem_tensor(rD_shape[:3], self.c_dtype)
+            size_rD = cute.size(tRS_rD)
+
+            gC_epi = cute.zipped_divide(gC, self.epi_tile)  # ((EM, EN), (RM, RN))
+            bSG_sD, bSG_gD = cute.nvgpu.cpasync.tma_partition(
+                tma_atom_c,
+                0,
+                cute.make_layout(1),
+                cute.group_modes(sC, 0, 2),
+                gC_epi,
+            )
+            epi_rest = gC_epi.shape[1]
+            num_epi = cute.size(epi_rest)
+            epi_order = cute.make_layout(epi_rest, stride=(epi_rest[1], 1))
+
+            store_pipe = pipeline.PipelineTmaStore.create(
+                num_stages=self.epi_stages,
+                producer_group=pipeline.CooperativeGroup(
+                    pipeline.Agent.Thread, self.num_consumer_threads
+                ),
+            )
+            for e in cutlass.range_constexpr(num_epi):
+                for v in cutlass.range_constexpr(size_rD):
+                    tRS_rD[v] = tRS_rAcc[e * size_rD + v]
+                tRS_rD_out.store(tRS_rD.load().to(self.c_dtype))
+                buf_idx = e % self.epi_stages
+                cute.copy(tiled_copy_r2s, tRS_rD_out, tRS_sD[(None, None, None, buf_idx)])
+                # make the generic-proxy smem writes visible to the TMA (async proxy)
+                cute.arch.fence_proxy("async.shared", space="cta")
+                self.epilog_barrier.arrive_and_wait()
+                if warp_idx == self.epi_store_warp:
+                    cute.copy(
+                        tma_atom_c,
+                        bSG_sD[(None, buf_idx)],
+                        bSG_gD[(None, epi_order.get_hier_coord(e))],
+                    )
+                    store_pipe.producer_commit()
+                    store_pipe.producer_acquire()
+                self.epilog_barrier.arrive_and_wait()
+
+            if warp_idx == self.epi_store_warp:
+                store_pipe.producer_tail()
+
+            if cutlass.const_expr(profile_level >= 1):
+                cp.profile_stop(
+                    prof_buf, t_epi, TAG_EPILOGUE, cons_tid, max_events,
+                    guard="lane0", payload=pid_m * 65536 + pid_n,
+                )
+
+
+# ======================================================================================
+# host helpers
+
+
+def expected_counts(gemm: WsGemm, m: int, n: int, k: int, profile_level: int) -> dict:
+    """Records per warp and in total for one launch.
+
+    Returns ``{"per_producer_warp": {tag: count}, "per_consumer_warp": {tag: count},
+    "producers": int, "consumer_warps": int, "total": int}``."""
+    kt = gemm.k_tiles(k)
+    ctas = gemm.num_ctas(m, n)
+    prod, cons = {}, {}
+    if profile_level >= 1:
+        prod[TAG_PRODUCER_MAINLOOP] = 1
+        cons[TAG_CONSUMER_MAINLOOP] = 1
+        cons[TAG_EPILOGUE] = 1
+    if profile_level >= 2:
+        prod[TAG_WAIT_EMPTY] = kt
+        prod[TAG_TMA_ISSUE] = kt
+        cons[TAG_WAIT_FULL] = kt
+        cons[TAG_MMA_KTILE] = kt
+    cw = ctas * gemm.num_consumer_warps
+    total = ctas * sum(prod.values()) + cw * sum(cons.values())
+    return {
+        "per_producer_warp": prod,
+        "per_consumer_warp": cons,
+        "producers": ctas,
+        "consumer_warps": cw,
+        "total": total,
+    }
+
+
+def _cute_tensor(t, *, leading_dim: int = 1, align: int = 16):
+    from cutlass.cute.runtime import from_dlpack
+
+    return from_dlpack(t, assumed_align=align).mark_layout_dynamic(leading_dim=leading_dim)
+
+
+def _cute_prof_buffer(buf_tensor):
+    from cutlass.cute.runtime import from_dlpack
+
+    return from_dlpack(buf_tensor, assumed_align=8).mark_layout_dynamic()
+
+
+def default_stream():
+    """A CUstream for cute.compile / the launch: the current torch stream when CUDA is
+    there, a fake stream otherwise (compile-only)."""
+    try:
+        import torch
+
+        if torch.cuda.is_available():
+            import cuda.bindings.driver as cuda
+
+            return cuda.CUstream(torch.cuda.current_stream().cuda_stream)
+    except Exception:  # noqa: BLE001
+        pass
+    from cutlass.cute.runtime import make_fake_stream
+
+    return make_fake_stream()
+
+
+class CompiledWsGemm:
+    """Compiles once per profile level (shapes are dynamic) and launches on torch tensors."""
+
+    def __init__(self, config: GemmConfig = GemmConfig()):
+        self.gemm = WsGemm(config)
+        self._compiled = {}
+
+    def compile(self, a, b, c, prof_tensor, profile_level: int, stream=None):
+        key = int(profile_level)
+        if key not in self._compiled:
+            stream = default_stream() if stream is None else stream
+            self._compiled[key] = cute.compile(
+                self.gemm,
+                _cute_tensor(a),
+                _cute_tensor(b),
+                _cute_tensor(c),
+                _cute_prof_buffer(prof_tensor),
+                Int32(max(0, (prof_tensor.numel() - 1) // 4)),
+                stream,
+                key,
+            )
+        return self._compiled[key]
+
+    def prepare(self, a, b, c, prof_tensor, max_events: int, profile_level: int, stream=None):
+        """Returns a zero-argument callable that launches the kernel (cute tensors are built
+        once, so repeated launches cost no host-side conversion)."""
+        _check_args(a, b, c)
+        stream = default_stream() if stream is None else stream
+        fn = self.compile(a, b, c, prof_tensor, profile_level, stream)
+        args = (
+            _cute_tensor(a),
+            _cute_tensor(b),
+            _cute_tensor(c),
+            _cute_prof_buffer(prof_tensor),
+            Int32(max_events),
+        )
+
+        def launch():
+            fn(*args, stream)
+
+        return launch
+
+    def __call__(self, a, b, c=None, prof_tensor=None, max_events: int = 0, profile_level: int = 0):
+        import torch
+
+        if c is None:
+            c = torch.empty(a.shape[0], b.shape[0], dtype=torch.bfloat16, device=a.device)
+        if prof_tensor is None:
+            prof_tensor = _dummy_prof(a.device)
+            max_events = 0
+        self.prepare(a, b, c, prof_tensor, max_events, profile_level)()
+        return c
+
+
+_DUMMY = {}
+
+
+def _dummy_prof(device):
+    import torch
+
+    key = str(device)
+    if key not in _DUMMY:
+        _DUMMY[key] = torch.zeros(8, dtype=torch.int64, device=device)
+    return _DUMMY[key]
+
+
+def _check_args(a, b, c):
+    import torch
+
+    for name, t in (("a", a), ("b", b), ("c", c)):
+        if t.dtype != torch.bfloat16:
+            raise TypeError(f"{name} must be bfloat16, got {t.dtype}")
+        if t.dim() != 2 or t.stride(1) != 1:
+            raise ValueError(f"{name} must be a row-major 2-D tensor")
+        if t.stride(0) % 8 or t.data_ptr() % 16:
+            raise ValueError(f"{name}: rows must be 16-byte aligned (TMA)")
+    if a.shape[1] != b.shape[1]:
+        raise ValueError(f"K mismatch: a {tuple(a.shape)}, b {tuple(b.shape)}")
+    if tuple(c.shape) != (a.shape[0], b.shape[0]):
+        raise ValueError(f"c must be {(a.shape[0], b.shape[0])}, got {tuple(c.shape)}")
