@@ -1,0 +1,625 @@
+"""Device ops: called inside ``@cute.kernel`` code, they append records to a profile buffer.
+
+Every record write is one inline-PTX block: the guard (which thread records), the closing
+timer read, one atomic on ``buf[0]`` to claim a slot, the bound check, and the stores. Keeping
+it in one ``asm volatile`` block means the compiler can neither drop, merge nor hoist the timer
+reads, the elected lane never has to escape an MLIR region, and the PTX is easy to check.
+Start ops only read the timer: the start time lives in a register until the matching stop.
+
+Seed-compatible functions keep the reference's positional order; every addition is a
+keyword-only option. Profiling can be compiled out per call (``enabled=False``), per kernel
+(a ``cutlass.Constexpr`` passed through as ``enabled``) or for the whole process
+(``CUTE_PROF_ENABLE=0`` or :func:`set_enabled`): then no op emits anything at all.
+"""
+
+from __future__ import annotations
+
+import os
+from typing import Optional, Union
+
+from cutlass import Int32, Int64
+from cutlass._mlir import ir
+from cutlass._mlir.dialects import llvm
+from cutlass.cutlass_dsl import T, dsl_user_op
+
+from . import layout
+from .errors import ProfileBufferError
+from .tags import default_tag_table
+
+__all__ = [
+    "read_globaltimer",
+    "read_clock64",
+    "profile_start",
+    "profile_stop",
+    "lane0_warp0_start",
+    "lane0_warp0_stop",
+    "warp_start",
+    "warp_stop",
+    "elected_start",
+    "elected_stop",
+    "profile_region",
+    "instant",
+    "clock_sync",
+    "PhaseSequence",
+    "Profiler",
+    "set_enabled",
+    "is_enabled",
+    "GUARDS",
+]
+
+GUARDS = ("all", "lane0", "elected", "cta", "warp")
+
+_ENABLED = os.environ.get("CUTE_PROF_ENABLE", "1").strip().lower() not in ("0", "false", "off", "no")
+
+
+def set_enabled(flag: bool) -> None:
+    """Switch every op on or off for kernels traced from now on. A kernel already compiled
+    keeps what it was compiled with: compile again after flipping this."""
+    global _ENABLED
+    _ENABLED = bool(flag)
+
+
+def is_enabled(enabled=None) -> bool:
+    """Resolve a per-call/per-kernel ``enabled`` (None, bool, or Constexpr bool) against the
+    process-wide switch."""
+    if enabled is None:
+        return _ENABLED
+    if not isinstance(enabled, (bool, int)):
+        raise ProfileBufferError(
+            f"enabled must be a compile-time bool (Python bool or cutlass.Constexpr), got "
+            f"{type(enabled).__name__}; pass a dynamic condition as sampling instead"
+        )
+    return bool(enabled) and _ENABLED
+
+
+# ----------------------------------------------------------------------------------------
+# inline PTX plumbing
+
+
+class _Asm:
+    """Collects operands and PTX lines for one inline-asm block."""
+
+    def __init__(self):
+        self.operands: list = []
+        self.constraints: list[str] = []
+        self.lines: list[str] = []
+
+    def operand(self, value, bits: int) -> str:
+        if bits == 64:
+            self.operands.append(Int64(value).ir_value())
+            self.constraints.append("l")
+        else:
+            self.operands.append(Int32(value).ir_value())
+            self.constraints.append("r")
+        return f"${len(self.operands) - 1}"
+
+    def emit(self, *lines: str) -> None:
+        self.lines.extend(lines)
+
+    def build(self, *, loc=None, ip=None):
+        text = "{\n" + "\n".join(self.lines) + "\n}"
+        llvm.inline_asm(
+            None,
+            self.operands,
+            text,
+            ",".join(self.constraints + ["~{memory}"]),
+            has_side_effects=True,
+            is_align_stack=False,
+            asm_dialect=llvm.AsmDialect.AD_ATT,
+            loc=loc,
+            ip=ip,
+        )
+
+
+def _read_special_u64(register: str, *, loc=None, ip=None) -> Int64:
+    return Int64(
+        llvm.inline_asm(
+            T.i64(),
+            [],
+            f"mov.u64 $0, {register};",
+            "=l,~{memory}",
+            has_side_effects=True,
+            is_align_stack=False,
+            asm_dialect=llvm.AsmDialect.AD_ATT,
+            loc=loc,
+            ip=ip,
+        )
+    )
+
+
+@dsl_user_op
+def read_globaltimer(*, loc=None, ip=None) -> Int64:
+    """``%globaltimer`` in ns. Volatile with a memory clobber: never merged, hoisted or sunk
+    past the loads and stores around it."""
+    return _read_special_u64("%globaltimer", loc=loc, ip=ip)
+
+
+@dsl_user_op
+def read_clock64(*, loc=None, ip=None) -> Int64:
+    """The SM's ``clock64`` cycle counter, for durations shorter than the 32 ns timer step."""
+    return _read_special_u64("%clock64", loc=loc, ip=ip)
+
+
+_LINEAR_TID = (
+    "mov.u32 x, %tid.x;",
+    "mov.u32 y, %tid.y;",
+    "mov.u32 z, %tid.z;",
+    "mov.u32 nx, %ntid.x;",
+    "mov.u32 ny, %ntid.y;",
+    "mad.lo.u32 lin, z, ny, y;",
+    "mad.lo.u32 lin, lin, nx, x;",
+)
+
+
+def _guard_lines(asm: _Asm, guard: str, target_warp) -> None:
+    """Set predicate ``p`` for the thread(s) that record under ``guard``."""
+    if guard == "all":
+        asm.emit("mov.u32 lane, %laneid;", "setp.lt.u32 p, lane, 32;")
+    elif guard == "lane0":
+        asm.emit("mov.u32 lane, %laneid;", "setp.eq.u32 p, lane, 0;")
+    elif guard == "elected":
+        asm.emit("elect.sync _|p, 0xffffffff;")
+    elif guard == "cta":
+        asm.emit("setp.eq.u32 p, lin, 0;")
+    elif guard == "warp":
+        target = asm.operand(target_warp, 32)
+        asm.emit(
+            "shr.u32 w, lin, 5;",
+            f"setp.eq.u32 p, w, {target};",
+            "and.b32 lane, lin, 31;",
+            "setp.eq.and.u32 p, lane, 0, p;",
+        )
+    else:
+        raise ProfileBufferError(f"guard must be one of {GUARDS}, got {guard!r}")
+
+
+def _buffer_address_and_words(buf, max_events):
+    """(address, words) of a cute.Tensor or Pointer profile buffer. ``words`` bounds every
+    store even when the caller passes a ``max_events`` larger than the buffer."""
+    iterator = getattr(buf, "iterator", None)
+    if iterator is not None:
+        from cutlass import cute
+
+        return iterator.toint(), cute.size(buf)
+    if hasattr(buf, "toint"):
+        return buf.toint(), None
+    raise ProfileBufferError(
+        f"profile buffer must be a cute.Tensor (from_dlpack(prof.tensor)) or a cute.Pointer, "
+        f"got {type(buf).__name__}"
+    )
+
+
+def _trace_time_int(value):
+    """A Python int for values known while tracing (ints, and Int32(5)-style constants),
+    else the DSL value unchanged: constants fold into the PTX instead of taking registers."""
+    inner = getattr(value, "value", None)
+    if not isinstance(value, bool) and hasattr(value, "ir_value") and isinstance(inner, int):
+        return inner
+    return value
+
+
+def _resolve_tag(tag) -> Union[int, Int32]:
+    tag = _trace_time_int(tag)
+    if isinstance(tag, str):
+        return default_tag_table().id(tag)
+    if isinstance(tag, bool):
+        raise ProfileBufferError("tag must be a name, an int or an Int32, not a bool")
+    if isinstance(tag, int):
+        if not 0 <= tag <= layout.MAX_TAG_ID:
+            raise ProfileBufferError(
+                f"tag id {tag} is out of range 0..{layout.MAX_TAG_ID}; use TagTable ids"
+            )
+        return tag
+    return tag
+
+
+def _emit_record(
+    buf,
+    max_events,
+    *,
+    kind: int,
+    start=None,
+    end=None,
+    tag,
+    tid,
+    payload=0,
+    guard: str,
+    target_warp=None,
+    sample_flag=None,
+    open_flag=None,
+    loc=None,
+    ip=None,
+) -> None:
+    """Emit the one asm block that writes a record. ``start``: start timestamp (span), start
+    cycles (clock span), or None (instant/now). ``end``: a timestamp already read (phases);
+    None reads the timer inside the block. ``open_flag``: a 64-bit value that must be nonzero
+    for anything to be recorded (phase sequences with no open phase)."""
+    tag = _resolve_tag(tag)
+    address, words = _buffer_address_and_words(buf, max_events)
+    asm = _Asm()
+    a_buf = asm.operand(address, 64)
+    a_max = asm.operand(max_events, 64)
+    a_words = asm.operand(words, 64) if words is not None else None
+    a_tid = asm.operand(tid, 32)
+    asm.emit(
+        ".reg .pred p, v, q;",
+        ".reg .u64 g, t, c, s, a, d, cap, st, tw, w3, hi, al;",
+        ".reg .u32 x, y, z, nx, ny, lin, lane, w, sm;",
+    )
+    asm.emit(*_LINEAR_TID)  # the warp index goes into every record's tid word
+    _guard_lines(asm, guard, target_warp)
+    if sample_flag is not None:
+        asm.emit(f"setp.ne.and.u32 p, {asm.operand(sample_flag, 32)}, 0, p;")
+    if open_flag is not None:
+        asm.emit(f"setp.ne.and.s64 p, {asm.operand(open_flag, 64)}, 0, p;")
+
+    # timer(s) first: as close to the end of the region as the guard allows
+    if end is not None:
+        asm.emit(f"mov.u64 t, {asm.operand(end, 64)};")
+    elif kind == layout.KIND_CLOCK_SPAN:
+        asm.emit("@p mov.u64 c, %clock64;", "@p mov.u64 t, %globaltimer;")
+    elif kind == layout.KIND_CLOCK_SYNC:
+        asm.emit("@p mov.u64 t, %globaltimer;", "@p mov.u64 c, %clock64;")
+    else:
+        asm.emit("@p mov.u64 t, %globaltimer;")
+
+    asm.emit("cvta.to.global.u64 g, " + a_buf + ";", "@p atom.global.add.u64 s, [g], 1;")
+    if a_words is not None:
+        asm.emit(f"sub.s64 cap, {a_words}, 1;", "shr.s64 cap, cap, 2;", f"min.s64 cap, cap, {a_max};")
+    else:
+        asm.emit(f"mov.s64 cap, {a_max};")
+    asm.emit("setp.lt.and.s64 p, s, cap, p;")
+
+    # words 0 and 1
+    if kind == layout.KIND_SPAN:
+        a_start = asm.operand(start, 64)
+        asm.emit(f"mov.u64 st, {a_start};", "sub.s64 d, t, st;")
+    elif kind == layout.KIND_INSTANT:
+        asm.emit("mov.u64 st, t;", "mov.u64 d, 0;")
+    elif kind == layout.KIND_CLOCK_SPAN:
+        a_start = asm.operand(start, 64)
+        asm.emit("mov.u64 st, t;", f"sub.s64 d, c, {a_start};")
+    elif kind == layout.KIND_CLOCK_SYNC:
+        asm.emit("mov.u64 st, t;", "mov.u64 d, c;")
+    else:
+        raise ProfileBufferError(f"unknown record kind {kind}")
+
+    # word 2: the tag word (constant-folded when tag and payload are known at trace time)
+    payload = _trace_time_int(payload)
+    if isinstance(tag, int) and isinstance(payload, int):
+        asm.emit(f"mov.b64 tw, {layout.tag_word_constant(tag, kind, payload)};")
+    else:
+        constant = layout.tag_word_constant(0, kind, 0)
+        a_tag = asm.operand(tag, 32)
+        a_payload = asm.operand(payload, 32)
+        asm.emit(
+            f"cvt.u64.u32 tw, {a_tag};",
+            f"and.b64 tw, tw, {layout._mask(layout.TAG_BITS)};",
+            f"cvt.u64.u32 hi, {a_payload};",
+            f"shl.b64 hi, hi, {layout.PAYLOAD_SHIFT};",
+            "or.b64 tw, tw, hi;",
+            f"or.b64 tw, tw, {constant};",
+        )
+
+    # word 3: tid | smid | warp
+    asm.emit(
+        f"cvt.u64.u32 w3, {a_tid};",
+        "mov.u32 sm, %smid;",
+        "cvt.u64.u32 hi, sm;",
+        f"shl.b64 hi, hi, {layout.SM_SHIFT};",
+        "or.b64 w3, w3, hi;",
+        "shr.u32 w, lin, 5;",
+        "cvt.u64.u32 hi, w;",
+        f"shl.b64 hi, hi, {layout.WARP_SHIFT};",
+        "or.b64 w3, w3, hi;",
+    )
+
+    # stores: two 16-byte stores when records are 16-byte aligned, else four 8-byte ones;
+    # the tag word (with the complete marker) goes last in the scalar path
+    asm.emit(
+        f"shl.b64 a, s, {5};",
+        "add.s64 a, a, g;",
+        f"add.s64 a, a, {8 * layout.HEADER_WORDS};",
+        "and.b64 al, g, 15;",
+        "setp.eq.and.u64 v, al, 8, p;",
+        "setp.ne.and.u64 q, al, 8, p;",
+        "@v st.global.v2.u64 [a], {st, d};",
+        "@v st.global.v2.u64 [a+16], {tw, w3};",
+        "@q st.global.u64 [a], st;",
+        "@q st.global.u64 [a+8], d;",
+        "@q st.global.u64 [a+24], w3;",
+        "@q st.global.u64 [a+16], tw;",
+    )
+    asm.build(loc=loc, ip=ip)
+
+
+# ----------------------------------------------------------------------------------------
+# seed-compatible ops
+
+
+@dsl_user_op
+def profile_start(buf, max_events, *, enabled=None, clock: bool = False, loc=None, ip=None):
+    """Read the start time. Every thread reads it; which thread records is the stop's guard."""
+    if not is_enabled(enabled):
+        return 0
+    return read_clock64(loc=loc, ip=ip) if clock else read_globaltimer(loc=loc, ip=ip)
+
+
+@dsl_user_op
+def profile_stop(
+    buf,
+    eid,
+    tag,
+    tid,
+    max_events,
+    *,
+    guard: str = "all",
+    target_warp=None,
+    payload=0,
+    clock: bool = False,
+    sample_flag=None,
+    enabled=None,
+    loc=None,
+    ip=None,
+) -> None:
+    """Write one span record from every thread selected by ``guard`` (default: all threads)."""
+    if not is_enabled(enabled):
+        return
+    _emit_record(
+        buf,
+        max_events,
+        kind=layout.KIND_CLOCK_SPAN if clock else layout.KIND_SPAN,
+        start=eid,
+        tag=tag,
+        tid=tid,
+        payload=payload,
+        guard=guard,
+        target_warp=target_warp,
+        sample_flag=sample_flag,
+        loc=loc,
+        ip=ip,
+    )
+
+
+@dsl_user_op
+def lane0_warp0_start(buf, max_events, *, enabled=None, clock: bool = False, loc=None, ip=None):
+    return profile_start(buf, max_events, enabled=enabled, clock=clock, loc=loc, ip=ip)
+
+
+@dsl_user_op
+def lane0_warp0_stop(buf, eid, tag, tid, max_events, *, payload=0, clock=False, enabled=None, loc=None, ip=None):
+    """Thread 0 of the CTA writes the record."""
+    profile_stop(buf, eid, tag, tid, max_events, guard="cta", payload=payload, clock=clock, enabled=enabled, loc=loc, ip=ip)
+
+
+@dsl_user_op
+def warp_start(buf, max_events, target_warp=None, *, enabled=None, clock: bool = False, loc=None, ip=None):
+    return profile_start(buf, max_events, enabled=enabled, clock=clock, loc=loc, ip=ip)
+
+
+@dsl_user_op
+def warp_stop(buf, eid, tag, tid, max_events, target_warp=0, *, payload=0, clock=False, enabled=None, loc=None, ip=None):
+    """Lane 0 of warp ``target_warp`` (warp index inside the CTA) writes the record."""
+    profile_stop(
+        buf, eid, tag, tid, max_events, guard="warp", target_warp=target_warp, payload=payload,
+        clock=clock, enabled=enabled, loc=loc, ip=ip,
+    )
+
+
+@dsl_user_op
+def elected_start(buf, max_events, *, enabled=None, clock: bool = False, loc=None, ip=None):
+    return profile_start(buf, max_events, enabled=enabled, clock=clock, loc=loc, ip=ip)
+
+
+@dsl_user_op
+def elected_stop(buf, eid, tag, tid, max_events, *, payload=0, clock=False, enabled=None, loc=None, ip=None):
+    """One lane of every warp (``elect.sync``; the warp must be converged) writes a record."""
+    profile_stop(buf, eid, tag, tid, max_events, guard="elected", payload=payload, clock=clock, enabled=enabled, loc=loc, ip=ip)
+
+
+@dsl_user_op
+def instant(buf, max_events, tag, tid, *, guard: str = "cta", target_warp=None, payload=0,
+            sample_flag=None, enabled=None, loc=None, ip=None) -> None:
+    """A point event (duration 0) stamped now."""
+    if not is_enabled(enabled):
+        return
+    _emit_record(buf, max_events, kind=layout.KIND_INSTANT, tag=tag, tid=tid, payload=payload,
+                 guard=guard, target_warp=target_warp, sample_flag=sample_flag, loc=loc, ip=ip)
+
+
+@dsl_user_op
+def clock_sync(buf, max_events, *, tid=0, guard: str = "cta", enabled=None, loc=None, ip=None) -> None:
+    """Record a (%globaltimer, clock64) pair on this SM. Call it at the start and the end of a
+    kernel that uses ``clock=True`` regions: the host fits the SM clock from these pairs."""
+    if not is_enabled(enabled):
+        return
+    _emit_record(buf, max_events, kind=layout.KIND_CLOCK_SYNC, tag=0, tid=tid, guard=guard, loc=loc, ip=ip)
+
+
+class profile_region:
+    """``with profile_region(buf, max_events, tag, tid):`` inside ``@cute.kernel``.
+
+    ``__enter__`` only reads the timer and ``__exit__`` writes the record; nothing opens an
+    MLIR region around the body, so the body reads and writes variables from before the
+    ``with`` like any other code. Default guard: thread 0 of the CTA, as in the reference."""
+
+    __dsl_trace_time_ctxmgr__ = True
+
+    def __init__(self, buf, max_events, tag, tid, *, guard: str = "cta", target_warp=None,
+                 payload=0, clock: bool = False, sample_flag=None, enabled=None):
+        if guard not in GUARDS:
+            raise ProfileBufferError(f"guard must be one of {GUARDS}, got {guard!r}")
+        if guard == "warp" and target_warp is None:
+            raise ProfileBufferError("guard='warp' needs target_warp=")
+        self._buf, self._max_events = buf, max_events
+        self._tag, self._tid = tag, tid
+        self._guard, self._target_warp = guard, target_warp
+        self._payload, self._clock = payload, clock
+        self._sample_flag = sample_flag
+        self._enabled = is_enabled(enabled)
+        self._start = None
+
+    def __enter__(self):
+        if self._enabled:
+            self._start = read_clock64() if self._clock else read_globaltimer()
+        return self
+
+    def __exit__(self, exc_type, exc, tb):
+        if exc_type is None and self._enabled:
+            profile_stop(
+                self._buf, self._start, self._tag, self._tid, self._max_events,
+                guard=self._guard, target_warp=self._target_warp, payload=self._payload,
+                clock=self._clock, sample_flag=self._sample_flag, enabled=True,
+            )
+        return False
+
+
+class PhaseSequence:
+    """Back-to-back phases on one track: ``next(tag)`` ends the open phase and starts the
+    next at the same timestamp; ``end()`` closes the last one (as Mori's SEQ/NEXT).
+
+    The open phase's start and tag are runtime values carried through loops (the object
+    implements the DSL's value protocol), so ``seq.next("a")`` inside a dynamic loop works:
+    the first iteration finds no open phase (start == 0) and records nothing for it."""
+
+    def __init__(self, buf, max_events, tid, *, guard: str = "cta", target_warp=None,
+                 sample_flag=None, enabled=None, _state=None):
+        self._buf, self._max_events, self._tid = buf, max_events, tid
+        self._guard, self._target_warp = guard, target_warp
+        self._sample_flag = sample_flag
+        self._enabled = is_enabled(enabled)
+        if _state is not None:
+            self._start, self._tag, self._payload = _state
+        elif self._enabled:
+            self._start, self._tag, self._payload = Int64(0), Int32(0), Int32(0)
+        else:
+            self._start = self._tag = self._payload = None
+
+    def __extract_mlir_values__(self):
+        if not self._enabled:
+            return []
+        return [self._start.ir_value(), self._tag.ir_value(), self._payload.ir_value()]
+
+    def __new_from_mlir_values__(self, values):
+        state = (Int64(values[0]), Int32(values[1]), Int32(values[2])) if self._enabled else None
+        return PhaseSequence(self._buf, self._max_events, self._tid, guard=self._guard,
+                             target_warp=self._target_warp, sample_flag=self._sample_flag,
+                             enabled=self._enabled, _state=state)
+
+    def _close(self, now) -> None:
+        _emit_record(
+            self._buf, self._max_events, kind=layout.KIND_SPAN, start=self._start, end=now,
+            tag=self._tag, tid=self._tid, payload=self._payload, guard=self._guard,
+            target_warp=self._target_warp, sample_flag=self._sample_flag, open_flag=self._start,
+        )
+
+    def next(self, tag, *, payload=0) -> "PhaseSequence":
+        """End the open phase (if any) and open ``tag`` now. Returns self."""
+        if not self._enabled:
+            return self
+        now = read_globaltimer()
+        self._close(now)
+        self._start, self._tag, self._payload = now, Int32(_resolve_tag(tag)), Int32(payload)
+        return self
+
+    def end(self) -> "PhaseSequence":
+        """Close the open phase; later ``next`` calls start a new one."""
+        if not self._enabled:
+            return self
+        self._close(read_globaltimer())
+        self._start = Int64(0)
+        return self
+
+
+@dsl_user_op
+def _sampling_flag(every_cta, warp_mask, *, loc=None, ip=None) -> Int32:
+    """1 in threads whose CTA (linear index) is a multiple of ``every_cta`` and whose warp is
+    set in ``warp_mask``, else 0. Computed once per kernel, ANDed into every record's guard."""
+    asm_text = "\n".join(
+        [
+            "{",
+            ".reg .pred p;",
+            ".reg .u32 x, y, z, nx, ny, lin, w, m, cx, cy, cz, ncx, ncy, cl, r;",
+            *_LINEAR_TID,
+            "mov.u32 cx, %ctaid.x;",
+            "mov.u32 cy, %ctaid.y;",
+            "mov.u32 cz, %ctaid.z;",
+            "mov.u32 ncx, %nctaid.x;",
+            "mov.u32 ncy, %nctaid.y;",
+            "mad.lo.u32 cl, cz, ncy, cy;",
+            "mad.lo.u32 cl, cl, ncx, cx;",
+            "rem.u32 r, cl, $1;",
+            "setp.eq.u32 p, r, 0;",
+            "shr.u32 w, lin, 5;",
+            "shr.b32 m, $2, w;",
+            "and.b32 m, m, 1;",
+            "setp.ne.and.u32 p, m, 0, p;",
+            "selp.u32 $0, 1, 0, p;",
+            "}",
+        ]
+    )
+    return Int32(
+        llvm.inline_asm(
+            T.i32(),
+            [Int32(every_cta).ir_value(loc=loc, ip=ip), Int32(warp_mask).ir_value(loc=loc, ip=ip)],
+            asm_text,
+            "=r,r,r",
+            has_side_effects=False,
+            is_align_stack=False,
+            asm_dialect=llvm.AsmDialect.AD_ATT,
+            loc=loc,
+            ip=ip,
+        )
+    )
+
+
+class Profiler:
+    """A kernel-local handle that fixes the buffer, sampling and defaults once:
+
+        prof = Profiler(buf, max_events, sample_every_cta=4, warp_mask=0b1)
+        with prof.region("load", tid): ...
+        prof.instant("barrier", tid)
+        seq = prof.phases(tid); seq.next("a"); ...; seq.end()
+
+    ``sample_every_cta``/``warp_mask`` may be runtime values (kernel arguments): records are
+    kept only from every k-th CTA and from warps whose bit is set."""
+
+    def __init__(self, buf, max_events, *, enabled=None, guard: str = "cta", target_warp=None,
+                 sample_every_cta=None, warp_mask=None):
+        self.buf, self.max_events = buf, max_events
+        self.enabled = is_enabled(enabled)
+        self.guard, self.target_warp = guard, target_warp
+        self.sample_flag = None
+        if self.enabled and (sample_every_cta is not None or warp_mask is not None):
+            self.sample_flag = _sampling_flag(
+                1 if sample_every_cta is None else sample_every_cta,
+                0xFFFFFFFF if warp_mask is None else warp_mask,
+            )
+
+    def _opts(self, guard, target_warp):
+        return dict(
+            guard=self.guard if guard is None else guard,
+            target_warp=self.target_warp if target_warp is None else target_warp,
+            sample_flag=self.sample_flag,
+            enabled=self.enabled,
+        )
+
+    def start(self, *, clock: bool = False):
+        return profile_start(self.buf, self.max_events, enabled=self.enabled, clock=clock)
+
+    def stop(self, eid, tag, tid, *, payload=0, clock: bool = False, guard=None, target_warp=None):
+        profile_stop(self.buf, eid, tag, tid, self.max_events, payload=payload, clock=clock,
+                     **self._opts(guard, target_warp))
+
+    def region(self, tag, tid, *, payload=0, clock: bool = False, guard=None, target_warp=None):
+        return profile_region(self.buf, self.max_events, tag, tid, payload=payload, clock=clock,
+                              **self._opts(guard, target_warp))
+
+    def instant(self, tag, tid, *, payload=0, guard=None, target_warp=None):
+        instant(self.buf, self.max_events, tag, tid, payload=payload, **self._opts(guard, target_warp))
+
+    def phases(self, tid, *, guard=None, target_warp=None) -> PhaseSequence:
+        return PhaseSequence(self.buf, self.max_events, tid, **self._opts(guard, target_warp))
+
+    def clock_sync(self, *, tid=0):
+        clock_sync(self.buf, self.max_events, tid=tid, enabled=self.enabled)

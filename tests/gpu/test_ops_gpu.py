@@ -1,0 +1,206 @@
+"""Device ops on a real GPU: exact counts, timing against known spins, nesting, overflow,
+bit-identical outputs. Skipped where there is no CUDA GPU or no CuTe DSL."""
+
+from __future__ import annotations
+
+import os
+import sys
+
+import numpy as np
+import pytest
+
+torch = pytest.importorskip("torch")
+if not torch.cuda.is_available():
+    pytest.skip("no CUDA GPU", allow_module_level=True)
+pytest.importorskip("cutlass")
+
+import cutlass.cute as cute  # noqa: E402
+from cutlass import Int32, Int64  # noqa: E402
+from cutlass.cute.runtime import from_dlpack  # noqa: E402
+
+import cute_prof  # noqa: E402
+from cute_prof import layout  # noqa: E402
+
+sys.path.insert(0, os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
+import kernels as K  # noqa: E402
+
+CTAS = 264  # two waves' worth on H100/H200 (132 SMs)
+TIMER_STEP_NS = 32  # %globaltimer resolution measured on H100/H200
+_compiled: dict = {}
+
+
+def _probe(variant, ctas=CTAS):
+    key = ("probe", variant, ctas)
+    if key not in _compiled:
+        buf = cute_prof.allocate_profile_buffer(16, device="cuda")
+        data = torch.zeros(ctas * K.THREADS_PER_CTA, device="cuda")
+        _compiled[key] = cute.compile(
+            K.launch_probe, from_dlpack(buf.tensor), from_dlpack(data), Int32(16), Int64(0),
+            Int32(1), Int32(-1), variant, ctas,
+        )
+    return _compiled[key]
+
+
+def run_probe(variant, max_events, *, ctas=CTAS, sample_every=1, warp_mask=-1, data=None):
+    prof = cute_prof.allocate_profile_buffer(max_events, device="cuda")
+    if data is None:
+        data = torch.randn(ctas * K.THREADS_PER_CTA, device="cuda")
+    _probe(variant, ctas)(
+        from_dlpack(prof.tensor), from_dlpack(data), Int32(max_events), Int64(0),
+        Int32(sample_every), Int32(warp_mask),
+    )
+    torch.cuda.synchronize()
+    return cute_prof.decode_buffer(prof), data
+
+
+@pytest.mark.parametrize("variant", ["profile", "cta", "warp", "elected", "lane0", "region", "instant"])
+def test_exact_counts_tags_tids(variant):
+    per_cta = K.VARIANTS[variant][0]
+    expected = CTAS * per_cta
+    trace, _ = run_probe(variant, expected + 100)
+    ev = trace.events
+    assert trace.attempted == expected and len(ev) == expected
+    assert trace.overflow == 0 and trace.incomplete == 0
+    assert np.all(ev["tag"] == K.TAG)
+    sm_count = torch.cuda.get_device_properties(0).multi_processor_count
+    assert ev["sm"].min() >= 0 and ev["sm"].max() < sm_count
+    assert np.all(ev["start_ns"] > 0) and np.all(ev["dur_ns"] >= 0)
+    if variant == "profile":
+        assert np.array_equal(np.sort(ev["tid"]), np.arange(expected))
+        assert np.array_equal(ev["warp"], (ev["tid"] % K.THREADS_PER_CTA) // 32)
+    else:
+        # one record per (CTA, recording warp): tids are the CTA indices
+        counts = np.bincount(ev["tid"], minlength=CTAS)
+        assert np.all(counts == per_cta)
+    if variant in ("cta", "region", "instant"):
+        assert np.all(ev["warp"] == 0)
+    if variant == "warp":
+        assert np.all(ev["warp"] == K.TARGET_WARP)
+    if variant in ("elected", "lane0"):
+        pairs = ev["tid"].astype(np.int64) * K.WARPS_PER_CTA + ev["warp"]
+        assert np.array_equal(np.sort(pairs), np.arange(expected))
+    if variant == "elected":
+        assert np.array_equal(ev["payload"], ev["warp"])
+    if variant == "instant":
+        assert np.all(ev["kind"] == layout.KIND_INSTANT) and np.all(ev["dur_ns"] == 0)
+
+
+@pytest.mark.parametrize("every,mask", [(4, -1), (1, 0b10000001), (3, 0b100)])
+def test_runtime_sampling(every, mask):
+    trace, _ = run_probe("sampled", CTAS * K.WARPS_PER_CTA, sample_every=every, warp_mask=mask)
+    warps = [w for w in range(K.WARPS_PER_CTA) if (mask >> w) & 1]
+    ctas = [c for c in range(CTAS) if c % every == 0]
+    assert trace.attempted == len(warps) * len(ctas)
+    got = sorted(zip(trace.events["tid"].tolist(), trace.events["warp"].tolist()))
+    assert got == sorted((c, w) for c in ctas for w in warps)
+    assert np.array_equal(trace.events["payload"], trace.events["warp"])
+
+
+@pytest.mark.parametrize("capacity", [1, 100, 1000])
+def test_overflow_exact(capacity):
+    attempted = CTAS * K.WARPS_PER_CTA
+    prof = cute_prof.allocate_profile_buffer(capacity, device="cuda")
+    data = torch.randn(CTAS * K.THREADS_PER_CTA, device="cuda")
+    # guard the words just past the buffer: the ops must never write there
+    _probe("elected")(from_dlpack(prof.tensor), from_dlpack(data), Int32(capacity), Int64(0), Int32(1), Int32(-1))
+    torch.cuda.synchronize()
+    trace = cute_prof.decode_buffer(prof)
+    assert trace.attempted == attempted
+    assert len(trace.events) == capacity and trace.incomplete == 0
+    assert trace.overflow == attempted - capacity
+    events, overflow = cute_prof.decode_events(prof, None)
+    assert overflow == attempted - capacity and len(events) == capacity
+
+
+def test_max_events_larger_than_buffer_is_clamped():
+    """A caller passing a max_events beyond the tensor must not write past it."""
+    capacity = 50
+    backing = torch.full((layout.buffer_words(capacity) + 64,), -7, dtype=torch.int64, device="cuda")
+    buf = backing[: layout.buffer_words(capacity)]
+    buf.zero_()
+    data = torch.randn(CTAS * K.THREADS_PER_CTA, device="cuda")
+    _probe("elected")(from_dlpack(buf), from_dlpack(data), Int32(10**6), Int64(0), Int32(1), Int32(-1))
+    torch.cuda.synchronize()
+    assert torch.all(backing[layout.buffer_words(capacity):] == -7)
+    trace = cute_prof.decode_buffer(buf)
+    assert len(trace.events) == capacity and trace.attempted == CTAS * K.WARPS_PER_CTA
+
+
+def test_unaligned_buffer_uses_scalar_stores():
+    """A plain torch.zeros buffer (records 8 mod 16) must decode the same as an aligned one."""
+    n = CTAS * K.WARPS_PER_CTA
+    buf = torch.zeros(layout.buffer_words(n), dtype=torch.int64, device="cuda")
+    if buf.data_ptr() % 16 == 8:
+        buf = torch.zeros(layout.buffer_words(n) + 1, dtype=torch.int64, device="cuda")[1:]
+    assert buf.data_ptr() % 16 == 0
+    data = torch.randn(CTAS * K.THREADS_PER_CTA, device="cuda")
+    _probe("elected")(from_dlpack(buf), from_dlpack(data), Int32(n), Int64(0), Int32(1), Int32(-1))
+    torch.cuda.synchronize()
+    trace = cute_prof.decode_buffer(buf)
+    assert len(trace.events) == n and trace.incomplete == 0
+    assert np.all(trace.events["tag"] == K.TAG)
+
+
+@pytest.mark.parametrize("variant", ["profile", "cta", "elected", "region", "sampled"])
+def test_profiled_output_bit_identical(variant):
+    x = torch.randn(CTAS * K.THREADS_PER_CTA, device="cuda")
+    _, plain = run_probe("none", 16, data=x.clone())
+    _, profiled = run_probe(variant, CTAS * K.THREADS_PER_CTA, data=x.clone(), sample_every=2)
+    assert torch.equal(plain, profiled)
+    assert not torch.equal(plain, x)  # the kernel did write
+
+
+_timing = {}
+
+
+def run_timing(spin_ns, inner, ctas=4):
+    key = ctas
+    per_cta = 2 + 1 + 2 * inner + 2 * inner
+    prof = cute_prof.allocate_profile_buffer(ctas * per_cta, device="cuda")
+    if key not in _timing:
+        _timing[key] = cute.compile(K.launch_timing, from_dlpack(prof.tensor), Int32(1), Int64(1), Int32(1), ctas)
+    _timing[key](from_dlpack(prof.tensor), Int32(ctas * per_cta), Int64(spin_ns), Int32(inner))
+    torch.cuda.synchronize()
+    return cute_prof.decode_buffer(prof), per_cta
+
+
+@pytest.mark.parametrize("spin_ns", [1_000, 10_000, 100_000])
+def test_spin_regions_time_within_resolution(spin_ns):
+    inner = 3
+    trace, per_cta = run_timing(spin_ns, inner)
+    ev = trace.events
+    assert trace.attempted == 4 * per_cta and trace.incomplete == 0
+    inner_ev = ev[ev["tag"] == K.SPIN_TAG_INNER]
+    assert len(inner_ev) == 4 * inner
+    # a spin exits on the first timer read >= spin_ns; the region adds at most a few reads
+    assert np.all(inner_ev["dur_ns"] >= spin_ns)
+    assert np.all(inner_ev["dur_ns"] <= spin_ns + 4 * TIMER_STEP_NS), inner_ev["dur_ns"]
+    assert np.array_equal(np.sort(inner_ev["payload"]), np.repeat(np.arange(inner), 4))
+    # nesting: the outer region holds its CTA's inner ones
+    outer = ev[ev["tag"] == K.SPIN_TAG_OUTER]
+    assert len(outer) == 4
+    for o in outer:
+        mine = inner_ev[inner_ev["tid"] == o["tid"]]
+        assert o["dur_ns"] >= mine["dur_ns"].sum()
+        assert mine["start_ns"].min() >= o["start_ns"]
+        assert (mine["start_ns"] + mine["dur_ns"]).max() <= o["start_ns"] + o["dur_ns"]
+    # phases: back to back, each at least one spin long
+    phases = ev[np.isin(ev["tag"], [K.SPIN_TAG_PHASE_A, K.SPIN_TAG_PHASE_B])]
+    assert len(phases) == 4 * 2 * inner
+    for cta in range(4):
+        mine = np.sort(phases[phases["tid"] == cta], order="start_ns")
+        assert np.array_equal(mine["start_ns"][1:], (mine["start_ns"] + mine["dur_ns"])[:-1])
+        assert np.all(mine["dur_ns"] >= spin_ns)
+        assert list(mine["tag"]) == [K.SPIN_TAG_PHASE_A, K.SPIN_TAG_PHASE_B] * inner
+
+
+def test_clock_mode_matches_globaltimer_on_long_regions():
+    spin_ns = 100_000
+    trace, _ = run_timing(spin_ns, 3)
+    clock_ev = trace.events[trace.events["tag"] == K.SPIN_TAG_CLOCK]
+    assert len(clock_ev) == 12 and np.all(clock_ev["kind"] == layout.KIND_CLOCK_SPAN)
+    assert np.all(clock_ev["dur_cycles"] > 0)
+    rel = np.abs(clock_ev["dur_ns"] - spin_ns) / spin_ns
+    assert rel.max() <= 0.02, rel
+    hz = trace.metadata["clock_hz"]
+    assert 0.5e9 < hz < 3.5e9

@@ -1,0 +1,149 @@
+"""Probe kernels shared by the PTX checks (CPU, compile only) and the GPU suite.
+
+One kernel, specialised at compile time by ``variant``: each variant exercises one device
+op so that the PTX checks and the GPU record counts talk about the same code."""
+
+from __future__ import annotations
+
+import cutlass
+import cutlass.cute as cute
+from cutlass import Int32, Int64
+
+import cute_prof.ops as cp
+
+WARPS_PER_CTA = 8
+THREADS_PER_CTA = 32 * WARPS_PER_CTA
+TARGET_WARP = 3
+PHASES_PER_ITER = 2
+TAG = 5
+
+# variant -> (records per CTA, %globaltimer reads in PTX, profile atomics in PTX)
+VARIANTS = {
+    "none": None,
+    "disabled": None,
+    "profile": (THREADS_PER_CTA, 2, 1),
+    "cta": (1, 2, 1),
+    "warp": (1, 2, 1),
+    "elected": (WARPS_PER_CTA, 2, 1),
+    "lane0": (WARPS_PER_CTA, 2, 1),
+    "region": (1, 2, 1),
+    "instant": (1, 1, 1),
+    "sampled": None,  # depends on the runtime sampling arguments
+}
+
+
+@cute.kernel
+def probe_kernel(
+    buf: cute.Tensor,
+    data: cute.Tensor,
+    max_events: Int32,
+    spin_ns: Int64,
+    sample_every: Int32,
+    warp_mask: Int32,
+    variant: cutlass.Constexpr,
+):
+    tidx, _, _ = cute.arch.thread_idx()
+    bidx, _, _ = cute.arch.block_idx()
+    gidx = bidx * THREADS_PER_CTA + tidx
+    # read before any op, written inside regions, read after: regions must not hide them
+    value = data[gidx]
+    if cutlass.const_expr(variant == "profile"):
+        t = cp.profile_start(buf, max_events)
+        value = value * 1.5 + 0.25
+        cp.profile_stop(buf, t, TAG, gidx, max_events)
+    elif cutlass.const_expr(variant == "cta"):
+        t = cp.lane0_warp0_start(buf, max_events)
+        value = value * 1.5 + 0.25
+        cp.lane0_warp0_stop(buf, t, Int32(TAG), bidx, max_events)
+    elif cutlass.const_expr(variant == "warp"):
+        t = cp.warp_start(buf, max_events, target_warp=Int32(TARGET_WARP))
+        value = value * 1.5 + 0.25
+        cp.warp_stop(buf, t, TAG, bidx, max_events, target_warp=Int32(TARGET_WARP))
+    elif cutlass.const_expr(variant == "elected"):
+        t = cp.elected_start(buf, max_events)
+        value = value * 1.5 + 0.25
+        cp.elected_stop(buf, t, TAG, bidx, max_events, payload=cute.arch.warp_idx())
+    elif cutlass.const_expr(variant == "lane0"):
+        t = cp.profile_start(buf, max_events)
+        value = value * 1.5 + 0.25
+        cp.profile_stop(buf, t, TAG, bidx, max_events, guard="lane0")
+    elif cutlass.const_expr(variant == "region"):
+        with cp.profile_region(buf, max_events, Int32(TAG), bidx):
+            value = value * 1.5 + 0.25
+    elif cutlass.const_expr(variant == "instant"):
+        value = value * 1.5 + 0.25
+        cp.instant(buf, max_events, TAG, bidx)
+    elif cutlass.const_expr(variant == "disabled"):
+        t = cp.lane0_warp0_start(buf, max_events, enabled=False)
+        with cp.profile_region(buf, max_events, TAG, bidx, enabled=False):
+            value = value * 1.5 + 0.25
+        cp.lane0_warp0_stop(buf, t, TAG, bidx, max_events, enabled=False)
+        cp.instant(buf, max_events, TAG, bidx, enabled=False)
+    elif cutlass.const_expr(variant == "sampled"):
+        prof = cp.Profiler(buf, max_events, guard="lane0", sample_every_cta=sample_every,
+                           warp_mask=warp_mask)
+        with prof.region(TAG, bidx, payload=cute.arch.warp_idx()):
+            value = value * 1.5 + 0.25
+    else:
+        value = value * 1.5 + 0.25
+    data[gidx] = value
+
+
+@cute.jit
+def launch_probe(
+    buf: cute.Tensor,
+    data: cute.Tensor,
+    max_events: Int32,
+    spin_ns: Int64,
+    sample_every: Int32,
+    warp_mask: Int32,
+    variant: cutlass.Constexpr,
+    ctas: cutlass.Constexpr,
+):
+    probe_kernel(buf, data, max_events, spin_ns, sample_every, warp_mask, variant).launch(
+        grid=(ctas, 1, 1), block=(THREADS_PER_CTA, 1, 1)
+    )
+
+
+SPIN_TAG_OUTER = 1
+SPIN_TAG_INNER = 2
+SPIN_TAG_CLOCK = 3
+SPIN_TAG_PHASE_A = 4
+SPIN_TAG_PHASE_B = 6
+
+
+@cute.jit
+def _spin(ns: Int64):
+    t0 = cp.read_globaltimer()
+    now = cp.read_globaltimer()
+    while now - t0 < ns:
+        now = cp.read_globaltimer()
+
+
+@cute.kernel
+def timing_kernel(buf: cute.Tensor, max_events: Int32, spin_ns: Int64, inner: Int32):
+    """Thread 0's view: an outer region holding ``inner`` spins of ``spin_ns`` each, timed
+    by globaltimer regions and by clock64 regions, then a two-phase sequence per spin."""
+    bidx, _, _ = cute.arch.block_idx()
+    cp.clock_sync(buf, max_events, tid=bidx)
+    with cp.profile_region(buf, max_events, SPIN_TAG_OUTER, bidx):
+        for i in cutlass.range(inner):
+            with cp.profile_region(buf, max_events, SPIN_TAG_INNER, bidx, payload=i):
+                _spin(spin_ns)
+    for i in cutlass.range(inner):
+        with cp.profile_region(buf, max_events, SPIN_TAG_CLOCK, bidx, payload=i, clock=True):
+            _spin(spin_ns)
+    seq = cp.PhaseSequence(buf, max_events, bidx)
+    for i in cutlass.range(inner):
+        seq.next(SPIN_TAG_PHASE_A, payload=i)
+        _spin(spin_ns)
+        seq.next(SPIN_TAG_PHASE_B, payload=i)
+        _spin(spin_ns)
+    seq.end()
+    cp.clock_sync(buf, max_events, tid=bidx)
+
+
+@cute.jit
+def launch_timing(buf: cute.Tensor, max_events: Int32, spin_ns: Int64, inner: Int32,
+                  ctas: cutlass.Constexpr):
+    timing_kernel(buf, max_events, spin_ns, inner).launch(grid=(ctas, 1, 1), block=(64, 1, 1))

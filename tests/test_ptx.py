@@ -1,0 +1,150 @@
+"""What the device ops emit, checked in PTX compiled for sm_90a on a machine without a GPU."""
+
+from __future__ import annotations
+
+import os
+import re
+import sys
+import tempfile
+
+import pytest
+
+torch = pytest.importorskip("torch")
+pytest.importorskip("cutlass")
+
+import cutlass.cute as cute  # noqa: E402
+from cutlass import Int32, Int64  # noqa: E402
+from cutlass.base_dsl.compiler import DumpDir  # noqa: E402
+from cutlass.cute.runtime import from_dlpack  # noqa: E402
+
+sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
+import kernels as K  # noqa: E402
+
+from cute_prof import layout  # noqa: E402
+
+_ptx_cache: dict = {}
+_dump_dir = tempfile.mkdtemp(prefix="cute_prof_ptx_")
+
+
+def compile_ptx(fn, *args) -> str:
+    """PTX for sm_90a, whatever GPU (or none) this machine has."""
+    key = (fn.__name__,) + tuple(a for a in args if isinstance(a, (str, int)))
+    if key not in _ptx_cache:
+        options = cute.compile[cute.KeepPTX(), cute.GPUArch("sm_90a"), DumpDir(_dump_dir)]
+        ptx = options(fn, *args).__ptx__
+        assert ptx, "the DSL returned no PTX"
+        if os.path.exists(ptx[:512]):
+            with open(ptx) as fh:
+                ptx = fh.read()
+        assert ".target sm_90a" in ptx
+        _ptx_cache[key] = ptx
+    return _ptx_cache[key]
+
+
+def probe_ptx(variant: str) -> str:
+    buf = torch.zeros(layout.buffer_words(16), dtype=torch.int64)
+    data = torch.zeros(4 * K.THREADS_PER_CTA)
+    return compile_ptx(K.launch_probe, from_dlpack(buf), from_dlpack(data), Int32(16), Int64(0),
+                       Int32(1), Int32(-1), variant, 4)
+
+
+def asm_blocks(ptx: str) -> list[str]:
+    return re.findall(r"// begin inline asm\n(.*?)// end inline asm", ptx, flags=re.S)
+
+
+def record_blocks(ptx: str) -> list[str]:
+    return [b for b in asm_blocks(ptx) if "atom.global.add.u64" in b]
+
+
+@pytest.mark.parametrize("variant", [v for v, spec in K.VARIANTS.items() if spec])
+def test_timer_reads_and_atomics(variant):
+    _, timer_reads, atomics = K.VARIANTS[variant]
+    ptx = probe_ptx(variant)
+    assert ptx.count("%globaltimer") == timer_reads
+    assert ptx.count("atom.global.add.u64") == atomics
+    (block,) = record_blocks(ptx)
+    # bound check against min(max_events, words in the tensor), then predicated stores
+    assert "setp.lt.and.s64 p, s, cap, p;" in block
+    assert "min.s64 cap, cap," in block
+    assert block.count("@v st.global.v2.u64") == 2
+    assert block.count("@q st.global.u64") == 4
+    assert re.search(r"@p atom\.global\.add\.u64 s, \[g\], 1;", block)
+    # the timer read comes before the claim: the region ends as early as possible
+    assert block.index("%globaltimer") < block.index("atom.global")
+
+
+GUARD_SIGNATURES = {
+    "profile": "setp.lt.u32 p, lane, 32;",
+    "cta": "setp.eq.u32 p, lin, 0;",
+    "region": "setp.eq.u32 p, lin, 0;",
+    "instant": "setp.eq.u32 p, lin, 0;",
+    "warp": "setp.eq.u32 p, w, ",
+    "elected": "elect.sync _|p, 0xffffffff;",
+    "lane0": "setp.eq.u32 p, lane, 0;",
+}
+
+
+@pytest.mark.parametrize("variant", sorted(GUARD_SIGNATURES))
+def test_guards(variant):
+    (block,) = record_blocks(probe_ptx(variant))
+    assert GUARD_SIGNATURES[variant] in block
+    others = {sig for v, sig in GUARD_SIGNATURES.items() if sig != GUARD_SIGNATURES[variant]}
+    assert not any(sig in block for sig in others)
+
+
+def test_sampling_predicate_is_computed_once_and_anded_in():
+    ptx = probe_ptx("sampled")
+    sampling = [b for b in asm_blocks(ptx) if "rem.u32" in b]
+    assert len(sampling) == 1 and "%ctaid.x" in sampling[0]
+    (block,) = record_blocks(ptx)
+    assert re.search(r"setp\.ne\.and\.u32 p, \S+, 0, p;", block)
+
+
+def test_tag_word_is_a_constant_when_known_at_trace_time():
+    (block,) = record_blocks(probe_ptx("cta"))
+    assert f"mov.b64 tw, {layout.tag_word_constant(K.TAG, layout.KIND_SPAN, 0)};" in block
+
+
+def test_instant_kind_in_tag_word():
+    (block,) = record_blocks(probe_ptx("instant"))
+    assert f"mov.b64 tw, {layout.tag_word_constant(K.TAG, layout.KIND_INSTANT, 0)};" in block
+    assert "mov.u64 d, 0;" in block
+
+
+def _normalise_kernel_name(ptx: str, variant: str) -> str:
+    return ptx.replace(f"_{variant}_", "_VARIANT_")
+
+
+def test_disabled_ops_emit_nothing():
+    """Every op called with enabled=False: PTX byte-identical to the kernel with no ops."""
+    plain = _normalise_kernel_name(probe_ptx("none"), "none")
+    disabled = _normalise_kernel_name(probe_ptx("disabled"), "disabled")
+    assert "%globaltimer" not in disabled and "atom" not in disabled
+    assert disabled == plain
+
+
+def test_process_switch_compiles_ops_out(monkeypatch):
+    import cute_prof.ops as cp
+
+    monkeypatch.setattr(cp, "_ENABLED", False)
+    _ptx_cache.clear()
+    try:
+        off = _normalise_kernel_name(probe_ptx("region"), "region")
+    finally:
+        _ptx_cache.clear()
+    plain = _normalise_kernel_name(probe_ptx("none"), "none")
+    assert off == plain
+
+
+def test_timing_kernel_clock_and_phases():
+    buf = torch.zeros(layout.buffer_words(16), dtype=torch.int64)
+    ptx = compile_ptx(K.launch_timing, from_dlpack(buf), Int32(16), Int64(1), Int32(1), 2)
+    blocks = record_blocks(ptx)
+    clock_kind = f"or.b64 tw, tw, {layout.tag_word_constant(0, layout.KIND_CLOCK_SPAN, 0)};"
+    clock_spans = [b for b in blocks if clock_kind in b]
+    assert len(clock_spans) == 1 and "@p mov.u64 c, %clock64;" in clock_spans[0]
+    syncs = [b for b in blocks if f"mov.b64 tw, {layout.tag_word_constant(0, layout.KIND_CLOCK_SYNC, 0)};" in b]
+    assert len(syncs) == 2 and all("mov.u64 d, c;" in b for b in syncs)
+    # phase records use the timestamp read by next(): no timer read inside, an open check
+    phase_blocks = [b for b in blocks if "setp.ne.and.s64 p," in b]
+    assert phase_blocks and all("%globaltimer" not in b for b in phase_blocks)
