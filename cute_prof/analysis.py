@@ -310,7 +310,7 @@ class Summary:
         return max(0, self.kernel_end_ns - self.kernel_start_ns)
 
     def tag_name(self, tag: int) -> str:
-        return self.tag_names.get(int(tag), f"tag{int(tag)}")
+        return self.tag_names.get(int(tag), f"<unknown tag {int(tag)}>")
 
     def to_dict(self) -> dict[str, Any]:
         """Plain JSON-serialisable data (lists of row dicts, Python numbers)."""
@@ -353,6 +353,13 @@ class Summary:
         return self.format_table()
 
 
+def _tag_name(trace: Trace, tag: int) -> str:
+    names = tuple(trace.tag_names or ())
+    if 0 <= tag < len(names) and names[tag]:
+        return names[tag]
+    return f"<unknown tag {int(tag)}>"
+
+
 def summarize(trace: Trace) -> Summary:
     """Per-tag duration statistics, busy fractions per SM and tid, idle gaps, loss counts."""
     events = trace.events
@@ -376,11 +383,7 @@ def summarize(trace: Trace) -> Summary:
     sms, _ = _track_table(
         spans["sm"], span_start, span_end, instants["sm"], kernel_start, kernel_span
     )
-    names = tuple(trace.tag_names or ())
-    tag_names = {
-        int(t): (names[t] if 0 <= t < len(names) and names[t] else f"tag{int(t)}")
-        for t in tags["tag"].tolist()
-    }
+    tag_names = {int(t): _tag_name(trace, t) for t in tags["tag"].tolist()}
     return Summary(
         tags=tags,
         tag_names=tag_names,
