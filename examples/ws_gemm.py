@@ -47,6 +47,11 @@ import cutlass.utils.hopper_helpers as sm90_utils
 from cutlass import Int32, Int64
 from cutlass.utils import LayoutEnum
 
+try:
+    from cutlass.memory import SmemAllocator as _SmemAllocator
+except ImportError:  # older DSL
+    from cutlass.utils import SmemAllocator as _SmemAllocator
+
 # --------------------------------------------------------------------------------------
 # profiling ops: the real module, or a minimal local stand-in with the same call shapes
 # (used only while cute_prof.ops cannot be imported, so this file compiles on its own).
@@ -311,7 +316,6 @@ class WsGemm:
         ).launch(
             grid=[num_m_tiles * num_n_tiles, 1, 1],
             block=[self.threads_per_cta, 1, 1],
-            smem=SharedStorage.size_in_bytes(),
             stream=stream,
         )
 
@@ -355,7 +359,7 @@ class WsGemm:
         pid_n = in_group // rows_in_group
 
         # ---- shared memory and the mainloop pipeline
-        smem = cutlass.utils.SmemAllocator()
+        smem = _SmemAllocator()
         storage = smem.allocate(self.shared_storage)
 
         a_bytes = cute.size_in_bytes(self.ab_dtype, cute.slice_(a_smem_staged, (None, None, 0)))
@@ -715,3 +719,176 @@ def _check_args(a, b, c):
         raise ValueError(f"K mismatch: a {tuple(a.shape)}, b {tuple(b.shape)}")
     if tuple(c.shape) != (a.shape[0], b.shape[0]):
         raise ValueError(f"c must be {(a.shape[0], b.shape[0])}, got {tuple(c.shape)}")
+
+
+# ======================================================================================
+# decoding helpers (independent of the host decoder, so the checks below can use them)
+
+
+def tag_ids() -> dict:
+    """{tag name: tag id} as the kernels traced in this process encode them."""
+    if PROF_OPS_SOURCE == "shim":
+        return {name: _ShimOps._tag_ids.setdefault(name, 1 + len(_ShimOps._tag_ids)) for name in ALL_TAGS}
+    from cute_prof.tags import default_tag_table
+
+    table = default_tag_table()
+    return {name: table.id(name) for name in ALL_TAGS}
+
+
+RECORD_DTYPE = [
+    ("start_ns", "i8"),
+    ("dur_ns", "i8"),
+    ("tag", "i4"),
+    ("payload", "i4"),
+    ("tid", "i4"),
+    ("sm", "i4"),
+    ("warp", "i4"),
+    ("complete", "?"),
+]
+
+
+def decode_records(words):
+    """Raw buffer words (numpy int64) -> (records structured array, attempted count).
+
+    Uses only ``cute_prof.layout`` (the buffer format definition)."""
+    import numpy as np
+
+    from cute_prof import layout
+
+    words = np.asarray(words, dtype=np.int64)
+    attempted = int(words[layout.COUNTER_INDEX])
+    capacity = (words.shape[0] - layout.HEADER_WORDS) // layout.WORDS_PER_RECORD
+    n = min(attempted, capacity)
+    rec = words[layout.HEADER_WORDS : layout.HEADER_WORDS + layout.WORDS_PER_RECORD * n]
+    rec = rec.reshape(n, layout.WORDS_PER_RECORD)
+    tagf = layout.decode_tag_words(rec[:, layout.WORD_TAG])
+    tidf = layout.decode_tid_words(rec[:, layout.WORD_TID])
+    out = np.zeros(n, dtype=RECORD_DTYPE)
+    out["start_ns"] = rec[:, layout.WORD_START]
+    out["dur_ns"] = rec[:, layout.WORD_DUR]
+    out["tag"] = tagf["tag"]
+    out["payload"] = tagf["payload"]
+    out["tid"] = tidf["tid"]
+    out["sm"] = tidf["sm"]
+    out["warp"] = tidf["warp"]
+    out["complete"] = tagf["complete"]
+    return out, attempted
+
+
+def check_counts(records, gemm: WsGemm, m: int, n: int, k: int, profile_level: int) -> list:
+    """Exact per-warp record counts. Returns a list of error strings (empty = all good)."""
+    import numpy as np
+
+    errors = []
+    exp = expected_counts(gemm, m, n, k, profile_level)
+    ids = tag_ids()
+    ctas = gemm.num_ctas(m, n)
+    if not records["complete"].all():
+        errors.append(f"{int((~records['complete']).sum())} incomplete records")
+    if len(records) != exp["total"]:
+        errors.append(f"total records {len(records)} != expected {exp['total']}")
+    cta, slot = split_tid(records["tid"].astype(np.int64))
+    if len(records) and (cta.max() >= ctas or slot.max() > gemm.num_consumer_warps):
+        errors.append("tid out of range")
+    for role, slots, table in (
+        ("producer", [PRODUCER_SLOT], exp["per_producer_warp"]),
+        ("consumer", list(range(1, 1 + gemm.num_consumer_warps)), exp["per_consumer_warp"]),
+    ):
+        for name, want in table.items():
+            sel = records["tag"] == ids[name]
+            for s in slots:
+                counts = np.bincount(cta[sel & (slot == s)], minlength=ctas)
+                bad = np.nonzero(counts != want)[0]
+                if bad.size:
+                    errors.append(
+                        f"{role} slot {s} tag {name}: {bad.size} CTAs with a count != {want} "
+                        f"(e.g. CTA {bad[0]}: {counts[bad[0]]})"
+                    )
+        # expected warps: producer records come from warp 0, consumer slot s from warp 3 + s
+        if table:
+            sel = np.isin(records["tag"], [ids[t] for t in table])
+            want_warp = np.where(slot == PRODUCER_SLOT, gemm.producer_warp, gemm.first_consumer_warp - 1 + slot)
+            if (records["warp"][sel] != want_warp[sel]).any():
+                errors.append(f"{role}: warp field does not match the tid slot")
+    extra = ~np.isin(records["tag"], [ids[t] for t in ALL_TAGS])
+    if extra.any():
+        errors.append(f"{int(extra.sum())} records with unknown tags")
+    if profile_level >= 2 and len(records):
+        kt = gemm.k_tiles(k)
+        per_k = np.isin(records["tag"], [ids[t] for t in (TAG_WAIT_EMPTY, TAG_TMA_ISSUE, TAG_WAIT_FULL, TAG_MMA_KTILE)])
+        pl = records["payload"][per_k]
+        if pl.min() < 0 or pl.max() >= kt:
+            errors.append("k-tile payload out of range")
+    return errors
+
+
+def emit_ptx(out_dir: str, levels=(0, 1, 2), m: int = 1000, n: int = 1032, k: int = 520) -> dict:
+    """Compile for every level with CPU tensors and write ``ws_gemm_l{level}.ptx`` into
+    ``out_dir``. Needs ``CUTE_DSL_ARCH=sm_90a`` (and KEEP=ptx) in the environment when run
+    without a GPU. Returns {level: path}."""
+    import os
+
+    import torch
+
+    gemm = WsGemm()
+    a = torch.zeros(m, k, dtype=torch.bfloat16)
+    b = torch.zeros(n, k, dtype=torch.bfloat16)
+    c = torch.zeros(m, n, dtype=torch.bfloat16)
+    buf = torch.zeros(1 + 4 * 64, dtype=torch.int64)
+    paths = {}
+    for level in levels:
+        compiled = cute.compile(
+            gemm,
+            _cute_tensor(a),
+            _cute_tensor(b),
+            _cute_tensor(c),
+            _cute_prof_buffer(buf),
+            Int32(64),
+            default_stream(),
+            int(level),
+        )
+        ptx = compiled.__ptx__
+        if not ptx:
+            raise RuntimeError("no PTX kept: set CUTE_DSL_KEEP=ptx and CUTE_DSL_DUMP_DIR")
+        path = os.path.join(out_dir, f"ws_gemm_l{level}.ptx")
+        with open(path, "w") as f:
+            f.write(ptx)
+        paths[level] = path
+    return paths
+
+
+def _main(argv=None) -> int:
+    import argparse
+
+    ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    ap.add_argument("--emit-ptx", metavar="DIR", help="compile levels 0,1,2 and write PTX")
+    ap.add_argument("--mnk", default="1000,1032,520", help="problem size for a GPU check")
+    ap.add_argument("--level", type=int, default=2)
+    args = ap.parse_args(argv)
+    if args.emit_ptx:
+        for level, path in emit_ptx(args.emit_ptx).items():
+            print(f"level {level}: {path}")
+        return 0
+    import torch
+
+    m, n, k = (int(x) for x in args.mnk.split(","))
+    torch.manual_seed(0)
+    a = torch.randn(m, k, device="cuda").to(torch.bfloat16)
+    b = torch.randn(n, k, device="cuda").to(torch.bfloat16)
+    c = torch.empty(m, n, device="cuda", dtype=torch.bfloat16)
+    runner = CompiledWsGemm()
+    exp = expected_counts(runner.gemm, m, n, k, args.level)
+    buf = torch.zeros(1 + 4 * max(1, exp["total"]), dtype=torch.int64, device="cuda")
+    runner.prepare(a, b, c, buf, max(1, exp["total"]), args.level)()
+    torch.cuda.synchronize()
+    ref = a.float() @ b.float().T
+    rel = ((c.float() - ref).norm() / ref.norm()).item()
+    print(f"{m}x{n}x{k} level {args.level}: rel Frobenius error {rel:.3e}")
+    recs, attempted = decode_records(buf.cpu().numpy())
+    errs = check_counts(recs, runner.gemm, m, n, k, args.level)
+    print(f"records {len(recs)} (attempted {attempted}, expected {exp['total']}); count errors: {errs or 'none'}")
+    return 0 if rel < 1e-2 and not errs else 1
+
+
+if __name__ == "__main__":
+    raise SystemExit(_main())
