@@ -53,70 +53,11 @@ except ImportError:  # older DSL
     from cutlass.utils import SmemAllocator as _SmemAllocator
 
 # --------------------------------------------------------------------------------------
-# profiling ops: the real module, or a minimal local stand-in with the same call shapes
-# (used only while cute_prof.ops cannot be imported, so this file compiles on its own).
+# profiling ops (device side)
 
-class _ShimOps:
-    """Stand-in for ``cute_prof.ops`` (profile_start / profile_stop with guard="lane0" only),
-    used only when the real module cannot be imported. Same record format (layout.py)."""
+from cute_prof import ops as cp  # noqa: E402
 
-    _tag_ids: dict = {}
-
-    @staticmethod
-    def profile_start(buf, max_events):
-        return cute.arch.globaltimer()
-
-    @staticmethod
-    def profile_stop(buf, t0, tag, tid, max_events, *, guard="lane0", payload=0):
-        from cutlass._mlir.dialects import llvm
-
-        assert guard == "lane0"
-        if isinstance(tag, str):
-            tag = _ShimOps._tag_ids.setdefault(tag, 1 + len(_ShimOps._tag_ids))
-        magic = 0x5A << 56
-        ops = [
-            Int64(buf.iterator.toint()).ir_value(),
-            Int64(max_events).ir_value(),
-            Int64(t0).ir_value(),
-            Int32(tid).ir_value(),
-            Int32(payload).ir_value(),
-        ]
-        text = "\n".join([
-            "{",
-            ".reg .pred p;",
-            ".reg .u64 g, t, s, a, d, tw, w3, hi;",
-            ".reg .u32 lane;",
-            "mov.u32 lane, %laneid;",
-            "setp.eq.u32 p, lane, 0;",
-            "@p mov.u64 t, %globaltimer;",
-            "cvta.to.global.u64 g, $0;",
-            "@p atom.global.add.u64 s, [g], 1;",
-            "setp.lt.and.s64 p, s, $1, p;",
-            "sub.s64 d, t, $2;",
-            "cvt.u64.u32 hi, $4;",
-            "shl.b64 hi, hi, 16;",
-            f"or.b64 tw, hi, {magic | int(tag)};",
-            "cvt.u64.u32 w3, $3;",
-            "shl.b64 a, s, 5;",
-            "add.s64 a, a, g;",
-            "@p st.global.u64 [a+8], $2;",
-            "@p st.global.u64 [a+16], d;",
-            "@p st.global.u64 [a+32], w3;",
-            "@p st.global.u64 [a+24], tw;",
-            "}",
-        ])
-        llvm.inline_asm(None, ops, text, "l,l,l,r,r,~{memory}", has_side_effects=True,
-                        is_align_stack=False, asm_dialect=llvm.AsmDialect.AD_ATT)
-
-
-try:  # pragma: no cover - depends on the tree state
-    from cute_prof import ops as cp
-
-    PROF_OPS_SOURCE = "cute_prof.ops"
-except Exception:  # noqa: BLE001
-    cp = _ShimOps  # type: ignore
-
-    PROF_OPS_SOURCE = "shim"
+PROF_OPS_SOURCE = "cute_prof.ops"
 
 # tag names (string names are given ids by cute_prof.tags.default_tag_table())
 TAG_WAIT_EMPTY = "ws.wait_empty"
@@ -163,6 +104,9 @@ class GemmConfig:
     group_m: int = 8  # CTA rasterisation: groups of group_m M-tiles sweep N (L2 reuse)
     producer_regs: int = 40
     consumer_regs: int = 232
+    # consumer warps per warpgroup that write records (4 = every consumer warp; fewer
+    # cuts the level-2 record rate, e.g. 1 = warp 0 of each consumer warpgroup)
+    record_warps_per_wg: int = 4
 
 
 class WsGemm:
@@ -179,6 +123,8 @@ class WsGemm:
             raise ValueError("tile_n must be 64, 128 or 256")
         if config.tile_k != 64:
             raise ValueError("tile_k must be 64 (one 128-byte swizzle atom of bf16)")
+        if not 1 <= config.record_warps_per_wg <= 4:
+            raise ValueError("record_warps_per_wg must be 1..4")
         self.tile_shape_mnk = (config.tile_m, config.tile_n, config.tile_k)
         self.num_consumer_wg = 2
         self.num_consumer_warps = 4 * self.num_consumer_wg
@@ -200,6 +146,11 @@ class WsGemm:
         self.num_stages = config.num_stages or min(max_stages, 8)
         if self.num_stages > max_stages or self.num_stages < 2:
             raise ValueError(f"num_stages={self.num_stages} does not fit (max {max_stages})")
+        self.recording_slots = tuple(
+            1 + 4 * wg + w
+            for wg in range(self.num_consumer_wg)
+            for w in range(config.record_warps_per_wg)
+        )
         self.epilog_barrier = pipeline.NamedBarrier(
             barrier_id=1, num_threads=self.num_consumer_threads
         )
@@ -457,6 +408,11 @@ class WsGemm:
             ctidx = tidx - 128  # thread index among the consumer threads
             cons_wg = warp_idx // 4 - 1
             cons_tid = bidx * TID_STRIDE + 1 + (warp_idx - self.first_consumer_warp)
+            rec = None  # every consumer warp records
+            if cutlass.const_expr(self.cfg.record_warps_per_wg < 4):
+                rec = Int32(0)
+                if warp_idx % 4 < self.cfg.record_warps_per_wg:
+                    rec = Int32(1)
 
             thr_mma = tiled_mma.get_slice(cons_wg * 128)
             tCsA = thr_mma.partition_A(sA)
@@ -485,7 +441,7 @@ class WsGemm:
                 if cutlass.const_expr(profile_level >= 2):
                     cp.profile_stop(
                         prof_buf, t0, TAG_WAIT_FULL, cons_tid, max_events,
-                        guard="lane0", payload=k,
+                        guard="lane0", payload=k, sample_flag=rec,
                     )
                     t1 = cp.profile_start(prof_buf, max_events)
                 cute.nvgpu.warpgroup.fence()
@@ -502,7 +458,7 @@ class WsGemm:
                 if cutlass.const_expr(profile_level >= 2):
                     cp.profile_stop(
                         prof_buf, t1, TAG_MMA_KTILE, cons_tid, max_events,
-                        guard="lane0", payload=k,
+                        guard="lane0", payload=k, sample_flag=rec,
                     )
             cute.nvgpu.warpgroup.wait_group(0)
             ab_pipe.consumer_release(release_state)
@@ -510,7 +466,7 @@ class WsGemm:
             if cutlass.const_expr(profile_level >= 1):
                 cp.profile_stop(
                     prof_buf, t_main, TAG_CONSUMER_MAINLOOP, cons_tid, max_events,
-                    guard="lane0", payload=k_tiles,
+                    guard="lane0", payload=k_tiles, sample_flag=rec,
                 )
                 t_epi = cp.profile_start(prof_buf, max_events)
 
@@ -574,7 +530,7 @@ class WsGemm:
             if cutlass.const_expr(profile_level >= 1):
                 cp.profile_stop(
                     prof_buf, t_epi, TAG_EPILOGUE, cons_tid, max_events,
-                    guard="lane0", payload=pid_m * 65536 + pid_n,
+                    guard="lane0", payload=pid_m * 65536 + pid_n, sample_flag=rec,
                 )
 
 
@@ -590,6 +546,7 @@ def expected_counts(gemm: WsGemm, m: int, n: int, k: int, profile_level: int) ->
     kt = gemm.k_tiles(k)
     ctas = gemm.num_ctas(m, n)
     prod, cons = {}, {}
+    # consumer counts are per *recording* consumer warp (gemm.recording_slots)
     if profile_level >= 1:
         prod[TAG_PRODUCER_MAINLOOP] = 1
         cons[TAG_CONSUMER_MAINLOOP] = 1
@@ -599,7 +556,7 @@ def expected_counts(gemm: WsGemm, m: int, n: int, k: int, profile_level: int) ->
         prod[TAG_TMA_ISSUE] = kt
         cons[TAG_WAIT_FULL] = kt
         cons[TAG_MMA_KTILE] = kt
-    cw = ctas * gemm.num_consumer_warps
+    cw = ctas * len(gemm.recording_slots)
     total = ctas * sum(prod.values()) + cw * sum(cons.values())
     return {
         "per_producer_warp": prod,
@@ -727,8 +684,6 @@ def _check_args(a, b, c):
 
 def tag_ids() -> dict:
     """{tag name: tag id} as the kernels traced in this process encode them."""
-    if PROF_OPS_SOURCE == "shim":
-        return {name: _ShimOps._tag_ids.setdefault(name, 1 + len(_ShimOps._tag_ids)) for name in ALL_TAGS}
     from cute_prof.tags import default_tag_table
 
     table = default_tag_table()
@@ -792,7 +747,7 @@ def check_counts(records, gemm: WsGemm, m: int, n: int, k: int, profile_level: i
         errors.append("tid out of range")
     for role, slots, table in (
         ("producer", [PRODUCER_SLOT], exp["per_producer_warp"]),
-        ("consumer", list(range(1, 1 + gemm.num_consumer_warps)), exp["per_consumer_warp"]),
+        ("consumer", list(gemm.recording_slots), exp["per_consumer_warp"]),
     ):
         for name, want in table.items():
             sel = records["tag"] == ids[name]
