@@ -1,0 +1,196 @@
+"""``profile_session``: allocate, run, synchronise, decode, warn, export -- in one ``with``.
+
+::
+
+    with cute_prof.profile_session(4096, ["load", "mma"], "trace.json") as prof:
+        my_kernel(x, prof.tensor, prof.max_events)
+    print(prof.trace.overflow, len(prof.events))
+
+On exit the buffer is decoded even if the body raised (a crash is exactly when the
+recorded part is most useful); the body's exception then propagates unchanged, and a
+problem while decoding after a failure is reported as a warning rather than masking it.
+
+Export switches, strongest first: the call's ``export=True/False``; then
+``set_export_enabled(...)`` (or ``set_export_trace_on()`` / ``set_export_trace_off()``);
+then the environment variable ``CUTE_PROF_EXPORT`` (``0``/``false``/``no``/``off``
+disable); default on. Decoding, warnings and ``summary`` happen either way.
+
+The trace format follows the file suffix: ``.json`` (Chrome Trace Event JSON, this
+package) or ``.pftrace`` / ``.perfetto-trace`` (Perfetto protobuf via
+``cute_prof.pftrace.write_pftrace``).
+"""
+
+from __future__ import annotations
+
+import contextlib
+import os
+import threading
+import warnings
+from collections.abc import Iterator
+from pathlib import Path
+from typing import Any
+
+from .buffer import ProfileBuffer, allocate_profile_buffer
+from .decode import warn_about_losses
+from .errors import ProfileBufferError, ProfileWarning
+from .export_json import GROUP_BY_CHOICES, check_output_path, events_to_perfetto
+from .tags import as_tag_table
+from .trace import Trace
+
+__all__ = [
+    "profile_session",
+    "write_trace",
+    "export_enabled",
+    "set_export_enabled",
+    "set_export_trace_on",
+    "set_export_trace_off",
+    "EXPORT_ENV_VAR",
+    "TRACE_SUFFIXES",
+]
+
+EXPORT_ENV_VAR = "CUTE_PROF_EXPORT"
+_JSON_SUFFIXES = (".json",)
+_PFTRACE_SUFFIXES = (".pftrace", ".perfetto-trace")
+TRACE_SUFFIXES = _JSON_SUFFIXES + _PFTRACE_SUFFIXES
+_FALSE_WORDS = {"0", "false", "no", "off"}
+
+_export_lock = threading.Lock()
+_export_override: bool | None = None  # None: follow the environment variable
+
+
+def set_export_enabled(enabled: bool | None) -> None:
+    """Turn trace writing on or off process-wide (``None`` = follow ``CUTE_PROF_EXPORT``)."""
+    global _export_override
+    with _export_lock:
+        _export_override = None if enabled is None else bool(enabled)
+
+
+def set_export_trace_on() -> None:
+    """Process-wide: write traces (unless a call passes ``export=False``)."""
+    set_export_enabled(True)
+
+
+def set_export_trace_off() -> None:
+    """Process-wide: do not write traces (unless a call passes ``export=True``)."""
+    set_export_enabled(False)
+
+
+def export_enabled() -> bool:
+    """Whether sessions write traces by default right now."""
+    if _export_override is not None:
+        return _export_override
+    return os.environ.get(EXPORT_ENV_VAR, "1").strip().lower() not in _FALSE_WORDS
+
+
+def _trace_format(path: Path) -> str:
+    suffix = path.suffix.lower()
+    if suffix in _JSON_SUFFIXES:
+        return "json"
+    if suffix in _PFTRACE_SUFFIXES:
+        return "pftrace"
+    raise ProfileBufferError(
+        f"cannot tell the trace format of {str(path)!r} from its suffix {suffix!r}; "
+        f"use one of {list(TRACE_SUFFIXES)}"
+    )
+
+
+def write_trace(trace: Trace, path, *, group_by: str = "device") -> Path:
+    """Write ``trace`` in the format its suffix names (``.json`` or ``.pftrace``)."""
+    target = check_output_path(path)
+    if _trace_format(target) == "json":
+        return events_to_perfetto(trace, target, group_by=group_by)
+    try:
+        from .pftrace import write_pftrace
+    except ImportError as exc:
+        raise ImportError(
+            f"writing {str(target)!r} needs cute_prof.pftrace.write_pftrace, which this "
+            f"install lacks ({exc}); write a .json trace instead"
+        ) from exc
+    write_pftrace(trace, target)
+    return target
+
+
+def _print_summary(trace: Trace) -> None:
+    try:
+        from .analysis import summarize
+    except ImportError as exc:
+        raise ImportError(
+            "summary=True needs cute_prof.analysis.summarize, which this install lacks "
+            f"({exc}); pass summary=False"
+        ) from exc
+    table = summarize(trace)
+    if table is not None:
+        print(table)
+
+
+def _synchronize(buffer: ProfileBuffer) -> None:
+    if buffer.device.type != "cuda":
+        return
+    if buffer.stream is not None:
+        buffer.stream.synchronize()
+    else:
+        import torch
+
+        torch.cuda.synchronize(buffer.device)
+
+
+@contextlib.contextmanager
+def profile_session(
+    max_events: int,
+    tag_names=None,
+    trace_path=None,
+    device="cuda",
+    stream=None,
+    *,
+    export: bool | None = None,
+    summary: bool = False,
+    clock_hz: float | None = None,
+    group_by: str = "device",
+    metadata: dict[str, Any] | None = None,
+) -> Iterator[ProfileBuffer]:
+    """Allocate a profile buffer, yield it, then decode (and export) on exit.
+
+    ``tag_names``: list of names, a TagTable, or None for the default auto table.
+    ``trace_path``: where to write the trace (suffix picks the format); None writes none.
+    ``export``: force writing on/off for this call (default: the global switch).
+    ``summary``: print ``cute_prof.analysis.summarize(trace)`` after decoding.
+    ``clock_hz``, ``metadata``: passed to ``decode_buffer``; ``group_by`` to the exporter.
+
+    After the block, the yielded buffer's ``.trace``, ``.events`` and ``.overflow`` hold
+    the result. Lost records (overflow, incomplete, invalid) raise ProfileWarning with the
+    exact counts.
+    """
+    table = as_tag_table(tag_names)
+    target = None
+    if trace_path is not None:  # fail before the kernel runs, not after
+        target = check_output_path(trace_path)
+        _trace_format(target)
+    if group_by not in GROUP_BY_CHOICES:
+        raise ProfileBufferError(f"group_by must be one of {GROUP_BY_CHOICES}, got {group_by!r}")
+    buffer = allocate_profile_buffer(max_events, device=device, stream=stream)
+    try:
+        yield buffer
+    except BaseException:
+        try:
+            _finish(buffer, table, target, export, summary, clock_hz, group_by, metadata)
+        except Exception as exc:  # never hide the body's exception behind ours
+            warnings.warn(
+                f"profile_session could not decode or write the trace after the body failed: "
+                f"{type(exc).__name__}: {exc}",
+                ProfileWarning,
+                stacklevel=3,
+            )
+        raise
+    _finish(buffer, table, target, export, summary, clock_hz, group_by, metadata)
+
+
+def _finish(buffer, table, target, export, summary, clock_hz, group_by, metadata) -> None:
+    _synchronize(buffer)
+    trace = buffer.decode(table, clock_hz=clock_hz, metadata=metadata)
+    warn_about_losses(trace, include_overflow=True, stacklevel=4)
+    should_export = export_enabled() if export is None else bool(export)
+    if target is not None and should_export:
+        write_trace(trace, target, group_by=group_by)
+        trace.metadata["trace_path"] = str(target)
+    if summary:
+        _print_summary(trace)
