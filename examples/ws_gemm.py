@@ -45,7 +45,10 @@ import cutlass.cute as cute
 import cutlass.pipeline as pipeline
 import cutlass.utils.hopper_helpers as sm90_utils
 from cutlass import Int32, Int64
-from cutlass.utils import LayoutEnum
+try:
+    from cutlass.tensor_utils import LayoutEnum
+except ImportError:  # older DSL
+    from cutlass.utils import LayoutEnum
 
 try:
     from cutlass.memory import SmemAllocator as _SmemAllocator
@@ -650,6 +653,19 @@ class CompiledWsGemm:
         return c
 
 
+def alloc_prof(max_events: int, device="cuda"):
+    """A zeroed profile buffer tensor for ``max_events`` records (cute_prof's allocator:
+    records 16-byte aligned, so the device uses vector stores)."""
+    try:
+        from cute_prof.buffer import allocate_profile_buffer
+
+        return allocate_profile_buffer(max(1, int(max_events)), device=device).tensor
+    except ImportError:
+        import torch
+
+        return torch.zeros(1 + 4 * max(1, int(max_events)), dtype=torch.int64, device=device)
+
+
 _DUMMY = {}
 
 
@@ -833,7 +849,7 @@ def _main(argv=None) -> int:
     c = torch.empty(m, n, device="cuda", dtype=torch.bfloat16)
     runner = CompiledWsGemm()
     exp = expected_counts(runner.gemm, m, n, k, args.level)
-    buf = torch.zeros(1 + 4 * max(1, exp["total"]), dtype=torch.int64, device="cuda")
+    buf = alloc_prof(exp["total"])
     runner.prepare(a, b, c, buf, max(1, exp["total"]), args.level)()
     torch.cuda.synchronize()
     ref = a.float() @ b.float().T

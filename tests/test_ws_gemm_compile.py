@@ -97,3 +97,81 @@ def test_ptxas_no_spills(ptx, tmp_path):
         log = proc.stdout + proc.stderr
         assert "0 bytes spill stores, 0 bytes spill loads" in log, log[-2000:]
         assert "serialized" not in log, log[-2000:]  # wgmma serialisation warning
+
+
+# ------------------------------------------------------------------ host-side logic
+# The checks the GPU test and the profile script run, exercised on a synthetic buffer
+# laid out exactly as the kernel writes it (same tids, warps, tags, payloads).
+
+
+def _synthetic_words(W, gemm, m, n, k, level, *, mma_ns=500, wait_ns=20, fill_ns=800):
+    import numpy as np
+
+    from cute_prof import layout
+
+    ids = W.tag_ids()
+    exp = W.expected_counts(gemm, m, n, k, level)
+    buf = np.zeros(layout.buffer_words(exp["total"]), dtype=np.int64)
+    kt = gemm.k_tiles(k)
+
+    def put(start, dur, tag, cta, slot, warp, payload=0):
+        W_ = layout.write_records
+        W_(buf, [start], dur, ids[tag], W.tid_of(cta, slot), payload=payload, sm=cta % 132, warp=warp)
+
+    for cta in range(gemm.num_ctas(m, n)):
+        t0 = 10_000 * cta
+        # producer warp 0
+        t = t0
+        for kk in range(kt if level >= 2 else 0):
+            put(t, 30, W.TAG_WAIT_EMPTY, cta, 0, 0, kk)
+            put(t + 30, 40, W.TAG_TMA_ISSUE, cta, 0, 0, kk)
+            t += 70
+        put(t0, max(t - t0, 70), W.TAG_PRODUCER_MAINLOOP, cta, 0, 0, kt)
+        for s in gemm.recording_slots:
+            t = t0
+            for kk in range(kt if level >= 2 else 0):
+                w = fill_ns if kk == 0 else wait_ns
+                put(t, w, W.TAG_WAIT_FULL, cta, s, 3 + s, kk)
+                put(t + w, mma_ns, W.TAG_MMA_KTILE, cta, s, 3 + s, kk)
+                t += w + mma_ns
+            end = t if level >= 2 else t0 + kt * (mma_ns + wait_ns)
+            put(t0, end - t0, W.TAG_CONSUMER_MAINLOOP, cta, s, 3 + s, kt)
+            put(end, 900, W.TAG_EPILOGUE, cta, s, 3 + s, 0)
+    return buf
+
+
+@pytest.mark.parametrize("record_warps", [4, 1])
+@pytest.mark.parametrize("level", [1, 2])
+def test_host_checks_on_synthetic_buffer(level, record_warps):
+    import numpy as np
+
+    from examples import ws_gemm as W
+    from examples import ws_gemm_profile as P
+
+    gemm = W.WsGemm(W.GemmConfig(record_warps_per_wg=record_warps))
+    m, n, k = 300, 520, 200  # 3 x 3 CTAs, 4 k-tiles
+    words = _synthetic_words(W, gemm, m, n, k, level)
+    recs, attempted = W.decode_records(words)
+    assert attempted == W.expected_counts(gemm, m, n, k, level)["total"] == len(recs)
+    assert W.check_counts(recs, gemm, m, n, k, level) == []
+    assert P.overlaps(recs) == 0
+    ids = W.tag_ids()
+    busy = P.role_busy(W, gemm, recs, ids)
+    assert set(busy) == {"producer warp", "consumer warps"}
+    assert all(0.0 <= d["busy_mean"] <= 1.0 for d in busy.values())
+    if level == 2:
+        cov = P.mma_coverage(W, gemm, recs, ids)
+        assert cov["warps"] == 9 * len(gemm.recording_slots)
+        # 4 k-tiles: 4 x 500 mma in a span of 4 x 500 + 800 + 3 x 20
+        assert abs(cov["mma_over_span"]["median"] - 2000 / 2860) < 1e-9
+        assert abs(cov["mma_plus_wait_over_span"]["median"] - 1.0) < 1e-9
+
+    # a missing record, a stray warp and an overlap are all caught
+    bad = recs[1:]
+    assert W.check_counts(bad, gemm, m, n, k, level)
+    moved = recs.copy()
+    moved["warp"][0] = 7
+    assert W.check_counts(moved, gemm, m, n, k, level)
+    dup = np.concatenate([recs, recs[:1]])
+    dup["start_ns"][-1] += 1
+    assert P.overlaps(dup) >= 1

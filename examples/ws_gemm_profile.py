@@ -1,0 +1,340 @@
+"""Profile the warp-specialised GEMM (examples/ws_gemm.py) with cute_prof and check the trace.
+
+    python examples/ws_gemm_profile.py                       # 2048 x 2048 x 8192, level 2
+    python examples/ws_gemm_profile.py --mnk 4096,4096,4096 --level 1 -o /tmp/ws.json
+
+Default size: 16 x 8 = 128 CTAs (one wave on a 132-SM H100/H200), 128 k-tiles each.
+
+What it does:
+1. runs the instrumented GEMM inside ``cute_prof.profile_session`` and checks C against
+   torch.matmul;
+2. writes the trace as Chrome/Perfetto JSON (and ``.pftrace`` when ``cute_prof.pftrace``
+   exists);
+3. prints the per-tag summary (``cute_prof.analysis.summarize``) and per-role busy
+   fractions;
+4. checks: exact record counts per role; per consumer warp, the per-k-tile MMA times sum
+   to within 5% of that warp's mainloop span (figure reported); no two regions of the same
+   warp and tag overlap.
+Exit status 0 when every check passes.
+"""
+
+from __future__ import annotations
+
+import argparse
+import importlib
+import json
+import os
+import sys
+from pathlib import Path
+
+import numpy as np
+
+ROOT = Path(__file__).resolve().parents[1]
+if str(ROOT) not in sys.path:
+    sys.path.insert(0, str(ROOT))
+
+MMA_COVERAGE_TOL = 0.05
+
+
+# ----------------------------------------------------------------------------- running
+def run_profiled(W, m, n, k, level, trace_path, record_warps_per_wg=4):
+    """Launch once under profile_session; returns (c, a, b, records, attempted, trace)."""
+    import torch
+
+    import cute_prof
+
+    runner = W.CompiledWsGemm(W.GemmConfig(record_warps_per_wg=record_warps_per_wg))
+    exp = W.expected_counts(runner.gemm, m, n, k, level)
+    max_events = exp["total"] + 64  # a little slack: an excess would show as a count error
+    torch.manual_seed(0)
+    a = torch.randn(m, k, device="cuda").to(torch.bfloat16)
+    b = torch.randn(n, k, device="cuda").to(torch.bfloat16)
+    c = torch.empty(m, n, device="cuda", dtype=torch.bfloat16)
+    # compile first, outside the session (compilation is not what we profile)
+    runner.compile(a, b, c, W.alloc_prof(1), level)
+
+    trace = None
+    session = getattr(cute_prof, "profile_session", None)
+    cm = None
+    if session is not None:
+        try:
+            cm = session(max_events, None, str(trace_path), device="cuda", export=True)
+        except TypeError as exc:
+            print(f"(profile_session signature not as expected: {exc}; running without it)")
+    if cm is not None:
+        with cm as prof:
+            runner.prepare(a, b, c, prof.tensor, max_events, level)()
+        torch.cuda.synchronize()
+        words = prof.tensor.cpu().numpy()
+        trace = getattr(prof, "trace", None)
+    else:  # host API not there: decode ourselves and write a minimal Chrome trace
+        buf = W.alloc_prof(max_events)
+        runner.prepare(a, b, c, buf, max_events, level)()
+        torch.cuda.synchronize()
+        words = buf.cpu().numpy()
+    records, attempted = W.decode_records(words)
+    if trace is None:
+        trace = _decode_with_host_api(words)
+    if not Path(trace_path).exists():
+        _write_trace(trace, records, trace_path)
+    return runner, c, a, b, records, attempted, trace
+
+
+def _decode_with_host_api(words):
+    try:
+        from cute_prof.decode import decode_buffer
+
+        return decode_buffer(words)
+    except Exception as exc:  # noqa: BLE001
+        print(f"(cute_prof decode unavailable: {exc}; using the local decoder)")
+        return None
+
+
+def _write_trace(trace, records, path):
+    """events_to_perfetto when possible, else a minimal Chrome trace of our own."""
+    if trace is not None:
+        try:
+            from cute_prof import events_to_perfetto
+        except ImportError:
+            try:
+                from cute_prof.export_json import events_to_perfetto
+            except ImportError:
+                events_to_perfetto = None
+        if events_to_perfetto is not None:
+            events_to_perfetto(trace, path)
+            return
+    from examples import ws_gemm as W
+
+    names = {v: k for k, v in W.tag_ids().items()}
+    t0 = int(records["start_ns"].min()) if len(records) else 0
+    ev = [
+        {"name": names.get(int(r["tag"]), str(int(r["tag"]))), "ph": "X", "pid": 1, "tid": int(r["tid"]),
+         "ts": (int(r["start_ns"]) - t0) / 1000.0, "dur": int(r["dur_ns"]) / 1000.0,
+         "args": {"payload": int(r["payload"]), "sm": int(r["sm"]), "warp": int(r["warp"])}}
+        for r in records
+    ]
+    Path(path).write_text(json.dumps({"traceEvents": ev, "displayTimeUnit": "ns"}))
+
+
+def write_pftrace(trace, json_path):
+    """Write a .pftrace next to the JSON when cute_prof.pftrace exists. Returns the path or None."""
+    try:
+        mod = importlib.import_module("cute_prof.pftrace")
+    except ImportError:
+        return None
+    out = str(Path(json_path).with_suffix(".pftrace"))
+    for fname in ("events_to_pftrace", "write_pftrace", "to_pftrace", "export_pftrace"):
+        fn = getattr(mod, fname, None)
+        if callable(fn) and trace is not None:
+            try:
+                fn(trace, out)
+                return out
+            except Exception as exc:  # noqa: BLE001
+                print(f"(cute_prof.pftrace.{fname} failed: {exc})")
+    print("(cute_prof.pftrace has no writer this script knows; skipped .pftrace)")
+    return None
+
+
+# ----------------------------------------------------------------------------- analysis
+def tag_stats(records, ids):
+    rows = []
+    for name, tid in ids.items():
+        d = records["dur_ns"][records["tag"] == tid].astype(np.float64)
+        if d.size == 0:
+            continue
+        rows.append((name, d.size, d.mean(), np.percentile(d, 50), np.percentile(d, 99), d.sum()))
+    return rows
+
+
+def role_busy(W, gemm, records, ids):
+    """Per-role busy fractions. For every warp: span = its CTA's span (earliest start to
+    latest end of any record of that CTA); busy = time in its non-waiting regions
+    (producer: tma_issue; consumer: mma_ktile + epilogue); wait = time in wait regions.
+    Level 1 has no per-k-tile regions: there busy = the mainloop(+epilogue) regions."""
+    cta, slot = W.split_tid(records["tid"].astype(np.int64))
+    end = records["start_ns"] + records["dur_ns"]
+    n_cta = int(cta.max()) + 1 if len(cta) else 0
+    lo = np.full(n_cta, np.iinfo(np.int64).max)
+    hi = np.full(n_cta, np.iinfo(np.int64).min)
+    np.minimum.at(lo, cta, records["start_ns"])
+    np.maximum.at(hi, cta, end)
+    cta_span = (hi - lo).astype(np.float64)
+    have_ktile = (records["tag"] == ids[W.TAG_MMA_KTILE]).any()
+    roles = {
+        "producer warp": ([W.PRODUCER_SLOT],
+                          [W.TAG_TMA_ISSUE] if have_ktile else [W.TAG_PRODUCER_MAINLOOP],
+                          [W.TAG_WAIT_EMPTY]),
+        "consumer warps": (list(gemm.recording_slots),
+                           [W.TAG_MMA_KTILE, W.TAG_EPILOGUE] if have_ktile
+                           else [W.TAG_CONSUMER_MAINLOOP, W.TAG_EPILOGUE],
+                           [W.TAG_WAIT_FULL]),
+    }
+    out = {}
+    for role, (slots, busy_tags, wait_tags) in roles.items():
+        in_role = np.isin(slot, slots)
+        warps = np.unique(records["tid"][in_role])
+        if warps.size == 0:
+            continue
+        busy = records["dur_ns"] * (in_role & np.isin(records["tag"], [ids[t] for t in busy_tags]))
+        wait = records["dur_ns"] * (in_role & np.isin(records["tag"], [ids[t] for t in wait_tags]))
+        # per warp sums
+        uniq, inv = np.unique(records["tid"], return_inverse=True)
+        busy_w = np.bincount(inv, weights=busy, minlength=uniq.size)
+        wait_w = np.bincount(inv, weights=wait, minlength=uniq.size)
+        sel = np.isin(uniq, warps)
+        span_w = cta_span[W.split_tid(uniq.astype(np.int64))[0]]
+        fb = busy_w[sel] / span_w[sel]
+        fw = wait_w[sel] / span_w[sel]
+        out[role] = {"warps": int(sel.sum()), "busy_mean": float(fb.mean()), "busy_min": float(fb.min()),
+                     "busy_max": float(fb.max()), "wait_mean": float(fw.mean()),
+                     "busy_tags": busy_tags, "wait_tags": wait_tags}
+    return out
+
+
+def mma_coverage(W, gemm, records, ids):
+    """Per consumer warp: sum(mma_ktile) / consumer_mainloop span, and (mma + wait_full) / span."""
+    main = records[records["tag"] == ids[W.TAG_CONSUMER_MAINLOOP]]
+    if main.size == 0:
+        return None
+    mma = records[records["tag"] == ids[W.TAG_MMA_KTILE]]
+    wf = records[records["tag"] == ids[W.TAG_WAIT_FULL]]
+    tids = main["tid"].astype(np.int64)
+    order = np.argsort(tids)
+    tids, span = tids[order], main["dur_ns"][order].astype(np.float64)
+
+    def per_warp(r):
+        idx = np.searchsorted(tids, r["tid"].astype(np.int64))
+        return np.bincount(idx, weights=r["dur_ns"].astype(np.float64), minlength=tids.size)
+
+    mma_sum, wf_sum = per_warp(mma), per_warp(wf)
+    ratio = mma_sum / span
+    both = (mma_sum + wf_sum) / span
+    first_wait = wf[wf["payload"] == 0]["dur_ns"].astype(np.float64)
+    return {
+        "warps": int(tids.size),
+        "mma_over_span": {"min": float(ratio.min()), "median": float(np.median(ratio)),
+                          "max": float(ratio.max()), "mean": float(ratio.mean())},
+        "mma_plus_wait_over_span": {"min": float(both.min()), "median": float(np.median(both)),
+                                    "max": float(both.max())},
+        "within_tol_fraction": float((np.abs(1.0 - ratio) <= MMA_COVERAGE_TOL).mean()),
+        "first_ktile_wait_ns_mean": float(first_wait.mean()) if first_wait.size else 0.0,
+        "mainloop_span_ns_mean": float(span.mean()),
+    }
+
+
+def overlaps(records):
+    """Number of (warp, tag) pairs of consecutive regions that overlap."""
+    if records.size == 0:
+        return 0
+    key = (records["tid"].astype(np.int64) << 16) | records["tag"].astype(np.int64)
+    order = np.lexsort((records["start_ns"], key))
+    k, s = key[order], records["start_ns"][order]
+    e = s + records["dur_ns"][order]
+    same = k[1:] == k[:-1]
+    return int((same & (s[1:] < e[:-1])).sum())
+
+
+def fmt_ns(x):
+    return f"{x / 1000:.2f} us" if x >= 1000 else f"{x:.0f} ns"
+
+
+# ----------------------------------------------------------------------------- main
+def main(argv=None) -> int:
+    ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    ap.add_argument("--mnk", default="2048,2048,8192")
+    ap.add_argument("--level", type=int, default=2, choices=[1, 2])
+    ap.add_argument("--record-warps", type=int, default=4, help="recording consumer warps per warpgroup")
+    ap.add_argument("-o", "--output", default=None, help="trace path (.json); default $OUT or /tmp")
+    args = ap.parse_args(argv)
+
+    import torch
+
+    if not torch.cuda.is_available():
+        print("no CUDA GPU: nothing to profile")
+        return 2
+    from examples import ws_gemm as W
+
+    m, n, k = (int(x) for x in args.mnk.split(","))
+    out_dir = Path(os.environ.get("OUT") or "/tmp")
+    trace_path = Path(args.output) if args.output else out_dir / f"ws_gemm_l{args.level}_{m}x{n}x{k}.json"
+    if trace_path.exists():
+        trace_path.unlink()
+
+    runner, c, a, b, records, attempted, trace = run_profiled(
+        W, m, n, k, args.level, trace_path, args.record_warps)
+    gemm = runner.gemm
+    ok = True
+    ref = a.float() @ b.float().T
+    err = ((c.float() - ref).norm() / ref.norm()).item()
+    print(f"device {torch.cuda.get_device_name()}: {m}x{n}x{k}, level {args.level}, "
+          f"{gemm.num_ctas(m, n)} CTAs x {gemm.k_tiles(k)} k-tiles; rel err {err:.3e}")
+    ok &= err < 1e-2
+
+    print(f"trace: {trace_path} ({trace_path.stat().st_size / 1e6:.1f} MB)" if trace_path.exists()
+          else f"trace: NOT written ({trace_path})")
+    pf = write_pftrace(trace, trace_path)
+    if pf:
+        print(f"trace: {pf}")
+
+    # --- summary
+    ids = W.tag_ids()
+    summary_text = None
+    try:
+        from cute_prof.analysis import summarize
+
+        if trace is not None:
+            summary_text = str(summarize(trace))
+    except Exception as exc:  # noqa: BLE001
+        print(f"(cute_prof.analysis.summarize unavailable: {exc})")
+    if summary_text:
+        print(summary_text)
+    print(f"{'tag':<24}{'count':>9}{'mean':>12}{'p50':>12}{'p99':>12}{'total':>14}")
+    for name, cnt, mean, p50, p99, tot in tag_stats(records, ids):
+        print(f"{name:<24}{cnt:>9}{fmt_ns(mean):>12}{fmt_ns(p50):>12}{fmt_ns(p99):>12}{fmt_ns(tot):>14}")
+
+    print("per-role busy fraction (of the CTA's recorded span):")
+    busy = role_busy(W, gemm, records, ids)
+    for role, d in busy.items():
+        print(f"  {role:<16} busy {100 * d['busy_mean']:5.1f}% (min {100 * d['busy_min']:.1f}%, max "
+              f"{100 * d['busy_max']:.1f}%)  waiting {100 * d['wait_mean']:5.1f}%  over {d['warps']} warps "
+              f"[busy = {'+'.join(d['busy_tags'])}]")
+
+    # --- checks
+    errors = W.check_counts(records, gemm, m, n, k, args.level)
+    print(f"record counts: {len(records)} records, attempted {attempted}, expected "
+          f"{W.expected_counts(gemm, m, n, k, args.level)['total']}: {'ok' if not errors else 'FAIL'}")
+    for e in errors:
+        print(f"  {e}")
+    ok &= not errors
+
+    cov = None
+    if args.level >= 2:
+        cov = mma_coverage(W, gemm, records, ids)
+        r = cov["mma_over_span"]
+        verdict = "ok" if abs(1 - r["min"]) <= MMA_COVERAGE_TOL and abs(1 - r["max"]) <= MMA_COVERAGE_TOL else "FAIL"
+        print(f"MMA coverage: sum(mma_ktile) / consumer mainloop span over {cov['warps']} consumer warps: "
+              f"min {r['min']:.4f}, median {r['median']:.4f}, max {r['max']:.4f}  "
+              f"(within {MMA_COVERAGE_TOL:.0%}: {100 * cov['within_tol_fraction']:.1f}% of warps) -> {verdict}")
+        b2 = cov["mma_plus_wait_over_span"]
+        print(f"  (mma + wait_full) / span: min {b2['min']:.4f}, median {b2['median']:.4f}, max {b2['max']:.4f}; "
+              f"first k-tile wait (pipeline fill) mean {fmt_ns(cov['first_ktile_wait_ns_mean'])}, "
+              f"mainloop span mean {fmt_ns(cov['mainloop_span_ns_mean'])}")
+        ok &= verdict == "ok"
+
+    ov = overlaps(records)
+    print(f"overlapping regions (same warp and tag): {ov} -> {'ok' if ov == 0 else 'FAIL'}")
+    ok &= ov == 0
+
+    out = os.environ.get("OUT")
+    if out:
+        (Path(out) / f"ws_gemm_profile_l{args.level}.json").write_text(json.dumps({
+            "mnk": [m, n, k], "level": args.level, "rel_err": err, "records": int(len(records)),
+            "attempted": attempted, "count_errors": errors, "busy": busy, "mma_coverage": cov,
+            "overlaps": ov, "tags": [dict(zip(("tag", "count", "mean_ns", "p50_ns", "p99_ns", "total_ns"), r))
+                                     for r in tag_stats(records, ids)], "ok": bool(ok)}, indent=2, default=float))
+    print("ALL CHECKS PASSED" if ok else "SOME CHECKS FAILED")
+    return 0 if ok else 1
+
+
+if __name__ == "__main__":
+    raise SystemExit(main())
