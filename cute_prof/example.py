@@ -7,7 +7,6 @@ see the instrumentation build) and then decodes a buffer recorded on an H100/H20
 with the package, printing the same summary and writing the same trace, labelled as such.
 """
 
-from __future__ import annotations
 
 import argparse
 import os
@@ -90,7 +89,7 @@ def _compile(launch, buf_tensor, data):
     return cute.compile(launch, from_dlpack(buf_tensor), from_dlpack(data), Int32(MAX_EVENTS), Int32(WORK))
 
 
-def run_on_gpu(trace_path: str, save_recording: str | None):
+def run_on_gpu(trace_path, save_recording):
     import torch
     from cutlass import Int32
     from cutlass.cute.runtime import from_dlpack

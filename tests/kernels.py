@@ -16,6 +16,7 @@ THREADS_PER_CTA = 32 * WARPS_PER_CTA
 TARGET_WARP = 3
 PHASES_PER_ITER = 2
 TAG = 5
+STAGED_ITERS = 40  # one full 32-record chunk and a partial one per warp
 
 # variant -> (records per CTA, %globaltimer reads in PTX, profile atomics in PTX)
 VARIANTS = {
@@ -29,6 +30,7 @@ VARIANTS = {
     "region": (1, 2, 1),
     "instant": (1, 1, 1),
     "sampled": None,  # depends on the runtime sampling arguments
+    "staged": (WARPS_PER_CTA * STAGED_ITERS, 2, 2),  # stage + flush both hold a claim
 }
 
 
@@ -84,6 +86,13 @@ def probe_kernel(
                            warp_mask=warp_mask)
         with prof.region(TAG, bidx, payload=cute.arch.warp_idx()):
             value = value * 1.5 + 0.25
+    elif cutlass.const_expr(variant == "staged"):
+        rec = cp.WarpRecorder(buf, max_events, bidx)
+        for i in cutlass.range(STAGED_ITERS):
+            t = rec.start()
+            value = value * 1.5 + 0.25
+            rec.stop(t, TAG, payload=i)
+        rec.flush()
     else:
         value = value * 1.5 + 0.25
     data[gidx] = value

@@ -21,6 +21,7 @@ sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
 import kernels as K  # noqa: E402
 
 from cute_prof import layout  # noqa: E402
+from cute_prof.ops import buffer_arg  # noqa: E402
 
 _ptx_cache: dict = {}
 _dump_dir = tempfile.mkdtemp(prefix="cute_prof_ptx_")
@@ -44,7 +45,7 @@ def compile_ptx(fn, *args) -> str:
 def probe_ptx(variant: str) -> str:
     buf = torch.zeros(layout.buffer_words(16), dtype=torch.int64)
     data = torch.zeros(4 * K.THREADS_PER_CTA)
-    return compile_ptx(K.launch_probe, from_dlpack(buf), from_dlpack(data), Int32(16), Int64(0),
+    return compile_ptx(K.launch_probe, buffer_arg(buf), from_dlpack(data), Int32(16), Int64(0),
                        Int32(1), Int32(-1), variant, 4)
 
 
@@ -56,7 +57,7 @@ def record_blocks(ptx: str) -> list[str]:
     return [b for b in asm_blocks(ptx) if "atom.global.add.u64" in b]
 
 
-@pytest.mark.parametrize("variant", [v for v, spec in K.VARIANTS.items() if spec])
+@pytest.mark.parametrize("variant", [v for v, spec in K.VARIANTS.items() if spec and v != "staged"])
 def test_timer_reads_and_atomics(variant):
     _, timer_reads, atomics = K.VARIANTS[variant]
     ptx = probe_ptx(variant)
@@ -138,7 +139,7 @@ def test_process_switch_compiles_ops_out(monkeypatch):
 
 def test_timing_kernel_clock_and_phases():
     buf = torch.zeros(layout.buffer_words(16), dtype=torch.int64)
-    ptx = compile_ptx(K.launch_timing, from_dlpack(buf), Int32(16), Int64(1), Int32(1), 2)
+    ptx = compile_ptx(K.launch_timing, buffer_arg(buf), Int32(16), Int64(1), Int32(1), 2)
     blocks = record_blocks(ptx)
     clock_kind = f"or.b64 tw, tw, {layout.tag_word_constant(0, layout.KIND_CLOCK_SPAN, 0)};"
     clock_spans = [b for b in blocks if clock_kind in b]
@@ -148,3 +149,26 @@ def test_timing_kernel_clock_and_phases():
     # phase records use the timestamp read by next(): no timer read inside, an open check
     phase_blocks = [b for b in blocks if "setp.ne.and.s64 p," in b]
     assert phase_blocks and all("%globaltimer" not in b for b in phase_blocks)
+
+
+def test_staged_recorder_one_atomic_per_chunk_and_wide_stores():
+    ptx = probe_ptx("staged")
+    blocks = record_blocks(ptx)
+    stages = [b for b in blocks if "setp.eq.u32 f, c, 32;" in b]
+    flushes = [b for b in blocks if "setp.eq.u32 f, n, 0;" in b]
+    # the compiler may unroll the recording loop: one stage block per unrolled iteration
+    assert len(flushes) == 1 and len(stages) in (1, K.STAGED_ITERS)
+    assert len(blocks) == len(stages) + 1
+    _, timer_reads, atomics = K.VARIANTS["staged"]
+    assert ptx.count("%globaltimer") == len(stages) * timer_reads
+    stage, flush = stages[0], flushes[0]
+    # staging: the claim and the stores sit behind a branch taken once per 32 records
+    assert "setp.eq.u32 f, c, 32;" in stage and "@!f bra.uni DONE_" in stage
+    assert stage.index("@!f bra.uni") < stage.index("atom.global.add.u64")
+    # one lane claims the whole chunk and broadcasts the base; each lane stores 2 x 16 bytes
+    for block in (stage, flush):
+        assert "@l0 atom.global.add.u64 base, [g], n64;" in block
+        assert block.count("shfl.sync.idx.b32") == 2
+        assert block.count("@v st.global.v2.u64") == 2
+        assert "setp.lt.and.s64 mine, s, cap, mine;" in block
+    assert "setp.eq.u32 f, n, 0;" in flush  # nothing staged: nothing claimed

@@ -18,7 +18,9 @@ import cutlass.cute as cute  # noqa: E402
 from cutlass import Int32, Int64  # noqa: E402
 from cutlass.cute.runtime import from_dlpack  # noqa: E402
 
-import cute_prof  # noqa: E402
+from cute_prof.buffer import allocate_profile_buffer  # noqa: E402
+from cute_prof.ops import buffer_arg as cp_buffer_arg  # noqa: E402
+from cute_prof.decode import decode_buffer, decode_events  # noqa: E402
 from cute_prof import layout  # noqa: E402
 
 sys.path.insert(0, os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
@@ -32,28 +34,28 @@ _compiled: dict = {}
 def _probe(variant, ctas=CTAS):
     key = ("probe", variant, ctas)
     if key not in _compiled:
-        buf = cute_prof.allocate_profile_buffer(16, device="cuda")
+        buf = allocate_profile_buffer(16, device="cuda")
         data = torch.zeros(ctas * K.THREADS_PER_CTA, device="cuda")
         _compiled[key] = cute.compile(
-            K.launch_probe, from_dlpack(buf.tensor), from_dlpack(data), Int32(16), Int64(0),
+            K.launch_probe, cp_buffer_arg(buf.tensor), from_dlpack(data), Int32(16), Int64(0),
             Int32(1), Int32(-1), variant, ctas,
         )
     return _compiled[key]
 
 
 def run_probe(variant, max_events, *, ctas=CTAS, sample_every=1, warp_mask=-1, data=None):
-    prof = cute_prof.allocate_profile_buffer(max_events, device="cuda")
+    prof = allocate_profile_buffer(max_events, device="cuda")
     if data is None:
         data = torch.randn(ctas * K.THREADS_PER_CTA, device="cuda")
     _probe(variant, ctas)(
-        from_dlpack(prof.tensor), from_dlpack(data), Int32(max_events), Int64(0),
+        cp_buffer_arg(prof.tensor), from_dlpack(data), Int32(max_events), Int64(0),
         Int32(sample_every), Int32(warp_mask),
     )
     torch.cuda.synchronize()
-    return cute_prof.decode_buffer(prof), data
+    return decode_buffer(prof), data
 
 
-@pytest.mark.parametrize("variant", ["profile", "cta", "warp", "elected", "lane0", "region", "instant"])
+@pytest.mark.parametrize("variant", ["profile", "cta", "warp", "elected", "lane0", "region", "instant", "staged"])
 def test_exact_counts_tags_tids(variant):
     per_cta = K.VARIANTS[variant][0]
     expected = CTAS * per_cta
@@ -76,6 +78,9 @@ def test_exact_counts_tags_tids(variant):
         assert np.all(ev["warp"] == 0)
     if variant == "warp":
         assert np.all(ev["warp"] == K.TARGET_WARP)
+    if variant == "staged":
+        keys = (ev["tid"].astype(np.int64) * K.WARPS_PER_CTA + ev["warp"]) * K.STAGED_ITERS + ev["payload"]
+        assert np.array_equal(np.sort(keys), np.arange(expected))
     if variant in ("elected", "lane0"):
         pairs = ev["tid"].astype(np.int64) * K.WARPS_PER_CTA + ev["warp"]
         assert np.array_equal(np.sort(pairs), np.arange(expected))
@@ -96,20 +101,21 @@ def test_runtime_sampling(every, mask):
     assert np.array_equal(trace.events["payload"], trace.events["warp"])
 
 
-@pytest.mark.parametrize("capacity", [1, 100, 1000])
-def test_overflow_exact(capacity):
-    attempted = CTAS * K.WARPS_PER_CTA
-    prof = cute_prof.allocate_profile_buffer(capacity, device="cuda")
+@pytest.mark.parametrize("variant", ["elected", "staged"])
+@pytest.mark.parametrize("capacity", [1, 100, 1000, 50_000])
+def test_overflow_exact(variant, capacity):
+    attempted = CTAS * K.VARIANTS[variant][0]
+    prof = allocate_profile_buffer(capacity, device="cuda")
     data = torch.randn(CTAS * K.THREADS_PER_CTA, device="cuda")
-    # guard the words just past the buffer: the ops must never write there
-    _probe("elected")(from_dlpack(prof.tensor), from_dlpack(data), Int32(capacity), Int64(0), Int32(1), Int32(-1))
+    _probe(variant)(cp_buffer_arg(prof.tensor), from_dlpack(data), Int32(capacity), Int64(0), Int32(1), Int32(-1))
     torch.cuda.synchronize()
-    trace = cute_prof.decode_buffer(prof)
+    trace = decode_buffer(prof)
+    kept = min(capacity, attempted)
     assert trace.attempted == attempted
-    assert len(trace.events) == capacity and trace.incomplete == 0
-    assert trace.overflow == attempted - capacity
-    events, overflow = cute_prof.decode_events(prof, None)
-    assert overflow == attempted - capacity and len(events) == capacity
+    assert len(trace.events) == kept and trace.incomplete == 0
+    assert trace.overflow == max(0, attempted - capacity)
+    events, overflow = decode_events(prof, None)
+    assert overflow == max(0, attempted - capacity) and len(events) == kept
 
 
 def test_max_events_larger_than_buffer_is_clamped():
@@ -119,10 +125,10 @@ def test_max_events_larger_than_buffer_is_clamped():
     buf = backing[: layout.buffer_words(capacity)]
     buf.zero_()
     data = torch.randn(CTAS * K.THREADS_PER_CTA, device="cuda")
-    _probe("elected")(from_dlpack(buf), from_dlpack(data), Int32(10**6), Int64(0), Int32(1), Int32(-1))
+    _probe("elected")(cp_buffer_arg(buf), from_dlpack(data), Int32(10**6), Int64(0), Int32(1), Int32(-1))
     torch.cuda.synchronize()
     assert torch.all(backing[layout.buffer_words(capacity):] == -7)
-    trace = cute_prof.decode_buffer(buf)
+    trace = decode_buffer(buf)
     assert len(trace.events) == capacity and trace.attempted == CTAS * K.WARPS_PER_CTA
 
 
@@ -134,14 +140,14 @@ def test_unaligned_buffer_uses_scalar_stores():
         buf = torch.zeros(layout.buffer_words(n) + 1, dtype=torch.int64, device="cuda")[1:]
     assert buf.data_ptr() % 16 == 0
     data = torch.randn(CTAS * K.THREADS_PER_CTA, device="cuda")
-    _probe("elected")(from_dlpack(buf), from_dlpack(data), Int32(n), Int64(0), Int32(1), Int32(-1))
+    _probe("elected")(cp_buffer_arg(buf), from_dlpack(data), Int32(n), Int64(0), Int32(1), Int32(-1))
     torch.cuda.synchronize()
-    trace = cute_prof.decode_buffer(buf)
+    trace = decode_buffer(buf)
     assert len(trace.events) == n and trace.incomplete == 0
     assert np.all(trace.events["tag"] == K.TAG)
 
 
-@pytest.mark.parametrize("variant", ["profile", "cta", "elected", "region", "sampled"])
+@pytest.mark.parametrize("variant", ["profile", "cta", "elected", "region", "sampled", "staged"])
 def test_profiled_output_bit_identical(variant):
     x = torch.randn(CTAS * K.THREADS_PER_CTA, device="cuda")
     _, plain = run_probe("none", 16, data=x.clone())
@@ -156,12 +162,12 @@ _timing = {}
 def run_timing(spin_ns, inner, ctas=4):
     key = ctas
     per_cta = 2 + 1 + 2 * inner + 2 * inner
-    prof = cute_prof.allocate_profile_buffer(ctas * per_cta, device="cuda")
+    prof = allocate_profile_buffer(ctas * per_cta, device="cuda")
     if key not in _timing:
-        _timing[key] = cute.compile(K.launch_timing, from_dlpack(prof.tensor), Int32(1), Int64(1), Int32(1), ctas)
-    _timing[key](from_dlpack(prof.tensor), Int32(ctas * per_cta), Int64(spin_ns), Int32(inner))
+        _timing[key] = cute.compile(K.launch_timing, cp_buffer_arg(prof.tensor), Int32(1), Int64(1), Int32(1), ctas)
+    _timing[key](cp_buffer_arg(prof.tensor), Int32(ctas * per_cta), Int64(spin_ns), Int32(inner))
     torch.cuda.synchronize()
-    return cute_prof.decode_buffer(prof), per_cta
+    return decode_buffer(prof), per_cta
 
 
 @pytest.mark.parametrize("spin_ns", [1_000, 10_000, 100_000])

@@ -1,0 +1,30 @@
+#!/usr/bin/env bash
+# The whole GPU pass in one call: device facts, the GPU test suite, memcheck on the
+# overflow cases, the example (saving its recording), and the benchmarks. Logs go to $OUT.
+#   source .gpu/setup.sh && bash tests/gpu/run_gpu.sh [steps...]
+set -uo pipefail
+OUT=${OUT:-/tmp/cute_prof_gpu}; mkdir -p "$OUT"
+steps=${*:-"info tests sanitize example overhead gemm"}
+export PYTHONPATH="$PWD:${PYTHONPATH:-}"
+status=0
+run() {  # name, command...
+  local name=$1; shift
+  local t0=$(date +%s)
+  echo "=== $name: $*" | tee -a "$OUT/summary.txt"
+  "$@" > "$OUT/$name.log" 2>&1; local rc=$?
+  echo "=== $name: rc=$rc in $(( $(date +%s) - t0 ))s" | tee -a "$OUT/summary.txt"
+  tail -n 25 "$OUT/$name.log"
+  [ $rc -eq 0 ] || status=1
+}
+for step in $steps; do
+  case $step in
+    info) run info bash -c 'date -u; nvidia-smi --query-gpu=name,driver_version,clocks.max.sm,memory.total --format=csv; python -c "import torch,cutlass,sys; print(sys.version.split()[0], torch.__version__, torch.version.cuda, cutlass.__version__ if hasattr(cutlass, \"__version__\") else \"\")"' ;;
+    tests) run tests python -m pytest -v -rA tests/gpu --junitxml="$OUT/junit.xml" ;;
+    sanitize) run sanitize compute-sanitizer --tool memcheck --report-api-errors no --error-exitcode 3 python tests/gpu/sanitize_probe.py ;;
+    example) run example python -m cute_prof.example -o "$OUT/profiler_example_trace.json" --save-recording "$OUT/example_recording.npz" ;;
+    overhead) run overhead python bench/overhead.py --json "$OUT/overhead.json" ;;
+    gemm) run gemm python bench/ws_gemm_bench.py ;;
+  esac
+done
+cat "$OUT/summary.txt"
+exit $status
