@@ -51,6 +51,9 @@ _LAZY_ATTRIBUTES = {
             "clock_sync",
             "PhaseSequence",
             "Profiler",
+            "WarpRecorder",
+            "buffer_arg",
+            "set_enabled",
         )
     },
     "summarize": "cute_prof.analysis",

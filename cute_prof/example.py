@@ -86,7 +86,9 @@ def _compile(launch, buf_tensor, data):
     from cutlass import Int32
     from cutlass.cute.runtime import from_dlpack
 
-    return cute.compile(launch, from_dlpack(buf_tensor), from_dlpack(data), Int32(MAX_EVENTS), Int32(WORK))
+    from cute_prof.ops import buffer_arg
+
+    return cute.compile(launch, buffer_arg(buf_tensor), from_dlpack(data), Int32(MAX_EVENTS), Int32(WORK))
 
 
 def run_on_gpu(trace_path, save_recording):
@@ -100,7 +102,7 @@ def run_on_gpu(trace_path, save_recording):
     data = torch.rand(CTAS * 32 * WARPS, device="cuda")
     with cute_prof.profile_session(MAX_EVENTS, None, trace_path, device="cuda", export=True) as prof:
         compiled = _compile(launch, prof.tensor, data)
-        compiled(from_dlpack(prof.tensor), from_dlpack(data), Int32(MAX_EVENTS), Int32(WORK))
+        compiled(cute_prof.buffer_arg(prof), from_dlpack(data), Int32(MAX_EVENTS), Int32(WORK))
     if save_recording:
         from cute_prof.storage import save_buffer
 
