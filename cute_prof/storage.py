@@ -1,0 +1,294 @@
+"""Saving a raw profile buffer with its tag table, so a trace can be decoded, summarised or
+exported again later -- on a machine without a GPU, or with a newer cute_prof.
+
+Two formats, picked by suffix:
+
+* ``.npz`` -- numpy, loaded with ``allow_pickle=False``: the buffer as an int64 array, the
+  tag names and the metadata as JSON strings. Readable with nothing but numpy.
+* ``.pt`` -- ``torch.save`` of a dict of plain values (one int64 tensor, strings, ints),
+  loaded with ``weights_only=True`` so opening a file never runs code.
+
+Both carry a format marker and a version. Anything that is not such a file (truncated,
+corrupted, another program's ``.npz``) raises :class:`~cute_prof.errors.ProfileBufferError`
+with a message that says so. Writes are atomic (temporary file + ``os.replace``), so an
+interrupted save never leaves a half-written file under the final name.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import json
+import os
+import sys
+import tempfile
+import zipfile
+from pathlib import Path
+from typing import Any, BinaryIO, Iterator
+
+import numpy as np
+
+from .errors import ProfileBufferError
+
+__all__ = [
+    "save_buffer",
+    "load_buffer",
+    "load_trace",
+    "atomic_write",
+    "FORMAT_NAME",
+    "FORMAT_VERSION",
+    "SUFFIXES",
+]
+
+FORMAT_NAME = "cute_prof.buffer"
+FORMAT_VERSION = 1
+SUFFIXES = (".npz", ".pt")
+
+
+@contextlib.contextmanager
+def atomic_write(path: str | os.PathLike) -> Iterator[BinaryIO]:
+    """Open a temporary file next to ``path`` for binary writing; on success it replaces
+    ``path`` in one ``os.replace``, on any error it is removed and ``path`` is untouched."""
+    path = Path(path)
+    directory = path.parent if str(path.parent) else Path(".")
+    if not directory.is_dir():
+        raise ProfileBufferError(
+            f"cannot write {str(path)!r}: directory {str(directory)!r} does not exist; "
+            "create it first"
+        )
+    handle = tempfile.NamedTemporaryFile(
+        "wb", dir=directory, prefix=f".{path.name}.", suffix=".tmp", delete=False
+    )
+    try:
+        with handle:
+            yield handle
+            handle.flush()
+            os.fsync(handle.fileno())
+        os.replace(handle.name, path)
+    except BaseException:
+        with contextlib.suppress(OSError):
+            os.unlink(handle.name)
+        raise
+
+
+def _json_default(value: Any) -> Any:
+    if isinstance(value, np.generic):
+        return value.item()
+    if isinstance(value, np.ndarray):
+        return value.tolist()
+    if isinstance(value, (set, frozenset)):
+        return sorted(value, key=str)
+    return str(value)
+
+
+def _tag_names_of(tag_table) -> list[str]:
+    if tag_table is None:
+        return []
+    names = getattr(tag_table, "names", tag_table)
+    if isinstance(names, (str, bytes)):
+        raise ProfileBufferError(
+            f"tag_table must be a TagTable or a list of names, got the string {names!r}"
+        )
+    try:
+        names = [str(name) for name in names]
+    except TypeError:
+        raise ProfileBufferError(
+            f"tag_table must be a TagTable or a list of names, got {type(tag_table).__name__}"
+        ) from None
+    return names
+
+
+def _host_words(buf) -> np.ndarray:
+    """The buffer as a 1-D int64 numpy array (ProfileBuffer, tensor on any device, array)."""
+    tensor = getattr(buf, "tensor", None)
+    if tensor is not None:
+        buf = tensor
+    torch = sys.modules.get("torch")
+    if torch is not None and isinstance(buf, torch.Tensor):
+        if buf.dtype != torch.int64:
+            raise ProfileBufferError(f"profile buffer tensor has dtype {buf.dtype}, expected int64")
+        buf = buf.detach().to("cpu").numpy()
+    if not isinstance(buf, np.ndarray):
+        raise ProfileBufferError(
+            f"cannot save a {type(buf).__name__}; pass a ProfileBuffer, a torch.int64 tensor or "
+            "a numpy int64 array"
+        )
+    if buf.dtype.kind != "i" or buf.dtype.itemsize != 8 or buf.ndim != 1:
+        raise ProfileBufferError(
+            f"profile buffer must be a 1-D int64 array, got dtype {buf.dtype} shape {buf.shape}"
+        )
+    return np.ascontiguousarray(buf, dtype=np.int64)
+
+
+def _source_metadata(buf) -> dict[str, Any]:
+    """The device a ProfileBuffer lives on, so a reloaded trace still says where it ran."""
+    try:
+        name = getattr(buf, "device_name", None)
+        return {"device": str(name)} if isinstance(name, str) and name else {}
+    except Exception:  # metadata must never stop a save
+        return {}
+
+
+def _suffix(path: Path, allowed=SUFFIXES) -> str:
+    suffix = path.suffix.lower()
+    if suffix not in allowed:
+        raise ProfileBufferError(
+            f"{str(path)!r}: unknown buffer file type {suffix or '(no suffix)'!r}; use one of "
+            f"{', '.join(allowed)}"
+        )
+    return suffix
+
+
+def save_buffer(
+    path: str | os.PathLike,
+    buf,
+    tag_table=None,
+    *,
+    metadata: dict[str, Any] | None = None,
+    compress: bool = False,
+) -> Path:
+    """Save the raw words of ``buf`` with the tag names and metadata needed to decode it.
+
+    ``buf``: a ProfileBuffer, an int64 tensor (any device) or numpy array. ``tag_table``: a
+    TagTable or a list of names (id order). ``compress`` (``.npz`` only) trades save time
+    for size; buffers that are mostly empty shrink a lot. Returns the path written.
+    """
+    path = Path(path)
+    suffix = _suffix(path)
+    words = _host_words(buf)
+    names_json = json.dumps(_tag_names_of(tag_table))
+    meta = {**_source_metadata(buf), **(metadata or {})}
+    metadata_json = json.dumps(meta, default=_json_default)
+    header = json.dumps({"format": FORMAT_NAME, "version": FORMAT_VERSION})
+    with atomic_write(path) as handle:
+        if suffix == ".npz":
+            save = np.savez_compressed if compress else np.savez
+            save(
+                handle,
+                format=np.array(header),
+                buffer=words,
+                tag_names=np.array(names_json),
+                metadata=np.array(metadata_json),
+            )
+        else:
+            import torch
+
+            torch.save(
+                {
+                    "format": FORMAT_NAME,
+                    "version": FORMAT_VERSION,
+                    "buffer": torch.from_numpy(words),
+                    "tag_names": names_json,
+                    "metadata": metadata_json,
+                },
+                handle,
+            )
+    return path
+
+
+def _not_ours(path: Path, why: str) -> ProfileBufferError:
+    return ProfileBufferError(
+        f"{str(path)!r} is not a cute_prof buffer file ({why}); save one with "
+        "cute_prof.storage.save_buffer"
+    )
+
+
+def _parse_json(path: Path, text: str, what: str, expected: type):
+    try:
+        value = json.loads(text)
+    except (TypeError, ValueError):
+        raise _not_ours(path, f"its {what} is not valid JSON") from None
+    if not isinstance(value, expected):
+        raise _not_ours(path, f"its {what} is a {type(value).__name__}, not a {expected.__name__}")
+    return value
+
+
+def _check_header(path: Path, name, version) -> None:
+    if name != FORMAT_NAME:
+        raise _not_ours(path, f"format marker is {name!r}, expected {FORMAT_NAME!r}")
+    if not isinstance(version, int) or version > FORMAT_VERSION:
+        raise ProfileBufferError(
+            f"{str(path)!r} was written by a newer cute_prof (format version {version!r}, this "
+            f"one reads up to {FORMAT_VERSION}); upgrade cute_prof to read it"
+        )
+
+
+def _load_npz(path: Path) -> tuple[np.ndarray, str, str]:
+    try:
+        with np.load(path, allow_pickle=False) as archive:
+            keys = set(archive.files)
+            missing = {"format", "buffer", "tag_names", "metadata"} - keys
+            if missing:
+                raise _not_ours(path, f"missing entries {sorted(missing)}")
+            header = _parse_json(path, str(archive["format"][()]), "format header", dict)
+            _check_header(path, header.get("format"), header.get("version"))
+            words = archive["buffer"]
+            names = str(archive["tag_names"][()])
+            metadata = str(archive["metadata"][()])
+    except ProfileBufferError:
+        raise
+    except (zipfile.BadZipFile, EOFError, ValueError, KeyError, OSError, TypeError) as err:
+        if isinstance(err, FileNotFoundError):
+            raise
+        raise _not_ours(path, f"cannot read it as .npz: {type(err).__name__}: {err}") from None
+    return words, names, metadata
+
+
+def _load_pt(path: Path) -> tuple[np.ndarray, str, str]:
+    import pickle
+
+    import torch
+
+    try:
+        data = torch.load(path, map_location="cpu", weights_only=True)
+    except FileNotFoundError:
+        raise
+    except (pickle.UnpicklingError, RuntimeError, EOFError, ValueError, OSError, TypeError,
+            AttributeError, ImportError, zipfile.BadZipFile) as err:
+        message = str(err).splitlines()[0] if str(err) else type(err).__name__
+        raise _not_ours(path, f"torch.load failed: {message}") from None
+    if not isinstance(data, dict):
+        raise _not_ours(path, f"it holds a {type(data).__name__}, not a dict")
+    missing = {"format", "version", "buffer", "tag_names", "metadata"} - set(data)
+    if missing:
+        raise _not_ours(path, f"missing entries {sorted(missing)}")
+    _check_header(path, data["format"], data["version"])
+    tensor = data["buffer"]
+    if not isinstance(tensor, torch.Tensor):
+        raise _not_ours(path, f"its buffer is a {type(tensor).__name__}, not a tensor")
+    if not isinstance(data["tag_names"], str) or not isinstance(data["metadata"], str):
+        raise _not_ours(path, "its tag names / metadata are not JSON strings")
+    if tensor.dtype != torch.int64:
+        raise _not_ours(path, f"its buffer has dtype {tensor.dtype}, expected int64")
+    return tensor.numpy(), data["tag_names"], data["metadata"]
+
+
+def load_buffer(path: str | os.PathLike) -> tuple[np.ndarray, Any, dict[str, Any]]:
+    """``(raw int64 words, TagTable, metadata dict)`` from a file written by
+    :func:`save_buffer`. The TagTable reproduces the saved ids exactly."""
+    path = Path(path)
+    suffix = _suffix(path)
+    if not path.is_file():
+        raise FileNotFoundError(f"no such buffer file: {str(path)!r}")
+    words, names_json, metadata_json = (_load_npz if suffix == ".npz" else _load_pt)(path)
+    if words.dtype.kind != "i" or words.dtype.itemsize != 8 or words.ndim != 1:
+        raise _not_ours(path, f"its buffer has dtype {words.dtype} shape {words.shape}")
+    names = _parse_json(path, names_json, "tag table", list)
+    if not all(isinstance(name, str) for name in names):
+        raise _not_ours(path, "its tag table holds non-string names")
+    metadata = _parse_json(path, metadata_json, "metadata", dict)
+    from .tags import TagTable
+
+    try:
+        table = TagTable(names)
+    except ProfileBufferError as err:
+        raise _not_ours(path, f"its tag table is invalid: {err}") from None
+    return np.ascontiguousarray(words, dtype=np.int64), table, metadata
+
+
+def load_trace(path: str | os.PathLike, *, clock_hz: float | None = None):
+    """Load a saved buffer and decode it again into a :class:`~cute_prof.trace.Trace`."""
+    from .decode import decode_buffer
+
+    words, table, metadata = load_buffer(path)
+    metadata = {**metadata, "source_file": str(path)}
+    return decode_buffer(words, table, metadata=metadata, clock_hz=clock_hz)
