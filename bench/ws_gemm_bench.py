@@ -8,8 +8,9 @@ Steps:
 1. correctness: several sizes (tile multiples and not) at profile level 0, one at level 2
    with exact record counts; relative Frobenius error vs an fp32 reference.
 2. timing at --size (default 8192): CUDA-event medians over --reps launches after
-   --warmup launches, random normal inputs. Rows: cuBLAS, level 0, level 1, level 2, and
-   level 2 with one recording warp per consumer warpgroup. The profile counter is zeroed
+   --warmup launches, random normal inputs. Rows: cuBLAS, level 0, level 1, level 2 (the
+   default staged WarpRecorder write path), and levels 1 and 2 with the direct write path
+   (one profile_stop atomic per record). The profile counter is zeroed
    before every timed launch (outside the events), so every launch writes all its records.
 3. a table (last thing printed) with ms, TFLOP/s, % of cuBLAS, overhead vs level 0;
    ``$OUT/ws_gemm_bench.json`` when OUT is set.
@@ -112,10 +113,10 @@ def main(argv=None) -> int:
     log = lambda s: print(s, flush=True)  # noqa: E731
     log(f"device: {dev} (sm_{cap[0]}{cap[1]}), torch {torch.__version__}, ops: {W.PROF_OPS_SOURCE}")
     runner = W.CompiledWsGemm()
-    runner1 = W.CompiledWsGemm(W.GemmConfig(record_warps_per_wg=1))
+    runner_d = W.CompiledWsGemm(W.GemmConfig(recorder="direct"))
     g = runner.gemm
     log(f"tile {g.tile_shape_mnk}, stages {g.num_stages}, epi stages {g.epi_stages}, "
-        f"threads {g.threads_per_cta}, group_m {g.cfg.group_m}")
+        f"threads {g.threads_per_cta}, group_m {g.cfg.group_m}, recorder {g.cfg.recorder}")
 
     report = {"device": dev, "capability": list(cap), "config": {
         "tile_mnk": list(g.tile_shape_mnk), "stages": g.num_stages, "epi_stages": g.epi_stages,
@@ -131,7 +132,8 @@ def main(argv=None) -> int:
         log("record counts:")
         cnt_ok = count_check(W, runner, 1000, 1032, 520, 2, log)
         cnt_ok &= count_check(W, runner, 1000, 1032, 520, 1, log)
-        cnt_ok &= count_check(W, runner1, 1000, 1032, 520, 2, log)
+        cnt_ok &= count_check(W, runner_d, 1000, 1032, 520, 2, log)
+        cnt_ok &= count_check(W, runner_d, 1000, 1032, 520, 1, log)
         all_ok &= cnt_ok
         report["counts_ok"] = cnt_ok
 
@@ -157,7 +159,8 @@ def main(argv=None) -> int:
                                              warmup=args.warmup, reps=args.reps))
 
     levels = [(0, runner, "ws_gemm level 0"), (1, runner, "ws_gemm level 1"),
-              (2, runner, "ws_gemm level 2"), (2, runner1, "ws_gemm level 2 (1 warp/WG)")]
+              (2, runner, "ws_gemm level 2"), (1, runner_d, "ws_gemm level 1 direct"),
+              (2, runner_d, "ws_gemm level 2 direct")]
     for level, r, name in levels:
         exp = W.expected_counts(r.gemm, s, s, s, level)
         buf = W.alloc_prof(exp["total"]) if level else W._dummy_prof(a.device)

@@ -80,6 +80,9 @@ ALL_TAGS = (
     TAG_CONSUMER_MAINLOOP,
 )
 
+RECORDERS = ("staged", "direct")
+FLUSH_EVERY = 8  # staged recorder: flush after every 8 k-tiles (16 records < 32 lanes)
+
 # tid = cta_linear * TID_STRIDE + slot; slot 0 = producer warp, 1 + i = consumer warp i
 TID_STRIDE = 16
 PRODUCER_SLOT = 0
@@ -97,6 +100,46 @@ def split_tid(tid):
 # --------------------------------------------------------------------------------------
 
 
+class _Probe:
+    """Trace-time front end over the two cute_prof write paths, for one recording warp.
+
+    ``start()`` reads %globaltimer; ``stop(t, tag, payload)`` records [t, now] from lane 0
+    of the calling warp; ``flush()`` writes staged records (staged path only; a no-op for
+    the direct path). Carries the WarpRecorder's registers through dynamic loops and
+    branches (the DSL value protocol), so ``probe.stop`` works inside ``cutlass.range``."""
+
+    def __init__(self, mode, buf, max_events, tid, _rec=None):
+        self.mode, self.buf, self.max_events, self.tid = mode, buf, max_events, tid
+        if _rec is not None or mode != "staged":
+            self.rec = _rec
+        else:
+            self.rec = cp.WarpRecorder(buf, max_events, tid)
+
+    def __extract_mlir_values__(self):
+        return [] if self.rec is None else self.rec.__extract_mlir_values__()
+
+    def __new_from_mlir_values__(self, values):
+        rec = None if self.rec is None else self.rec.__new_from_mlir_values__(values)
+        return _Probe(self.mode, self.buf, self.max_events, self.tid, _rec=rec)
+
+    def start(self):
+        if self.rec is not None:
+            return self.rec.start()
+        return cp.profile_start(self.buf, self.max_events)
+
+    def stop(self, t, tag, payload=0):
+        if self.rec is not None:
+            self.rec.stop(t, tag, payload=payload)
+        else:
+            cp.profile_stop(
+                self.buf, t, tag, self.tid, self.max_events, guard="lane0", payload=payload
+            )
+
+    def flush(self):
+        if self.rec is not None:
+            self.rec.flush()
+
+
 @dataclass(frozen=True)
 class GemmConfig:
     tile_m: int = 128
@@ -107,9 +150,10 @@ class GemmConfig:
     group_m: int = 8  # CTA rasterisation: groups of group_m M-tiles sweep N (L2 reuse)
     producer_regs: int = 40
     consumer_regs: int = 232
-    # consumer warps per warpgroup that write records (4 = every consumer warp; fewer
-    # cuts the level-2 record rate, e.g. 1 = warp 0 of each consumer warpgroup)
-    record_warps_per_wg: int = 4
+    # how records reach the buffer: "staged" = cute_prof.ops.WarpRecorder (records kept in
+    # the warp's registers, one atomic + coalesced stores per FLUSH_EVERY k-tiles), or
+    # "direct" = cute_prof.ops.profile_stop(guard="lane0") (one atomic per record)
+    recorder: str = "staged"
 
 
 class WsGemm:
@@ -126,8 +170,8 @@ class WsGemm:
             raise ValueError("tile_n must be 64, 128 or 256")
         if config.tile_k != 64:
             raise ValueError("tile_k must be 64 (one 128-byte swizzle atom of bf16)")
-        if not 1 <= config.record_warps_per_wg <= 4:
-            raise ValueError("record_warps_per_wg must be 1..4")
+        if config.recorder not in RECORDERS:
+            raise ValueError(f"recorder must be one of {RECORDERS}")
         self.tile_shape_mnk = (config.tile_m, config.tile_n, config.tile_k)
         self.num_consumer_wg = 2
         self.num_consumer_warps = 4 * self.num_consumer_wg
@@ -149,11 +193,7 @@ class WsGemm:
         self.num_stages = config.num_stages or min(max_stages, 8)
         if self.num_stages > max_stages or self.num_stages < 2:
             raise ValueError(f"num_stages={self.num_stages} does not fit (max {max_stages})")
-        self.recording_slots = tuple(
-            1 + 4 * wg + w
-            for wg in range(self.num_consumer_wg)
-            for w in range(config.record_warps_per_wg)
-        )
+        self.recording_slots = tuple(range(1, 1 + self.num_consumer_warps))
         self.epilog_barrier = pipeline.NamedBarrier(
             barrier_id=1, num_threads=self.num_consumer_threads
         )
@@ -365,22 +405,19 @@ class WsGemm:
                 )
                 prod_tid = bidx * TID_STRIDE + PRODUCER_SLOT
                 if cutlass.const_expr(profile_level >= 1):
-                    t_main = cp.profile_start(prof_buf, max_events)
+                    probe = _Probe(self.cfg.recorder, prof_buf, max_events, prod_tid)
+                    t_main = probe.start()
+                    t_a = t_main  # start of the next "wait empty" region
 
                 state = pipeline.make_pipeline_state(
                     pipeline.PipelineUserType.Producer, self.num_stages
                 )
                 for k in cutlass.range(k_tiles, unroll=1):
-                    if cutlass.const_expr(profile_level >= 2):
-                        t0 = cp.profile_start(prof_buf, max_events)
                     # wait until every consumer warp released this stage
                     ab_pipe.sync_object_empty.wait(state.index, state.phase)
                     if cutlass.const_expr(profile_level >= 2):
-                        cp.profile_stop(
-                            prof_buf, t0, TAG_WAIT_EMPTY, prod_tid, max_events,
-                            guard="lane0", payload=k,
-                        )
-                        t1 = cp.profile_start(prof_buf, max_events)
+                        t_b = probe.start()
+                        probe.stop(t_a, TAG_WAIT_EMPTY, k)
                     # arm the full barrier with the stage's byte count, then load A and B
                     ab_pipe.sync_object_full.arrive(state.index, ab_pipe.producer_mask)
                     full_bar = ab_pipe.producer_get_barrier(state)
@@ -392,18 +429,18 @@ class WsGemm:
                         tma_atom_b, tBgB[(None, k)], tBsB[(None, state.index)],
                         tma_bar_ptr=full_bar,
                     )
-                    if cutlass.const_expr(profile_level >= 2):
-                        cp.profile_stop(
-                            prof_buf, t1, TAG_TMA_ISSUE, prod_tid, max_events,
-                            guard="lane0", payload=k,
-                        )
                     state.advance()
+                    if cutlass.const_expr(profile_level >= 2):
+                        # regions tile the loop: "issue TMA" ends where the next wait starts
+                        t_a = probe.start()
+                        probe.stop(t_b, TAG_TMA_ISSUE, k)
+                        if cutlass.const_expr(self.cfg.recorder == "staged"):
+                            if k % FLUSH_EVERY == FLUSH_EVERY - 1:
+                                probe.flush()
 
                 if cutlass.const_expr(profile_level >= 1):
-                    cp.profile_stop(
-                        prof_buf, t_main, TAG_PRODUCER_MAINLOOP, prod_tid, max_events,
-                        guard="lane0", payload=k_tiles,
-                    )
+                    probe.stop(t_main, TAG_PRODUCER_MAINLOOP, k_tiles)
+                    probe.flush()
 
         # ================================================================ consumers
         if warp_idx >= self.first_consumer_warp:
@@ -411,11 +448,6 @@ class WsGemm:
             ctidx = tidx - 128  # thread index among the consumer threads
             cons_wg = warp_idx // 4 - 1
             cons_tid = bidx * TID_STRIDE + 1 + (warp_idx - self.first_consumer_warp)
-            rec = None  # every consumer warp records
-            if cutlass.const_expr(self.cfg.record_warps_per_wg < 4):
-                rec = Int32(0)
-                if warp_idx % 4 < self.cfg.record_warps_per_wg:
-                    rec = Int32(1)
 
             thr_mma = tiled_mma.get_slice(cons_wg * 128)
             tCsA = thr_mma.partition_A(sA)
@@ -427,7 +459,9 @@ class WsGemm:
             num_k_blocks = cute.size(tCrA, mode=[2])
 
             if cutlass.const_expr(profile_level >= 1):
-                t_main = cp.profile_start(prof_buf, max_events)
+                probe = _Probe(self.cfg.recorder, prof_buf, max_events, cons_tid)
+                t_main = probe.start()
+                t_w = t_main  # start of the next "wait full" region
 
             acc.fill(0.0)
             tiled_mma.set(cute.nvgpu.warpgroup.Field.ACCUMULATE, True)
@@ -438,15 +472,15 @@ class WsGemm:
                 pipeline.PipelineUserType.Consumer, self.num_stages
             )
             for k in cutlass.range(k_tiles, unroll=1):
-                if cutlass.const_expr(profile_level >= 2):
-                    t0 = cp.profile_start(prof_buf, max_events)
                 ab_pipe.consumer_wait(read_state)
                 if cutlass.const_expr(profile_level >= 2):
-                    cp.profile_stop(
-                        prof_buf, t0, TAG_WAIT_FULL, cons_tid, max_events,
-                        guard="lane0", payload=k, sample_flag=rec,
-                    )
-                    t1 = cp.profile_start(prof_buf, max_events)
+                    t_m = probe.start()
+                    probe.stop(t_w, TAG_WAIT_FULL, k)
+                    if cutlass.const_expr(self.cfg.recorder == "staged"):
+                        # the flush's stall lands inside this k-tile's MMA region, while
+                        # the previous k-tile's wgmma is still running
+                        if k % FLUSH_EVERY == FLUSH_EVERY - 1:
+                            probe.flush()
                 cute.nvgpu.warpgroup.fence()
                 for kb in cutlass.range_constexpr(num_k_blocks):
                     coord = (None, None, kb, read_state.index)
@@ -459,19 +493,15 @@ class WsGemm:
                     release_state.advance()
                 read_state.advance()
                 if cutlass.const_expr(profile_level >= 2):
-                    cp.profile_stop(
-                        prof_buf, t1, TAG_MMA_KTILE, cons_tid, max_events,
-                        guard="lane0", payload=k, sample_flag=rec,
-                    )
+                    # regions tile the loop: "mma k-tile" ends where the next wait starts
+                    t_w = probe.start()
+                    probe.stop(t_m, TAG_MMA_KTILE, k)
             cute.nvgpu.warpgroup.wait_group(0)
             ab_pipe.consumer_release(release_state)
 
             if cutlass.const_expr(profile_level >= 1):
-                cp.profile_stop(
-                    prof_buf, t_main, TAG_CONSUMER_MAINLOOP, cons_tid, max_events,
-                    guard="lane0", payload=k_tiles, sample_flag=rec,
-                )
-                t_epi = cp.profile_start(prof_buf, max_events)
+                t_epi = probe.start()
+                probe.stop(t_main, TAG_CONSUMER_MAINLOOP, k_tiles)
 
             # ------------------------------------------------------------ epilogue
             copy_atom_r2s = sm90_utils.get_smem_store_op(
@@ -531,10 +561,8 @@ class WsGemm:
                 store_pipe.producer_tail()
 
             if cutlass.const_expr(profile_level >= 1):
-                cp.profile_stop(
-                    prof_buf, t_epi, TAG_EPILOGUE, cons_tid, max_events,
-                    guard="lane0", payload=pid_m * 65536 + pid_n, sample_flag=rec,
-                )
+                probe.stop(t_epi, TAG_EPILOGUE, pid_m * 65536 + pid_n)
+                probe.flush()
 
 
 # ======================================================================================
@@ -549,7 +577,6 @@ def expected_counts(gemm: WsGemm, m: int, n: int, k: int, profile_level: int) ->
     kt = gemm.k_tiles(k)
     ctas = gemm.num_ctas(m, n)
     prod, cons = {}, {}
-    # consumer counts are per *recording* consumer warp (gemm.recording_slots)
     if profile_level >= 1:
         prod[TAG_PRODUCER_MAINLOOP] = 1
         cons[TAG_CONSUMER_MAINLOOP] = 1
@@ -793,15 +820,16 @@ def check_counts(records, gemm: WsGemm, m: int, n: int, k: int, profile_level: i
     return errors
 
 
-def emit_ptx(out_dir: str, levels=(0, 1, 2), m: int = 1000, n: int = 1032, k: int = 520) -> dict:
-    """Compile for every level with CPU tensors and write ``ws_gemm_l{level}.ptx`` into
-    ``out_dir``. Needs ``CUTE_DSL_ARCH=sm_90a`` (and KEEP=ptx) in the environment when run
-    without a GPU. Returns {level: path}."""
+def emit_ptx(out_dir: str, levels=(0, 1, 2), m: int = 1000, n: int = 1032, k: int = 520,
+             recorder: str = "staged") -> dict:
+    """Compile for every level with CPU tensors and write ``ws_gemm_{recorder}_l{level}.ptx``
+    into ``out_dir``. Needs ``CUTE_DSL_ARCH=sm_90a`` (and KEEP=ptx) in the environment when
+    run without a GPU. Returns {level: path}."""
     import os
 
     import torch
 
-    gemm = WsGemm()
+    gemm = WsGemm(GemmConfig(recorder=recorder))
     a = torch.zeros(m, k, dtype=torch.bfloat16)
     b = torch.zeros(n, k, dtype=torch.bfloat16)
     c = torch.zeros(m, n, dtype=torch.bfloat16)
@@ -821,7 +849,7 @@ def emit_ptx(out_dir: str, levels=(0, 1, 2), m: int = 1000, n: int = 1032, k: in
         ptx = compiled.__ptx__
         if not ptx:
             raise RuntimeError("no PTX kept: set CUTE_DSL_KEEP=ptx and CUTE_DSL_DUMP_DIR")
-        path = os.path.join(out_dir, f"ws_gemm_l{level}.ptx")
+        path = os.path.join(out_dir, f"ws_gemm_{recorder}_l{level}.ptx")
         with open(path, "w") as f:
             f.write(ptx)
         paths[level] = path
@@ -835,10 +863,12 @@ def _main(argv=None) -> int:
     ap.add_argument("--emit-ptx", metavar="DIR", help="compile levels 0,1,2 and write PTX")
     ap.add_argument("--mnk", default="1000,1032,520", help="problem size for a GPU check")
     ap.add_argument("--level", type=int, default=2)
+    ap.add_argument("--recorder", default="staged", choices=RECORDERS)
     args = ap.parse_args(argv)
     if args.emit_ptx:
-        for level, path in emit_ptx(args.emit_ptx).items():
-            print(f"level {level}: {path}")
+        for recorder in RECORDERS:
+            for level, path in emit_ptx(args.emit_ptx, recorder=recorder).items():
+                print(f"{recorder} level {level}: {path}")
         return 0
     import torch
 
@@ -847,7 +877,7 @@ def _main(argv=None) -> int:
     a = torch.randn(m, k, device="cuda").to(torch.bfloat16)
     b = torch.randn(n, k, device="cuda").to(torch.bfloat16)
     c = torch.empty(m, n, device="cuda", dtype=torch.bfloat16)
-    runner = CompiledWsGemm()
+    runner = CompiledWsGemm(GemmConfig(recorder=args.recorder))
     exp = expected_counts(runner.gemm, m, n, k, args.level)
     buf = alloc_prof(exp["total"])
     runner.prepare(a, b, c, buf, max(1, exp["total"]), args.level)()

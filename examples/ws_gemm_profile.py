@@ -37,13 +37,13 @@ MMA_COVERAGE_TOL = 0.05
 
 
 # ----------------------------------------------------------------------------- running
-def run_profiled(W, m, n, k, level, trace_path, record_warps_per_wg=4):
+def run_profiled(W, m, n, k, level, trace_path, recorder="staged"):
     """Launch once under profile_session; returns (c, a, b, records, attempted, trace)."""
     import torch
 
     import cute_prof
 
-    runner = W.CompiledWsGemm(W.GemmConfig(record_warps_per_wg=record_warps_per_wg))
+    runner = W.CompiledWsGemm(W.GemmConfig(recorder=recorder))
     exp = W.expected_counts(runner.gemm, m, n, k, level)
     max_events = exp["total"] + 64  # a little slack: an excess would show as a count error
     torch.manual_seed(0)
@@ -243,7 +243,8 @@ def main(argv=None) -> int:
     ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     ap.add_argument("--mnk", default="2048,2048,8192")
     ap.add_argument("--level", type=int, default=2, choices=[1, 2])
-    ap.add_argument("--record-warps", type=int, default=4, help="recording consumer warps per warpgroup")
+    ap.add_argument("--recorder", default="staged", choices=["staged", "direct"],
+                    help="cute_prof write path: WarpRecorder (staged) or profile_stop (direct)")
     ap.add_argument("-o", "--output", default=None, help="trace path (.json); default $OUT or /tmp")
     args = ap.parse_args(argv)
 
@@ -256,17 +257,18 @@ def main(argv=None) -> int:
 
     m, n, k = (int(x) for x in args.mnk.split(","))
     out_dir = Path(os.environ.get("OUT") or "/tmp")
-    trace_path = Path(args.output) if args.output else out_dir / f"ws_gemm_l{args.level}_{m}x{n}x{k}.json"
+    trace_path = (Path(args.output) if args.output
+                  else out_dir / f"ws_gemm_l{args.level}_{args.recorder}_{m}x{n}x{k}.json")
     if trace_path.exists():
         trace_path.unlink()
 
     runner, c, a, b, records, attempted, trace = run_profiled(
-        W, m, n, k, args.level, trace_path, args.record_warps)
+        W, m, n, k, args.level, trace_path, args.recorder)
     gemm = runner.gemm
     ok = True
     ref = a.float() @ b.float().T
     err = ((c.float() - ref).norm() / ref.norm()).item()
-    print(f"device {torch.cuda.get_device_name()}: {m}x{n}x{k}, level {args.level}, "
+    print(f"device {torch.cuda.get_device_name()}: {m}x{n}x{k}, level {args.level} ({args.recorder}), "
           f"{gemm.num_ctas(m, n)} CTAs x {gemm.k_tiles(k)} k-tiles; rel err {err:.3e}")
     ok &= err < 1e-2
 
@@ -327,8 +329,8 @@ def main(argv=None) -> int:
 
     out = os.environ.get("OUT")
     if out:
-        (Path(out) / f"ws_gemm_profile_l{args.level}.json").write_text(json.dumps({
-            "mnk": [m, n, k], "level": args.level, "rel_err": err, "records": int(len(records)),
+        (Path(out) / f"ws_gemm_profile_l{args.level}_{args.recorder}.json").write_text(json.dumps({
+            "mnk": [m, n, k], "level": args.level, "recorder": args.recorder, "rel_err": err, "records": int(len(records)),
             "attempted": attempted, "count_errors": errors, "busy": busy, "mma_coverage": cov,
             "overlaps": ov, "tags": [dict(zip(("tag", "count", "mean_ns", "p50_ns", "p99_ns", "total_ns"), r))
                                      for r in tag_stats(records, ids)], "ok": bool(ok)}, indent=2, default=float))

@@ -32,16 +32,21 @@ def ptx(tmp_path_factory):
     )
     if proc.returncode != 0:
         pytest.fail(f"compile failed:\n{proc.stdout[-4000:]}\n{proc.stderr[-8000:]}")
-    return {level: (out / f"ws_gemm_l{level}.ptx").read_text() for level in (0, 1, 2)}
+    return {
+        (rec, level): (out / f"ws_gemm_{rec}_l{level}.ptx").read_text()
+        for rec in ("staged", "direct")
+        for level in (0, 1, 2)
+    }
 
 
 def _count(text: str, pattern: str) -> int:
     return len(re.findall(pattern, text))
 
 
+@pytest.mark.parametrize("recorder", ["staged", "direct"])
 @pytest.mark.parametrize("level", [0, 1, 2])
-def test_core_instructions(ptx, level):
-    text = ptx[level]
+def test_core_instructions(ptx, level, recorder):
+    text = ptx[(recorder, level)]
     assert ".target sm_90a" in text
     # 4 x m64n256k16 per k-tile (tile_k 64), bf16 in, fp32 accumulate
     assert _count(text, r"wgmma\.mma_async\.sync\.aligned\.m64n256k16\.f32\.bf16\.bf16") == 4
@@ -62,21 +67,48 @@ def test_core_instructions(ptx, level):
     assert "stmatrix.sync.aligned" in text
 
 
-def test_level0_has_no_profiling(ptx):
-    text = ptx[0]
+@pytest.mark.parametrize("recorder", ["staged", "direct"])
+def test_level0_has_no_profiling(ptx, recorder):
+    text = ptx[(recorder, 0)]
     assert "globaltimer" not in text
     assert "atom.global" not in text  # the profile counter is the only global atomic
     assert "%smid" not in text
 
 
-def test_level1_and_2_record(ptx):
-    l1, l2 = ptx[1], ptx[2]
+def test_level0_identical_across_recorders(ptx):
+    strip = lambda t: re.sub(r"//.*", "", t)  # noqa: E731
+    body = lambda t: strip(t[t.index(".entry"):])  # noqa: E731
+    assert _count(body(ptx[("staged", 0)]), r"\n") == _count(body(ptx[("direct", 0)]), r"\n")
+
+
+def test_direct_record_sites(ptx):
+    l1, l2 = ptx[("direct", 1)], ptx[("direct", 2)]
     assert "%globaltimer" in l1 and "%globaltimer" in l2
-    # one record site per region: level 1 = producer mainloop, consumer mainloop, epilogue;
+    # one atomic per record site: level 1 = producer mainloop, consumer mainloop, epilogue;
     # level 2 adds wait_empty, tma_issue, wait_full, mma_ktile
     assert _count(l1, r"atom\.global\.add\.u64") == 3
     assert _count(l2, r"atom\.global\.add\.u64") == 7
     assert _count(l2, r"%globaltimer") > _count(l1, r"%globaltimer")
+
+
+def test_staged_record_sites(ptx):
+    l1, l2 = ptx[("staged", 1)], ptx[("staged", 2)]
+    # WarpRecorder: every staging site carries a (rarely taken) flush, plus explicit
+    # flushes: level 1 = producer 1 stage + 1 flush, consumer 2 stages + 1 flush;
+    # level 2 = producer 3 stages + 2 flushes, consumer 4 stages + 2 flushes
+    assert _count(l1, r"atom\.global\.add\.u64") == 5
+    assert _count(l2, r"atom\.global\.add\.u64") == 11
+    assert "shfl.sync.idx.b32" in l2  # the flush broadcasts the claimed base slot
+    assert _count(l2, r"%globaltimer") > _count(l1, r"%globaltimer")
+
+
+def test_no_profiling_inside_wgmma_window(ptx):
+    """Between wgmma.fence and wgmma.wait_group nothing but the MMAs (no timer reads,
+    no records), at every level and with both recorders."""
+    for key, text in ptx.items():
+        window = text[text.index("wgmma.fence.sync.aligned"):text.index("wgmma.wait_group.sync.aligned")]
+        assert "globaltimer" not in window, key
+        assert "atom.global" not in window, key
 
 
 def test_ptxas_no_spills(ptx, tmp_path):
@@ -86,11 +118,11 @@ def test_ptxas_no_spills(ptx, tmp_path):
     ptxas = shutil.which("ptxas")
     if ptxas is None:
         pytest.skip("ptxas not installed")
-    for level, text in ptx.items():
-        src = tmp_path / f"l{level}.ptx"
+    for (rec, level), text in ptx.items():
+        src = tmp_path / f"{rec}_l{level}.ptx"
         src.write_text(text)
         proc = subprocess.run(
-            [ptxas, "-arch=sm_90a", "-v", str(src), "-o", str(tmp_path / f"l{level}.cubin")],
+            [ptxas, "-arch=sm_90a", "-v", str(src), "-o", str(tmp_path / f"{rec}_l{level}.cubin")],
             capture_output=True, text=True, timeout=300,
         )
         assert proc.returncode == 0, proc.stderr[-4000:]
@@ -140,15 +172,14 @@ def _synthetic_words(W, gemm, m, n, k, level, *, mma_ns=500, wait_ns=20, fill_ns
     return buf
 
 
-@pytest.mark.parametrize("record_warps", [4, 1])
 @pytest.mark.parametrize("level", [1, 2])
-def test_host_checks_on_synthetic_buffer(level, record_warps):
+def test_host_checks_on_synthetic_buffer(level):
     import numpy as np
 
     from examples import ws_gemm as W
     from examples import ws_gemm_profile as P
 
-    gemm = W.WsGemm(W.GemmConfig(record_warps_per_wg=record_warps))
+    gemm = W.WsGemm()
     m, n, k = 300, 520, 200  # 3 x 3 CTAs, 4 k-tiles
     words = _synthetic_words(W, gemm, m, n, k, level)
     recs, attempted = W.decode_records(words)

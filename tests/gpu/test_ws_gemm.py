@@ -27,12 +27,10 @@ TOL = 1e-2  # relative Frobenius error (bf16 output, fp32 accumulation)
 _runners: dict = {}
 
 
-def runner(record_warps_per_wg: int = 4) -> W.CompiledWsGemm:
-    if record_warps_per_wg not in _runners:
-        _runners[record_warps_per_wg] = W.CompiledWsGemm(
-            W.GemmConfig(record_warps_per_wg=record_warps_per_wg)
-        )
-    return _runners[record_warps_per_wg]
+def runner(recorder: str = "staged") -> W.CompiledWsGemm:
+    if recorder not in _runners:
+        _runners[recorder] = W.CompiledWsGemm(W.GemmConfig(recorder=recorder))
+    return _runners[recorder]
 
 
 def inputs(m, n, k, seed=0):
@@ -47,8 +45,8 @@ def rel_err(c, a, b):
     return ((c.float() - ref).norm() / ref.norm().clamp_min(1e-30)).item()
 
 
-def run(m, n, k, level, *, max_events=None, record_warps_per_wg=4, seed=0):
-    r = runner(record_warps_per_wg)
+def run(m, n, k, level, *, max_events=None, recorder="staged", seed=0):
+    r = runner(recorder)
     a, b = inputs(m, n, k, seed)
     c = torch.full((m, n), float("nan"), device="cuda", dtype=torch.bfloat16)
     exp = W.expected_counts(r.gemm, m, n, k, level)
@@ -79,22 +77,23 @@ def test_correct_level0(m, n, k):
     assert attempted == 0 and len(recs) == 0, "level 0 must record nothing"
 
 
+@pytest.mark.parametrize("recorder", ["staged", "direct"])
 @pytest.mark.parametrize("level", [1, 2])
 @pytest.mark.parametrize("m,n,k", [(1000, 1032, 520), (256, 512, 1024)])
-def test_profiled_output_bit_identical(m, n, k, level):
+def test_profiled_output_bit_identical(m, n, k, level, recorder):
     _, _, c0, _, _, _ = run(m, n, k, 0)
-    _, _, c1, _, _, _ = run(m, n, k, level)
+    _, _, c1, _, _, _ = run(m, n, k, level, recorder=recorder)
     assert torch.equal(c0, c1), "profiling changed the GEMM output"
 
 
-@pytest.mark.parametrize("record_warps_per_wg", [4, 1])
+@pytest.mark.parametrize("recorder", ["staged", "direct"])
 @pytest.mark.parametrize("level", [1, 2])
 @pytest.mark.parametrize("m,n,k", [(300, 520, 200), (256, 512, 1024)])
-def test_exact_counts(m, n, k, level, record_warps_per_wg):
-    a, b, c, recs, attempted, exp = run(m, n, k, level, record_warps_per_wg=record_warps_per_wg)
+def test_exact_counts(m, n, k, level, recorder):
+    a, b, c, recs, attempted, exp = run(m, n, k, level, recorder=recorder)
     assert rel_err(c, a, b) < TOL
     assert attempted == exp["total"], (attempted, exp)
-    errors = W.check_counts(recs, runner(record_warps_per_wg).gemm, m, n, k, level)
+    errors = W.check_counts(recs, runner(recorder).gemm, m, n, k, level)
     assert not errors, "\n".join(errors)
     kt = runner().gemm.k_tiles(k)
     if level == 2:
@@ -103,9 +102,10 @@ def test_exact_counts(m, n, k, level, record_warps_per_wg):
         assert sum(exp["per_consumer_warp"].values()) == 2 * kt + 2
 
 
-def test_region_sanity_level2():
+@pytest.mark.parametrize("recorder", ["staged", "direct"])
+def test_region_sanity_level2(recorder):
     m, n, k = 512, 1024, 2048
-    _, _, _, recs, _, _ = run(m, n, k, 2)
+    _, _, _, recs, _, _ = run(m, n, k, 2, recorder=recorder)
     ids = W.tag_ids()
     assert (recs["dur_ns"] >= 0).all()
     cta, slot = W.split_tid(recs["tid"].astype(np.int64))
@@ -128,11 +128,12 @@ def test_region_sanity_level2():
     assert (mma["start_ns"] >= starts).all() and (mma["start_ns"] + mma["dur_ns"] <= ends).all()
 
 
-def test_overflow_keeps_result_and_counter():
+@pytest.mark.parametrize("recorder", ["staged", "direct"])
+def test_overflow_keeps_result_and_counter(recorder):
     m, n, k = 1000, 1032, 520
     exp = W.expected_counts(runner().gemm, m, n, k, 2)
     cap = exp["total"] // 3
-    a, b, c, recs, attempted, _ = run(m, n, k, 2, max_events=cap)
+    a, b, c, recs, attempted, _ = run(m, n, k, 2, max_events=cap, recorder=recorder)
     assert rel_err(c, a, b) < TOL
     assert attempted == exp["total"]
     assert len(recs) == cap and recs["complete"].all()
