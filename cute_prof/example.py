@@ -81,14 +81,15 @@ def _define_kernel():
 MAX_EVENTS = CTAS * (1 + WARPS * (4 + 2 * ITERS))
 
 
-def _compile(launch, buf_tensor, data):
+def _compile(launch, buf_tensor, data, *options):
     import cutlass.cute as cute
     from cutlass import Int32
     from cutlass.cute.runtime import from_dlpack
 
     from cute_prof.ops import buffer_arg
 
-    return cute.compile(launch, buffer_arg(buf_tensor), from_dlpack(data), Int32(MAX_EVENTS), Int32(WORK))
+    compile_fn = cute.compile[options] if options else cute.compile
+    return compile_fn(launch, buffer_arg(buf_tensor), from_dlpack(data), Int32(MAX_EVENTS), Int32(WORK))
 
 
 def run_on_gpu(trace_path, save_recording):
@@ -114,22 +115,24 @@ def run_on_gpu(trace_path, save_recording):
 
 def compile_only() -> str:
     """Build the instrumented kernel for sm_90a without a GPU; returns a one-line report."""
-    os.environ.setdefault("CUTE_DSL_ARCH", "sm_90a")
+    import tempfile
+
+    import cutlass.cute as cute
     import torch
+    from cutlass.base_dsl.compiler import DumpDir
 
     from cute_prof import layout
 
     launch = _define_kernel()
     buf = torch.zeros(layout.buffer_words(MAX_EVENTS), dtype=torch.int64)
     data = torch.zeros(CTAS * 32 * WARPS)
-    compiled = _compile(launch, buf, data)
-    ptx = getattr(compiled, "__ptx__", None) or ""
-    if ptx and os.path.exists(ptx[:512]):
-        ptx = Path(ptx).read_text()
-    if ptx:
-        return (f"compiled for {os.environ['CUTE_DSL_ARCH']}: {ptx.count('%globaltimer')} timer reads, "
-                f"{ptx.count('atom.global.add.u64')} record atomics in the PTX")
-    return f"compiled for {os.environ['CUTE_DSL_ARCH']}"
+    with tempfile.TemporaryDirectory() as dump:
+        compiled = _compile(launch, buf, data, cute.KeepPTX(), cute.GPUArch("sm_90a"), DumpDir(dump))
+        ptx = compiled.__ptx__ or ""
+        if os.path.exists(ptx[:512]):
+            ptx = Path(ptx).read_text()
+    return (f"compiled for sm_90a: {ptx.count('%globaltimer')} timer reads and "
+            f"{ptx.count('atom.global.add.u64')} record atomics in the PTX")
 
 
 def replay_recording(trace_path: str):

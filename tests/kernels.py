@@ -31,6 +31,7 @@ VARIANTS = {
     "instant": (1, 1, 1),
     "sampled": None,  # depends on the runtime sampling arguments
     "staged": (WARPS_PER_CTA * STAGED_ITERS, 2, 2),  # stage + flush both hold a claim
+    "staged_off": None,  # the staged loop with the recorder compiled out
 }
 
 
@@ -86,8 +87,8 @@ def probe_kernel(
                            warp_mask=warp_mask)
         with prof.region(TAG, bidx, payload=cute.arch.warp_idx()):
             value = value * 1.5 + 0.25
-    elif cutlass.const_expr(variant == "staged"):
-        rec = cp.WarpRecorder(buf, max_events, bidx)
+    elif cutlass.const_expr(variant == "staged" or variant == "staged_off"):
+        rec = cp.WarpRecorder(buf, max_events, bidx, enabled=variant == "staged")
         for i in cutlass.range(STAGED_ITERS):
             t = rec.start()
             value = value * 1.5 + 0.25

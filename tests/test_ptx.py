@@ -124,6 +124,11 @@ def test_disabled_ops_emit_nothing():
     assert disabled == plain
 
 
+def test_disabled_recorder_emits_nothing():
+    plain = _normalise_kernel_name(probe_ptx("staged_off"), "staged_off")
+    assert "%globaltimer" not in plain and "atom" not in plain and "shfl" not in plain
+
+
 def test_process_switch_compiles_ops_out(monkeypatch):
     import cute_prof.ops as cp
 
