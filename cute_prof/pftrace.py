@@ -55,7 +55,7 @@ __all__ = [
     "EXPORT_FORMATS",
 ]
 
-GROUP_BY = ("tid", "sm", "warp")
+GROUP_BY = ("tid", "device", "sm", "warp")  # "device" is the JSON exporter's name for "tid"
 TRACE_INFO_EVENT = "cute_prof trace info"
 PAYLOAD_ANNOTATION = "payload"
 PAYLOAD_ANNOTATION_IID = 1
@@ -103,7 +103,7 @@ def _group_and_leaf(
     def column(name: str) -> np.ndarray:
         return events[name][rows].astype(np.int64)
 
-    if group_by == "tid":
+    if group_by in ("tid", "device"):
         return None, column("tid"), "", "tid"
     if group_by == "sm":
         return column("sm"), column("tid"), "SM", "tid"
@@ -495,15 +495,16 @@ def write_pftrace(
     trace: Trace,
     path: str | os.PathLike,
     *,
-    group_by: str = "sm",
+    group_by: str = "tid",
     payloads: bool = True,
     workers: int | None = None,
     progress: Callable[[str], None] | None = None,
 ) -> Path:
     """Write ``trace`` as a native Perfetto protobuf trace (open it in ui.perfetto.dev).
 
-    ``group_by``: ``"sm"`` (a group per SM, a track per tid), ``"tid"`` (a flat list of
-    tid tracks) or ``"warp"`` (a group per tid, a track per warp). ``payloads``: attach
+    ``group_by``: ``"tid"`` (alias ``"device"``, one flat list of tid tracks, as the JSON
+    exporter's default), ``"sm"`` (a group per SM, a track per tid on it) or ``"warp"``
+    (a group per tid, a track per warp). ``payloads``: attach
     nonzero payloads as the ``payload`` arg (about a third of the write time when most
     events carry one). ``workers``: processes that serialise in parallel (Linux only);
     None uses the usable CPUs for large traces, 1 stays in this process. The file is

@@ -16,14 +16,12 @@ interrupted save never leaves a half-written file under the final name.
 
 from __future__ import annotations
 
-import contextlib
 import json
 import os
 import sys
-import tempfile
 import zipfile
 from pathlib import Path
-from typing import Any, BinaryIO, Iterator
+from typing import Any
 
 import numpy as np
 
@@ -31,6 +29,7 @@ from .errors import ProfileBufferError
 
 __all__ = [
     "save_buffer",
+    "save_trace",
     "load_buffer",
     "load_trace",
     "atomic_write",
@@ -44,30 +43,12 @@ FORMAT_VERSION = 1
 SUFFIXES = (".npz", ".pt")
 
 
-@contextlib.contextmanager
-def atomic_write(path: str | os.PathLike) -> Iterator[BinaryIO]:
-    """Open a temporary file next to ``path`` for binary writing; on success it replaces
-    ``path`` in one ``os.replace``, on any error it is removed and ``path`` is untouched."""
-    path = Path(path)
-    directory = path.parent if str(path.parent) else Path(".")
-    if not directory.is_dir():
-        raise ProfileBufferError(
-            f"cannot write {str(path)!r}: directory {str(directory)!r} does not exist; "
-            "create it first"
-        )
-    handle = tempfile.NamedTemporaryFile(
-        "wb", dir=directory, prefix=f".{path.name}.", suffix=".tmp", delete=False
-    )
-    try:
-        with handle:
-            yield handle
-            handle.flush()
-            os.fsync(handle.fileno())
-        os.replace(handle.name, path)
-    except BaseException:
-        with contextlib.suppress(OSError):
-            os.unlink(handle.name)
-        raise
+def atomic_write(path: str | os.PathLike):
+    """Binary file handle on a temporary sibling of ``path``, renamed over it on success
+    (fsync + ``os.replace``) and deleted on error: readers never see a partial file."""
+    from .export_json import atomic_open
+
+    return atomic_open(path, "wb")
 
 
 def _json_default(value: Any) -> Any:
@@ -286,9 +267,83 @@ def load_buffer(path: str | os.PathLike) -> tuple[np.ndarray, Any, dict[str, Any
 
 
 def load_trace(path: str | os.PathLike, *, clock_hz: float | None = None):
-    """Load a saved buffer and decode it again into a :class:`~cute_prof.trace.Trace`."""
+    """Load a saved buffer and decode it again into a :class:`~cute_prof.trace.Trace`.
+
+    Clock-mode records are converted with ``clock_hz`` if given, else with the rate the
+    buffer's own clock_sync pairs give, else with the rate recorded at save time."""
     from .decode import decode_buffer
+    from .errors import ClockRateError
 
     words, table, metadata = load_buffer(path)
     metadata = {**metadata, "source_file": str(path)}
-    return decode_buffer(words, table, metadata=metadata, clock_hz=clock_hz)
+    try:
+        return decode_buffer(words, table, metadata=metadata, clock_hz=clock_hz)
+    except ClockRateError:
+        saved_rate = metadata.get("clock_hz")
+        if clock_hz is not None or not isinstance(saved_rate, (int, float)):
+            raise
+        return decode_buffer(words, table, metadata=metadata, clock_hz=saved_rate)
+
+
+def trace_to_buffer(trace) -> np.ndarray:
+    """Re-encode a decoded Trace as the raw buffer it came from (same slots, counter and
+    capacity), so :func:`save_trace` can store a Trace that no longer has its buffer.
+
+    Clock spans go back to their raw form (end %globaltimer, cycles) when the trace kept
+    the cycle count; records that were invalid in the original buffer come back as
+    never-written (incomplete) slots."""
+    from . import layout
+
+    events = trace.events
+    syncs = getattr(trace, "clock_syncs", np.zeros(0, dtype=[("slot", np.int64)]))
+    capacity = int(trace.capacity)
+    slots = np.concatenate([events["slot"], syncs["slot"]]).astype(np.int64)
+    n_records = slots.shape[0]
+    if capacity < n_records or (n_records and (slots.min() < 0 or slots.max() >= capacity
+                                               or np.unique(slots).shape[0] != n_records)):
+        # slots do not describe a buffer (e.g. a filtered or hand-built trace): pack them
+        capacity = max(capacity, n_records)
+        slots = np.arange(n_records, dtype=np.int64)
+    words = np.zeros(layout.buffer_words(max(capacity, 1)), dtype=np.int64)
+    words[layout.COUNTER_INDEX] = max(int(trace.attempted), n_records)
+    records = words[layout.HEADER_WORDS:].reshape(-1, layout.WORDS_PER_RECORD)
+
+    start = events["start_ns"].astype(np.int64)
+    dur = events["dur_ns"].astype(np.int64)
+    clock = (events["kind"] == layout.KIND_CLOCK_SPAN) & (events["dur_cycles"] >= 0)
+    start = np.where(clock, start + dur, start)
+    dur = np.where(clock, events["dur_cycles"], dur)
+    kind = np.where(
+        (events["kind"] == layout.KIND_CLOCK_SPAN) & ~clock, layout.KIND_SPAN, events["kind"]
+    )
+    n_events = events.shape[0]
+    event_slots, sync_slots = slots[:n_events], slots[n_events:]
+    records[event_slots, layout.WORD_START] = start
+    records[event_slots, layout.WORD_DUR] = dur
+    records[event_slots, layout.WORD_TAG] = layout.encode_tag_words(
+        events["tag"], events["payload"], kind
+    )
+    records[event_slots, layout.WORD_TID] = layout.encode_tid_words(
+        events["tid"], events["sm"], events["warp"]
+    )
+    if syncs.shape[0]:
+        records[sync_slots, layout.WORD_START] = syncs["globaltimer_ns"]
+        records[sync_slots, layout.WORD_DUR] = syncs["clock_cycles"]
+        records[sync_slots, layout.WORD_TAG] = layout.encode_tag_words(
+            0, 0, layout.KIND_CLOCK_SYNC
+        )
+        records[sync_slots, layout.WORD_TID] = layout.encode_tid_words(
+            syncs["tid"], syncs["sm"], 0
+        )
+    return words
+
+
+def save_trace(
+    path: str | os.PathLike, trace, *, metadata: dict[str, Any] | None = None,
+    compress: bool = False,
+) -> Path:
+    """Save a decoded Trace (re-encoded with :func:`trace_to_buffer`) so that
+    :func:`load_trace` gives the same events, loss counts, tag names and metadata."""
+    meta = {**(trace.metadata or {}), **(metadata or {})}
+    return save_buffer(path, trace_to_buffer(trace), list(trace.tag_names or ()),
+                       metadata=meta, compress=compress)
