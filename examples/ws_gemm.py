@@ -31,7 +31,21 @@ level  producer warp (slot 0)                      each consumer warp (slots 1..
 =====  ==========================================  =========================================
 
 ``tid = cta_linear * TID_STRIDE + slot`` (``cta_linear`` = ``blockIdx.x``, the launch
-order); per-k-tile records carry the k-tile index as payload. See :func:`expected_counts`.
+order; slot 0 = producer warp, 1..8 = consumer warps 4..11); per-k-tile records carry the
+k-tile index as payload, the epilogue ``pid_m * 65536 + pid_n``. See
+:func:`expected_counts`. Per-k-tile regions tile the loops with no gaps: "mma k-tile" k
+runs from the moment stage k is full to the start of the wait for stage k+1 (issue of k,
+completion of k-1, release of k-1), "issue TMA" k from the empty stage to the next wait.
+
+Two write paths (``GemmConfig.recorder``): ``"staged"`` (default) keeps records in the
+warp's registers with ``cute_prof.ops.WarpRecorder`` and writes them with one atomic per
+FLUSH_EVERY k-tiles; ``"direct"`` calls ``cute_prof.ops.profile_stop(guard="lane0")``,
+one global atomic per record.
+
+Run (GPU):  python -m examples.ws_gemm --mnk 1000,1032,520 --level 2
+            python bench/ws_gemm_bench.py ; python examples/ws_gemm_profile.py
+PTX (CPU):  CUTE_DSL_ARCH=sm_90a CUTE_DSL_KEEP=ptx CUTE_DSL_DUMP_DIR=/tmp/d
+            python -m examples.ws_gemm --emit-ptx /tmp/d
 """
 
 from __future__ import annotations

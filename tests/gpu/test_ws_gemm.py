@@ -64,6 +64,7 @@ SIZES = [
     (1000, 1032, 520),  # none of M, N, K a multiple of the tile
     (129, 264, 72),  # one past a tile edge in M, N and K
     (100, 200, 40),  # smaller than one tile in every dimension
+    (1001, 136, 8),  # odd M, K = 8 (one mostly zero-filled k-tile)
     (2048, 1536, 4096),  # 8 x 6 CTAs, 64 k-tiles
 ]
 
