@@ -129,6 +129,10 @@ def test_ptxas_no_spills(ptx, tmp_path):
         log = proc.stdout + proc.stderr
         assert "0 bytes spill stores, 0 bytes spill loads" in log, log[-2000:]
         assert "serialized" not in log, log[-2000:]  # wgmma serialisation warning
+        # setmaxnreg budget: 384 threads launched at 168 registers = 64512; the producer
+        # warpgroup drops to 40 and the consumers rise to 232: 128*40 + 256*232 = 64512
+        used = re.search(r"Used (\d+) registers", log)
+        assert used and int(used.group(1)) == 168, log[-2000:]
 
 
 # ------------------------------------------------------------------ host-side logic
