@@ -196,7 +196,8 @@ def plot_timeline(
     slot_of_tag[coloured] = np.arange(len(coloured))
     has_other = tags.shape[0] > len(coloured)
     n_slots = len(coloured) + (1 if has_other else 0)
-    colours = np.vstack([_palette(len(coloured)), [[0.6, 0.6, 0.6]] if has_other else np.zeros((0, 3))])
+    colours = np.vstack([_palette(len(coloured)).reshape(-1, 3),
+                         np.full((1 if has_other else 0, 3), 0.6)])
     slot_names = [trace.tag_name(int(t)) if hasattr(trace, "tag_name") else str(t)
                   for t in tags[coloured].tolist()] + ([_OTHER] if has_other else [])
 
