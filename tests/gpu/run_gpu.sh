@@ -4,7 +4,7 @@
 #   source .gpu/setup.sh && bash tests/gpu/run_gpu.sh [steps...]
 set -uo pipefail
 OUT=${OUT:-/tmp/cute_prof_gpu}; mkdir -p "$OUT"
-steps=${*:-"info tests sanitize example overhead gemm"}
+steps=${*:-"info tests sanitize example overhead gemm gemmprof"}
 export PYTHONPATH="$PWD:${PYTHONPATH:-}"
 status=0
 run() {  # name, command...
@@ -23,7 +23,8 @@ for step in $steps; do
     sanitize) run sanitize compute-sanitizer --tool memcheck --report-api-errors no --error-exitcode 3 python tests/gpu/sanitize_probe.py ;;
     example) run example python -m cute_prof.example -o "$OUT/profiler_example_trace.json" --save-recording "$OUT/example_recording.npz" ;;
     overhead) run overhead python bench/overhead.py --json "$OUT/overhead.json" ;;
-    gemm) run gemm python bench/ws_gemm_bench.py ;;
+    gemm) run gemm timeout 300 python bench/ws_gemm_bench.py ;;
+    gemmprof) run gemmprof timeout 200 python examples/ws_gemm_profile.py ;;
   esac
 done
 cat "$OUT/summary.txt"
