@@ -20,6 +20,7 @@ import json
 import os
 import sys
 import zipfile
+import zlib
 from pathlib import Path
 from typing import Any
 
@@ -32,6 +33,8 @@ __all__ = [
     "save_trace",
     "load_buffer",
     "load_trace",
+    "load_chrome_json",
+    "trace_to_buffer",
     "atomic_write",
     "FORMAT_NAME",
     "FORMAT_VERSION",
@@ -193,7 +196,14 @@ def _check_header(path: Path, name, version) -> None:
         )
 
 
+_ZIP_MAGIC = b"PK\x03\x04"
+
+
 def _load_npz(path: Path) -> tuple[np.ndarray, str, str]:
+    with open(path, "rb") as handle:
+        magic = handle.read(4)
+    if magic != _ZIP_MAGIC:
+        raise _not_ours(path, "it is not a zip archive, which every .npz is")
     try:
         with np.load(path, allow_pickle=False) as archive:
             keys = set(archive.files)
@@ -207,7 +217,8 @@ def _load_npz(path: Path) -> tuple[np.ndarray, str, str]:
             metadata = str(archive["metadata"][()])
     except ProfileBufferError:
         raise
-    except (zipfile.BadZipFile, EOFError, ValueError, KeyError, OSError, TypeError) as err:
+    except (zipfile.BadZipFile, zlib.error, EOFError, ValueError, KeyError, OSError,
+            TypeError) as err:
         if isinstance(err, FileNotFoundError):
             raise
         raise _not_ours(path, f"cannot read it as .npz: {type(err).__name__}: {err}") from None
@@ -267,10 +278,17 @@ def load_buffer(path: str | os.PathLike) -> tuple[np.ndarray, Any, dict[str, Any
 
 
 def load_trace(path: str | os.PathLike, *, clock_hz: float | None = None):
-    """Load a saved buffer and decode it again into a :class:`~cute_prof.trace.Trace`.
+    """Read a trace cute_prof wrote, as a :class:`~cute_prof.trace.Trace`:
 
-    Clock-mode records are converted with ``clock_hz`` if given, else with the rate the
-    buffer's own clock_sync pairs give, else with the rate recorded at save time."""
+    * ``.npz`` / ``.pt`` saved buffers are decoded again. Clock-mode records are converted
+      with ``clock_hz`` if given, else with the rate the buffer's own clock_sync pairs give,
+      else with the rate recorded at save time.
+    * ``.json`` Chrome traces from :func:`cute_prof.export_json.events_to_perfetto` are read
+      back from the exact nanoseconds and fields they keep in each event's ``args``.
+    """
+    path = Path(path)
+    if path.suffix.lower() == ".json":
+        return load_chrome_json(path)
     from .decode import decode_buffer
     from .errors import ClockRateError
 
@@ -283,6 +301,95 @@ def load_trace(path: str | os.PathLike, *, clock_hz: float | None = None):
         if clock_hz is not None or not isinstance(saved_rate, (int, float)):
             raise
         return decode_buffer(words, table, metadata=metadata, clock_hz=saved_rate)
+
+
+# Keys of the JSON ``otherData`` that are Trace fields, not free-form metadata.
+_JSON_TRACE_KEYS = ("producer", "capacity", "attempted", "overflow", "incomplete", "invalid",
+                    "events", "origin_ns", "tag_names", "group_by")
+_JSON_ARG_FIELDS = ("start_ns", "dur_ns", "tid", "payload", "sm", "warp")
+
+
+def load_chrome_json(path: str | os.PathLike):
+    """A Trace from Chrome JSON written by ``events_to_perfetto``.
+
+    Every record's raw fields are in its event's ``args``; the loss counts, tag table and
+    metadata are in the top-level ``otherData``. JSON from other tools is refused with
+    :class:`ProfileBufferError` (it lacks ``otherData.producer == "cute_prof"``)."""
+    from . import layout
+    from .trace import EVENT_DTYPE, Trace
+
+    path = Path(path)
+    try:
+        with open(path, "rb") as handle:
+            data = json.load(handle)
+    except (UnicodeDecodeError, ValueError) as err:
+        raise ProfileBufferError(
+            f"{str(path)!r} is not a JSON trace ({type(err).__name__}: {err})"
+        ) from None
+    other = data.get("otherData") if isinstance(data, dict) else None
+    if not isinstance(other, dict) or other.get("producer") != "cute_prof":
+        raise ProfileBufferError(
+            f"{str(path)!r} is not a cute_prof JSON trace (no otherData.producer == "
+            "'cute_prof'); only traces written by cute_prof can be read back"
+        )
+    raw_events = data.get("traceEvents")
+    if not isinstance(raw_events, list):
+        raise ProfileBufferError(f"{str(path)!r}: traceEvents is missing or not a list")
+    tag_names = [str(n) for n in other.get("tag_names") or []]
+    tag_ids = {name: i for i, name in enumerate(tag_names)}
+    kinds = {name: code for code, name in layout.KIND_NAMES.items()}
+    records = [e for e in raw_events if isinstance(e, dict) and e.get("ph") in ("X", "i", "I")]
+    events = np.zeros(len(records), dtype=EVENT_DTYPE)
+    try:
+        args = [e["args"] for e in records]
+        for field in _JSON_ARG_FIELDS:
+            events[field] = [a[field] for a in args]
+        events["dur_cycles"] = [a.get("dur_cycles", -1) for a in args]
+        events["kind"] = [
+            kinds.get(e.get("cat"), layout.KIND_INSTANT if e["ph"] != "X" else layout.KIND_SPAN)
+            for e in records
+        ]
+        names = [e["name"] for e in records]
+    except (KeyError, TypeError, ValueError, OverflowError) as err:
+        raise ProfileBufferError(
+            f"{str(path)!r}: an event lacks the cute_prof fields in its args ({err!r}); "
+            "the file was edited or written by an older cute_prof"
+        ) from None
+    tags = np.empty(len(records), dtype=np.int32)
+    for name in set(names) - set(tag_ids):
+        unknown = name[len("<unknown tag "):-1] if name.startswith("<unknown tag ") else ""
+        if unknown.isdigit() and int(unknown) not in tag_ids.values():
+            tag_ids[name] = int(unknown)
+        else:  # a name the tag table lacks: give it the next free id
+            tag_ids[name] = max(tag_ids.values(), default=-1) + 1
+    size = max(tag_ids.values(), default=-1) + 1
+    table = [f"<unknown tag {i}>" for i in range(size)]
+    for name, i in tag_ids.items():
+        table[i] = name
+    tags[:] = [tag_ids[n] for n in names] if names else []
+    events["tag"] = tags
+    events["slot"] = np.arange(len(records))
+    events = events[np.argsort(events["start_ns"], kind="stable")]
+
+    def count(key: str, default: int) -> int:
+        value = other.get(key, default)
+        return int(value) if isinstance(value, (int, float)) else default
+
+    n = len(records)
+    metadata = {k: v for k, v in other.items() if k not in _JSON_TRACE_KEYS and v is not None}
+    metadata["source_file"] = str(path)
+    capacity = count("capacity", n)
+    attempted = count("attempted", n)
+    return Trace(
+        events=events,
+        tag_names=tuple(table),
+        capacity=capacity,
+        attempted=attempted,
+        overflow=count("overflow", max(0, attempted - capacity)),
+        incomplete=count("incomplete", 0),
+        metadata=metadata,
+        invalid=count("invalid", 0),
+    )
 
 
 def trace_to_buffer(trace) -> np.ndarray:
