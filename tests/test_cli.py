@@ -1,0 +1,156 @@
+"""The ``cute-prof`` command, run as a subprocess on real files."""
+
+from __future__ import annotations
+
+import json
+import subprocess
+import sys
+from pathlib import Path
+
+import numpy as np
+import pytest
+from matplotlib.image import imread
+
+from cute_prof import layout
+from cute_prof.cli import main
+from cute_prof.pftrace import read_pftrace
+from cute_prof.storage import save_buffer
+
+NAMES = ["mainloop", "load", "mma", "epilogue", "tile_done"]
+BASE = 1_800_000_000_000_000_000
+REPO = Path(__file__).resolve().parents[1]
+
+
+def run(*args, check_rc=None):
+    result = subprocess.run([sys.executable, "-m", "cute_prof.cli", *map(str, args)],
+                            capture_output=True, text=True, cwd=REPO, timeout=300)
+    if check_rc is not None:
+        assert result.returncode == check_rc, (result.stdout, result.stderr)
+    return result
+
+
+@pytest.fixture(scope="module")
+def saved(tmp_path_factory):
+    """A saved buffer: 6 tids on 3 SMs, nested regions, instants, 3 records overflowed."""
+    directory = tmp_path_factory.mktemp("cli")
+    capacity = 6 * (1 + 3 * 3 + 1)  # mainloop, 3 x (load, mma, instant), epilogue
+    buf = np.zeros(layout.buffer_words(capacity), dtype=np.int64)
+    for tid in range(6):
+        t = BASE + 100 * tid
+        layout.write_records(buf, t, 3 * 1000, 0, tid, sm=tid % 3)
+        for i in range(3):
+            layout.write_records(buf, [t + 1000 * i, t + 1000 * i + 400], [400, 500], [1, 2],
+                                 tid, payload=i, sm=tid % 3)
+            layout.write_records(buf, t + 1000 * i + 950, 0, 4, tid,
+                                 kind=layout.KIND_INSTANT, sm=tid % 3)
+        layout.write_records(buf, t + 3000, 300, 3, tid, sm=tid % 3)
+    buf[0] += 3
+    npz = save_buffer(directory / "run.npz", buf, NAMES, metadata={"device": "NVIDIA H100"})
+    pt = save_buffer(directory / "run.pt", buf, NAMES, metadata={"device": "NVIDIA H100"})
+    return {"npz": npz, "pt": pt, "dir": directory, "records": capacity}
+
+
+@pytest.mark.parametrize("kind", ["npz", "pt"])
+def test_summary(saved, kind):
+    result = run("summary", saved[kind], check_rc=0)
+    for name in ("mainloop", "load", "mma", "epilogue", "tile_done", "overflow 3"):
+        assert name in result.stdout
+    assert "WARNING" in result.stdout
+    assert "loading" in result.stderr  # progress goes to stderr, not stdout
+    assert "cute-prof:" not in result.stdout
+
+
+def test_summary_json(saved):
+    data = json.loads(run("-q", "summary", saved["npz"], "--json", check_rc=0).stdout)
+    assert data["overflow"] == 3
+    assert data["records"] == saved["records"]
+    assert {row["name"]: row["count"] for row in data["tags"]}["load"] == 18
+    assert len(data["tids"]) == 6 and len(data["sms"]) == 3
+
+
+def test_export_pftrace(saved):
+    out = saved["dir"] / "run.pftrace"
+    result = run("export", saved["npz"], "-o", out, "--group-by", "sm", check_rc=0)
+    assert result.stdout.strip() == str(out)
+    slices, info = read_pftrace(out)
+    assert len(slices) == saved["records"]
+    assert info["overflow"] == 3 and info["group_by"] == "sm"
+    assert {s.split("/")[0] for s in slices["track"].tolist()} == {"SM 0", "SM 1", "SM 2"}
+
+
+def test_export_json_then_summarise_the_json(saved):
+    out = saved["dir"] / "run.json"
+    run("-q", "export", saved["pt"], "-o", out, check_rc=0)
+    assert json.loads(out.read_text())["otherData"]["producer"] == "cute_prof"
+    from_json = json.loads(run("-q", "summary", out, "--json", check_rc=0).stdout)
+    from_npz = json.loads(run("-q", "summary", saved["npz"], "--json", check_rc=0).stdout)
+    for key in ("tags", "tids", "sms", "gaps", "overflow", "incomplete", "kernel_span_ns"):
+        assert from_json[key] == from_npz[key], key
+
+
+def test_export_png_and_plot_svg(saved):
+    png = saved["dir"] / "run.png"
+    run("-q", "export", saved["npz"], "-o", png, check_rc=0)
+    assert imread(png).shape[1] == 1600
+    svg = saved["dir"] / "run.svg"
+    run("plot", saved["npz"], "-o", svg, "--group-by", "sm", "--width", "900", check_rc=0)
+    assert svg.read_text().lstrip().startswith("<?xml")
+    small = saved["dir"] / "small.png"
+    run("-q", "plot", saved["npz"], "-o", small, "--width", "700", "--height", "300",
+        check_rc=0)
+    assert imread(small).shape[:2] == (300, 700)
+
+
+def error_line(result):
+    assert result.returncode == 2, (result.stdout, result.stderr)
+    lines = result.stderr.strip().splitlines()
+    assert len(lines) == 1, result.stderr
+    assert lines[0].startswith("cute-prof: error: ")
+    assert result.stdout == ""
+    return lines[0]
+
+
+def test_truncated_npz(saved, tmp_path):
+    bad = tmp_path / "cut.npz"
+    bad.write_bytes(saved["npz"].read_bytes()[:200])
+    assert "not a cute_prof buffer file" in error_line(run("-q", "summary", bad))
+
+
+def test_random_bytes(tmp_path):
+    for name in ("junk.npz", "junk.pt", "junk.json"):
+        bad = tmp_path / name
+        bad.write_bytes(np.random.default_rng(1).bytes(2000))
+        error_line(run("-q", "summary", bad))
+
+
+def test_json_that_is_not_ours(tmp_path):
+    foreign = tmp_path / "chrome.json"
+    foreign.write_text(json.dumps({"traceEvents": [{"ph": "X", "name": "x", "ts": 1}]}))
+    assert "not a cute_prof JSON trace" in error_line(run("-q", "export", foreign, "-o",
+                                                          tmp_path / "o.pftrace"))
+    assert not (tmp_path / "o.pftrace").exists()
+
+
+def test_missing_unknown_and_bad_output(saved, tmp_path):
+    assert "no such file" in error_line(run("-q", "summary", tmp_path / "none.npz"))
+    other = tmp_path / "trace.csv"
+    other.write_text("a,b\n")
+    assert "cannot read .csv" in error_line(run("-q", "summary", other))
+    assert "suffix" in error_line(run("-q", "export", saved["npz"], "-o", tmp_path / "o.txt"))
+    assert "format" in error_line(run("-q", "plot", saved["npz"], "-o", tmp_path / "o.gif"))
+    assert "does not exist" in error_line(
+        run("-q", "export", saved["npz"], "-o", tmp_path / "nodir" / "o.json"))
+
+
+def test_usage_errors_exit_2():
+    with pytest.raises(SystemExit) as exit_info:
+        main([])
+    assert exit_info.value.code == 2
+    with pytest.raises(SystemExit) as exit_info:
+        main(["export", "x.npz"])  # -o is required
+    assert exit_info.value.code == 2
+
+
+def test_main_in_process(saved, capsys):
+    assert main(["-q", "summary", str(saved["npz"]), "--unit", "ns"]) == 0
+    assert "mainloop" in capsys.readouterr().out
