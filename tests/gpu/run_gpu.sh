@@ -4,7 +4,7 @@
 #   source .gpu/setup.sh && bash tests/gpu/run_gpu.sh [steps...]
 set -uo pipefail
 OUT=${OUT:-/tmp/cute_prof_gpu}; mkdir -p "$OUT"
-steps=${*:-"info tests sanitize example overhead gemm gemmprof"}
+steps=${*:-"info tests sanitize example overhead gemm gemmprof gemmsmall"}
 export PYTHONPATH="$PWD:${PYTHONPATH:-}"
 status=0
 run() {  # name, command...
@@ -24,8 +24,13 @@ for step in $steps; do
     example) run example python -m cute_prof.example -o "$OUT/profiler_example_trace.json" --save-recording "$OUT/example_recording.npz" ;;
     overhead) run overhead python bench/overhead.py --json "$OUT/overhead.json" ;;
     gemm) run gemm timeout 300 python bench/ws_gemm_bench.py ;;
-    gemmprof) run gemmprof timeout 200 python examples/ws_gemm_profile.py ;;
+    gemmprof) run gemmprof timeout 200 python examples/ws_gemm_profile.py -o /tmp/ws_gemm_l2.json ;;
+    gemmsmall) run gemmsmall timeout 200 python examples/ws_gemm_profile.py --mnk 512,1024,1024 -o "$OUT/ws_gemm_small_trace.json" ;;
   esac
 done
+python tests/gpu/make_log.py "$OUT" "bash tests/gpu/run_gpu.sh $steps"
+# keep what comes back small and few: one archive of the logs, the log, and the traces
+tar -C "$OUT" -czf /tmp/gpu_logs.tgz --exclude='*.tgz' --exclude='*trace*' . && mv /tmp/gpu_logs.tgz "$OUT/"
 cat "$OUT/summary.txt"
+find "$OUT" -maxdepth 1 -type f ! -name 'GPU_LOG.md' ! -name 'gpu_logs.tgz' ! -name '*trace*' ! -name '*.npz' -delete
 exit $status
