@@ -34,7 +34,8 @@ if os.path.exists(junit):
         parts.append(f"| {case.get('classname').split('.')[-1]}::{case.get('name')} | {result} | "
                      f"{float(case.get('time')):.2f} |")
     parts.append("")
-for name, title in [("sanitize.log", "compute-sanitizer memcheck on the overflow cases"),
+for name, title in [("figures.txt", "Figures measured by the GPU tests"),
+                    ("sanitize.log", "compute-sanitizer memcheck on the overflow cases"),
                     ("example.log", "python -m cute_prof.example"),
                     ("overhead.log", "python bench/overhead.py"),
                     ("gemm.log", "python bench/ws_gemm_bench.py"),

@@ -6,6 +6,7 @@ set -uo pipefail
 OUT=${OUT:-/tmp/cute_prof_gpu}; mkdir -p "$OUT"
 steps=${*:-"info tests sanitize example overhead gemm gemmprof gemmsmall"}
 export PYTHONPATH="$PWD:${PYTHONPATH:-}"
+export CUTE_PROF_FIGURES="$OUT/figures.txt"
 status=0
 run() {  # name, command...
   local name=$1; shift
