@@ -17,15 +17,17 @@ Output layout::
   on the exact nanosecond and readers that round still get it too.
 * Tracks: by default one process per GPU and one thread per kernel ``tid``; with
   ``group_by="sm"`` one process per SM, threads per ``tid`` within it. JSON pids and tids
-  are small positive numbers unique across the file (Perfetto drops negative ids, treats
-  pid 0 as the kernel's swapper and merges equal tids across processes); the thread name
+  are small positive numbers unique across the file (Perfetto ignores negative ids, treats
+  pid 0 as the kernel's swapper and keys threads by tid as Linux does); the thread name
   shows the kernel's tid, and ``thread_sort_index`` orders threads by it.
 * The file is written atomically: a temporary file in the same directory, fsync, then
   ``os.replace``. A failure leaves neither a partial trace nor the temporary file.
 
-Formatting is vectorised: every distinct (name, kind, rounding/sign flags) combination gets
-one ``%``-template, and a chunk of events is rendered with a single C-level ``%``
-operation over a flat tuple of integers -- no per-event Python code runs.
+Formatting is vectorised, with no per-event Python code: a chunk of events is rendered as
+one fixed-width uint8 matrix (one row per event) from digit arrays computed with numpy, and
+written straight from that matrix. Numbers shorter than the widest in their chunk are
+padded with spaces, which JSON allows between tokens, so the file is ~10% larger than a
+minimal one but a million events export in about 1.5 s instead of 3 s with ``%``-formatting.
 """
 
 from __future__ import annotations
@@ -128,39 +130,83 @@ def _as_trace(events) -> Trace:
     )
 
 
-def _split_us(values: np.ndarray) -> tuple[np.ndarray, np.ndarray, np.ndarray, np.ndarray]:
-    """Nanosecond ints -> (negative, whole µs, ns remainder, needs_bias) for "%d.%03d".
+_SPACE, _MINUS, _DOT, _ZERO, _ONE = (ord(c) for c in " -.01")
+_POWERS_OF_TEN = np.array([10**k for k in range(20)], dtype=np.uint64)
 
-    ``needs_bias`` marks values that Perfetto's parser (int part + frac/1000, then
-    truncating ``* 1000``) would read 1 ns short; see the module docstring."""
-    negative = values < 0
-    magnitude = np.abs(values).view(np.uint64)  # abs(INT64_MIN) wraps, uint64 view fixes it
-    whole = magnitude // np.uint64(1000)
-    remainder = magnitude % np.uint64(1000)
+
+def _perfetto_needs_guard(values: np.ndarray) -> np.ndarray:
+    """Which ns values Perfetto would read 1 ns short from ``"%d.%03d"`` µs text.
+
+    Mirrors its parser: whole part and fraction accumulated as doubles, summed, then
+    ``(int64)(value * 1000.0)`` (truncation). See the module docstring."""
+    magnitude = np.abs(values).view(np.uint64)  # abs(INT64_MIN) wraps; the uint64 view fixes it
+    whole, remainder = np.divmod(magnitude, np.uint64(1000))
     as_read = whole.astype(np.float64) + remainder.astype(np.float64) / 1000.0
-    needs_bias = np.trunc(as_read * 1000.0) != (whole * np.uint64(1000) + remainder).astype(
-        np.float64
-    )
-    return negative, whole.astype(np.int64), remainder.astype(np.int64), needs_bias
+    return np.trunc(as_read * 1000.0) != magnitude.astype(np.float64)
 
 
-def _event_template(name_json: str, kind: int, ts_neg, ts_bias, dur_neg, dur_bias) -> str:
-    """One event's %-template. Value order (13 ints, same for every template): ts µs, ts ns,
-    dur µs, dur ns, pid, json tid, start_ns, dur_ns, tid, payload, sm, warp, dur_cycles.
-    ``%.0s`` consumes a value without printing it, so every template takes all 13."""
-    name = name_json.replace("%", "%%")
-    ts = f'{"-" if ts_neg else ""}%d.%03d{"1" if ts_bias else ""}'
-    dur = f'{"-" if dur_neg else ""}%d.%03d{"1" if dur_bias else ""}'
-    cat = kind_name(kind)
-    if kind == layout.KIND_INSTANT:
-        head = f'{{"name":{name},"cat":"{cat}","ph":"i","s":"t","ts":{ts}%.0s%.0s'
-    else:
-        head = f'{{"name":{name},"cat":"{cat}","ph":"X","ts":{ts},"dur":{dur}'
-    cycles = ',"dur_cycles":%d' if kind == layout.KIND_CLOCK_SPAN else "%.0s"
-    return (
-        head + ',"pid":%d,"tid":%d,"args":{"start_ns":%d,"dur_ns":%d,"tid":%d,"payload":%d,'
-        '"sm":%d,"warp":%d' + cycles + "}}"
-    )
+def _literal(text: str, rows: int) -> np.ndarray:
+    return np.broadcast_to(np.frombuffer(text.encode("ascii"), np.uint8), (rows, len(text)))
+
+
+def _padded_table(texts: list[str]) -> np.ndarray:
+    """ASCII strings as a (count, longest) uint8 table, padded with trailing spaces."""
+    table = np.full((len(texts), max(map(len, texts))), _SPACE, dtype=np.uint8)
+    for row, text in enumerate(texts):
+        table[row, : len(text)] = np.frombuffer(text.encode("ascii"), np.uint8)
+    return table
+
+
+def _decimal_block(values: np.ndarray, *, micros: bool = False, guard=None) -> np.ndarray:
+    """int64 values as right-aligned decimal text, one row per value: (rows, width) uint8.
+
+    Shorter numbers are padded on the left with spaces, which JSON allows between tokens,
+    so a whole chunk of events is one fixed-width byte matrix built with array ops.
+    ``micros``: the values are ns, written as µs with three decimals; where ``guard`` is
+    set a fourth decimal ``1`` is appended (the Perfetto rounding guard)."""
+    rows = values.shape[0]
+    negative = values < 0
+    whole = np.abs(values).view(np.uint64)
+    if micros:
+        whole, remainder = np.divmod(whole, np.uint64(1000))
+    digits = np.maximum(np.searchsorted(_POWERS_OF_TEN, whole, side="right"), 1)
+    most = int(digits.max())
+    sign = int(negative.any())
+    with_guard = micros and guard is not None and bool(guard.any())
+    width = sign + most + ((4 + with_guard) if micros else 0)
+    text = np.full((width, rows), _SPACE, dtype=np.uint8)  # one row per character position
+    rest = whole.copy()
+    ten = np.uint64(10)
+    for k in range(most):
+        shifted = rest // ten
+        digit = (rest - shifted * ten).astype(np.uint8) + np.uint8(_ZERO)
+        text[sign + most - 1 - k] = np.where(k < digits, digit, np.uint8(_SPACE))
+        rest = shifted
+    if sign:
+        negative_rows = np.flatnonzero(negative)
+        text[sign + most - 1 - digits[negative_rows], negative_rows] = _MINUS
+    if micros:
+        point = sign + most
+        remainder = remainder.astype(np.int64)
+        text[point] = _DOT
+        text[point + 1] = remainder // 100 + _ZERO
+        text[point + 2] = remainder // 10 % 10 + _ZERO
+        text[point + 3] = remainder % 10 + _ZERO
+        if with_guard:
+            text[point + 4] = np.where(guard, np.uint8(_ONE), np.uint8(_SPACE))
+    return text.T
+
+
+def _kind_table(present: np.ndarray) -> np.ndarray:
+    """Per kind code: the category and phase fields; only kinds present take up width."""
+    texts = [""] * (1 << layout.KIND_BITS)
+    for code in present.tolist():
+        phase = "i" if code == layout.KIND_INSTANT else "X"
+        texts[code] = f',"cat":"{kind_name(code)}","ph":"{phase}"'
+    return _padded_table(texts)
+
+
+_INSTANT_SCOPE = np.frombuffer(b',"s":"t"', np.uint8)  # written where an instant's "dur" would be
 
 
 # --------------------------------------------------------------------------- export
@@ -185,8 +231,13 @@ def events_to_perfetto(
     ev = trace.events
     count = ev.shape[0]
     # Parents before children: order by start, then longer first for equal starts.
-    order = np.lexsort((-ev["dur_ns"], ev["start_ns"])) if count else np.zeros(0, np.intp)
-    ev = ev[order]
+    start = ev["start_ns"]
+    if count and not (start[1:] >= start[:-1]).all():
+        ev = ev[np.argsort(start, kind="stable")]
+        start = ev["start_ns"]
+    tie = start[1:] == start[:-1]
+    if tie.any() and (ev["dur_ns"][1:][tie] > ev["dur_ns"][:-1][tie]).any():
+        ev = ev[np.lexsort((-ev["dur_ns"], start))]
 
     # ------------------------------------------------------------ tracks
     device = str(trace.metadata.get("device") or "GPU")
@@ -229,37 +280,17 @@ def events_to_perfetto(
             f'"args":{{"sort_index":{track}}}}}'
         )
 
-    # --------------------------------------------------------- templates
+    # ------------------------------------------------------------ columns
     origin = int(ev["start_ns"].min()) if count else 0
-    ts_neg, ts_us, ts_frac, ts_bias = _split_us(ev["start_ns"] - origin)
-    dur_neg, dur_us, dur_frac, dur_bias = _split_us(ev["dur_ns"])
+    relative_start = ev["start_ns"] - origin
+    ts_guard = _perfetto_needs_guard(relative_start)
+    dur_guard = _perfetto_needs_guard(ev["dur_ns"])
     name_index, names = trace.name_table(ev["tag"])
-    flags = (
-        ts_neg.astype(np.int64) * 8
-        + ts_bias.astype(np.int64) * 4
-        + dur_neg.astype(np.int64) * 2
-        + dur_bias.astype(np.int64)
-    )
-    combo = (name_index.astype(np.int64) * 16 + ev["kind"].astype(np.int64)) * 16 + flags
-    combos, combo_index = np.unique(combo, return_inverse=True)
-    templates = np.empty(combos.shape[0], dtype=object)
-    for i, code in enumerate(combos.tolist()):
-        name_i, rest = divmod(code, 256)
-        kind, flag = divmod(rest, 16)
-        templates[i] = _event_template(
-            _dumps(names[name_i]), kind, flag & 8, flag & 4, flag & 2, flag & 1
-        )
-    combo_index = combo_index.reshape(-1)
-
-    values = np.empty((count, 13), dtype=np.int64)
-    for column, data in enumerate(
-        (
-            ts_us, ts_frac, dur_us, dur_frac, json_pid, json_tid,
-            ev["start_ns"], ev["dur_ns"], ev["tid"], ev["payload"], ev["sm"], ev["warp"],
-            ev["dur_cycles"],
-        )
-    ):
-        values[:, column] = data
+    name_table = _padded_table([_dumps(name) for name in names] or ['""'])
+    kind_table = _kind_table(np.unique(ev["kind"]))
+    is_instant = ev["kind"] == layout.KIND_INSTANT
+    is_clock = ev["kind"] == layout.KIND_CLOCK_SPAN
+    with_cycles = bool(is_clock.any())
 
     other = {
         "producer": "cute_prof",
@@ -280,15 +311,56 @@ def events_to_perfetto(
     if metadata:
         other.update(metadata)
 
-    with atomic_open(target) as out:
-        out.write(f'{{"displayTimeUnit":"ns","otherData":{_dumps(other)},"traceEvents":[\n')
-        out.write(_SEPARATOR.join(header_events))
-        first = not header_events
+    with atomic_open(target, "wb") as out:
+        out.write(f'{{"displayTimeUnit":"ns","otherData":{_dumps(other)},"traceEvents":[\n'.encode())
+        out.write(_SEPARATOR.join(header_events).encode())
+        if count and header_events:
+            out.write(_SEPARATOR.encode())
         for start in range(0, count, _CHUNK_EVENTS):
-            stop = min(start + _CHUNK_EVENTS, count)
-            chunk_template = _SEPARATOR.join(templates[combo_index[start:stop]].tolist())
-            text = chunk_template % tuple(values[start:stop].ravel().tolist())
-            out.write(text if first else _SEPARATOR + text)
-            first = False
-        out.write("\n]}\n")
+            rows = slice(start, min(start + _CHUNK_EVENTS, count))
+            n = rows.stop - rows.start
+            dur = np.concatenate(
+                [_literal(',"dur":', n), _decimal_block(ev["dur_ns"][rows], micros=True, guard=dur_guard[rows])],
+                axis=1,
+            )
+            instants = np.flatnonzero(is_instant[rows])
+            if instants.shape[0]:  # instants have no duration: a thread scope instead
+                dur[instants] = _SPACE
+                dur[instants, : _INSTANT_SCOPE.shape[0]] = _INSTANT_SCOPE
+            blocks = [
+                _literal('{"name":', n),
+                name_table[name_index[rows]],
+                kind_table[ev["kind"][rows]],
+                _literal(',"ts":', n),
+                _decimal_block(relative_start[rows], micros=True, guard=ts_guard[rows]),
+                dur,
+                _literal(',"pid":', n),
+                _decimal_block(json_pid[rows]),
+                _literal(',"tid":', n),
+                _decimal_block(json_tid[rows]),
+                _literal(',"args":{"start_ns":', n),
+                _decimal_block(ev["start_ns"][rows]),
+                _literal(',"dur_ns":', n),
+                _decimal_block(ev["dur_ns"][rows]),
+                _literal(',"tid":', n),
+                _decimal_block(ev["tid"][rows].astype(np.int64)),
+                _literal(',"payload":', n),
+                _decimal_block(ev["payload"][rows].astype(np.int64)),
+                _literal(',"sm":', n),
+                _decimal_block(ev["sm"][rows].astype(np.int64)),
+                _literal(',"warp":', n),
+                _decimal_block(ev["warp"][rows].astype(np.int64)),
+            ]
+            if with_cycles:
+                cycles = np.concatenate(
+                    [_literal(',"dur_cycles":', n), _decimal_block(ev["dur_cycles"][rows])], axis=1
+                )
+                cycles[~is_clock[rows]] = _SPACE
+                blocks.append(cycles)
+            blocks.append(_literal("}},\n", n))
+            text = np.concatenate(blocks, axis=1)
+            if rows.stop == count:
+                text[-1, -2] = _SPACE  # no comma after the last event
+            out.write(text.data)
+        out.write(b"]}\n")
     return target

@@ -311,3 +311,30 @@ def test_failed_write_keeps_the_previous_trace_intact(tmp_path, monkeypatch):
         events_to_perfetto(make_trace(np.random.default_rng(11), count=5), target)
     assert target.read_text() == "previous"
     assert [p.name for p in tmp_path.iterdir()] == ["t.json"]
+
+
+def test_chunked_rendering_matches_a_single_chunk(tmp_path, monkeypatch):
+    trace = make_trace(np.random.default_rng(12), count=257)
+    whole = load(events_to_perfetto(trace, tmp_path / "whole.json"))
+    monkeypatch.setattr(export_json, "_CHUNK_EVENTS", 10)  # 26 chunks, last one partial
+    chunked = load(events_to_perfetto(trace, tmp_path / "chunked.json"))
+    assert chunked == whole
+
+
+def test_negative_durations_and_extreme_fields_are_written_exactly(tmp_path):
+    buf = np.zeros(layout.buffer_words(3), dtype=np.int64)
+    layout.write_records(buf, [BASE_NS, BASE_NS + 1, BASE_NS + 2], [-5, 2**62, 0],
+                         tag=0, tid=[-(2**31), 2**31 - 1, 0],
+                         payload=[-(2**31), 2**31 - 1, -1], sm=[layout.MAX_SM_ID, 0, 1],
+                         warp=[layout.MAX_WARP_ID, 0, 1])
+    trace = decode_buffer(buf, TAGS)
+    with open(events_to_perfetto(trace, tmp_path / "t.json")) as handle:
+        doc = json.load(handle, parse_float=Decimal)
+    evs = records(doc)
+    assert [e["args"]["dur_ns"] for e in evs] == [-5, 2**62, 0]
+    assert evs[0]["dur"] == Decimal("-0.005")
+    assert evs[1]["dur"] * 1000 // 1 == 2**62
+    assert [e["args"]["tid"] for e in evs] == [-(2**31), 2**31 - 1, 0]
+    assert [e["args"]["payload"] for e in evs] == [-(2**31), 2**31 - 1, -1]
+    assert [e["args"]["sm"] for e in evs] == [layout.MAX_SM_ID, 0, 1]
+    assert [e["args"]["warp"] for e in evs] == [layout.MAX_WARP_ID, 0, 1]
