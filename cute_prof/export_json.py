@@ -209,6 +209,20 @@ def _kind_table(present: np.ndarray) -> np.ndarray:
 _INSTANT_SCOPE = np.frombuffer(b',"s":"t"', np.uint8)  # written where an instant's "dur" would be
 
 
+def _parents_first(start: np.ndarray, dur: np.ndarray) -> np.ndarray:
+    """Order for start-sorted events so that equal starts put longer (enclosing) spans
+    first, as JSON importers nest by file order. Only the tied rows are re-sorted."""
+    order = np.arange(start.shape[0])
+    if start.shape[0] < 2:
+        return order
+    first_of_run = np.concatenate(([True], start[1:] != start[:-1]))
+    run = np.cumsum(first_of_run) - 1
+    tied = np.flatnonzero(np.bincount(run)[run] > 1)
+    if tied.shape[0]:
+        order[tied] = tied[np.lexsort((-dur[tied], run[tied]))]
+    return order
+
+
 # --------------------------------------------------------------------------- export
 def events_to_perfetto(
     events,
@@ -235,9 +249,7 @@ def events_to_perfetto(
     if count and not (start[1:] >= start[:-1]).all():
         ev = ev[np.argsort(start, kind="stable")]
         start = ev["start_ns"]
-    tie = start[1:] == start[:-1]
-    if tie.any() and (ev["dur_ns"][1:][tie] > ev["dur_ns"][:-1][tie]).any():
-        ev = ev[np.lexsort((-ev["dur_ns"], start))]
+    ev = ev[_parents_first(start, ev["dur_ns"])]
 
     # ------------------------------------------------------------ tracks
     device = str(trace.metadata.get("device") or "GPU")
