@@ -195,7 +195,7 @@ def test_overlapping_regions_get_a_lane_under_the_same_name(tmp_path):
     assert lane.parent_uuid != lane.uuid
 
 
-def test_parallel_workers_write_identical_bytes(tmp_path):
+def test_parallel_workers_write_the_same_packets(tmp_path):
     rng = np.random.default_rng(3)
     rows = []
     for tid in range(40):
@@ -206,8 +206,19 @@ def test_parallel_workers_write_identical_bytes(tmp_path):
                          int(rng.integers(0, 3)), SPAN))
             t += dur + int(rng.integers(0, 5))
     trace = decoded(rows)
-    serial = write_pftrace(trace, tmp_path / "serial.pftrace", workers=1).read_bytes()
-    parallel = write_pftrace(trace, tmp_path / "parallel.pftrace", workers=3).read_bytes()
+
+    def per_sequence(path):
+        parsed = pb.Trace()
+        parsed.ParseFromString(path.read_bytes())
+        sequences = {}
+        for packet in parsed.packet:  # packet order matters only inside a sequence
+            sequences.setdefault(packet.trusted_packet_sequence_id, []).append(
+                packet.SerializeToString())
+        return sequences
+
+    serial = per_sequence(write_pftrace(trace, tmp_path / "serial.pftrace", workers=1))
+    parallel = per_sequence(write_pftrace(trace, tmp_path / "parallel.pftrace", workers=3))
+    assert len(serial) == 41  # the descriptors' sequence and one per tid
     assert serial == parallel
 
 
