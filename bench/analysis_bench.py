@@ -31,18 +31,18 @@ from cute_prof.export_json import events_to_perfetto  # noqa: E402
 from cute_prof.pftrace import write_pftrace  # noqa: E402
 from cute_prof.plot import plot_timeline  # noqa: E402
 
-TAGS = ["mainloop", "load", "mma", "epilogue", "iter_done", "exit"]
+TAGS = ["mainloop", "load", "mma", "epilogue", "iter_done", "exit", "cta_start"]
 TARGETS_S = {"summary": 1.0, "pftrace": 3.0, "pftrace (1 process)": None, "json": 3.0,
              "png": 5.0}
 
 
 def realistic_buffer(records: int, tids: int, *, sms: int = 132, seed: int = 0) -> np.ndarray:
-    """Per tid: mainloop [load, mma] x k with an instant after each iteration, epilogue,
-    exit instant; CTAs start staggered like waves of a persistent grid."""
+    """Per tid: a start instant, mainloop [load, mma] x k with an instant after each
+    iteration, epilogue, exit instant; CTAs start staggered in waves like a real grid."""
     rng = np.random.default_rng(seed)
     per_tid = records // tids
-    iterations = (per_tid - 3) // 3
-    per_tid = 3 * iterations + 3
+    iterations = (per_tid - 4) // 3
+    per_tid = 3 * iterations + 4
     launch = rng.integers(0, 50_000, tids) + (np.arange(tids) // (sms * 4)) * 20_000
     load = rng.integers(200, 800, (tids, iterations))
     mma = rng.integers(300, 1200, (tids, iterations))
@@ -64,8 +64,9 @@ def realistic_buffer(records: int, tids: int, *, sms: int = 132, seed: int = 0) 
     start[:, mmas], dur[:, mmas], tag[:, mmas], payload[:, mmas] = (
         iteration_start + load, mma, 2, np.arange(iterations))
     start[:, marks], tag[:, marks], kind[:, marks] = iteration_start + load + mma, 4, layout.KIND_INSTANT
-    start[:, -2], dur[:, -2], tag[:, -2] = main_end + 20, rng.integers(500, 2000, tids), 3
-    start[:, -1], tag[:, -1], kind[:, -1] = main_end + 5, 5, layout.KIND_INSTANT
+    start[:, -3], dur[:, -3], tag[:, -3] = main_end + 20, rng.integers(500, 2000, tids), 3
+    start[:, -2], tag[:, -2], kind[:, -2] = main_end + 5, 5, layout.KIND_INSTANT
+    start[:, -1], tag[:, -1], kind[:, -1] = launch, 6, layout.KIND_INSTANT
     tid = np.repeat(np.arange(tids), per_tid)
     # the device appends in claim order, roughly by time: shuffle within small windows
     order = np.argsort(start.ravel() + rng.integers(0, 500, start.size), kind="stable")

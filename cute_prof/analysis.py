@@ -304,6 +304,7 @@ class Summary:
     overflow: int
     incomplete: int
     metadata: dict[str, Any] = field(default_factory=dict)
+    invalid: int = 0  # complete records of a kind this version does not know
 
     @property
     def kernel_span_ns(self) -> int:
@@ -331,6 +332,7 @@ class Summary:
             "attempted": self.attempted,
             "overflow": self.overflow,
             "incomplete": self.incomplete,
+            "invalid": self.invalid,
             "kernel_start_ns": self.kernel_start_ns,
             "kernel_end_ns": self.kernel_end_ns,
             "kernel_span_ns": self.kernel_span_ns,
@@ -400,6 +402,7 @@ def summarize(trace: Trace) -> Summary:
         overflow=int(trace.overflow),
         incomplete=int(trace.incomplete),
         metadata=dict(trace.metadata or {}),
+        invalid=int(getattr(trace, "invalid", 0) or 0),
     )
 
 
@@ -511,6 +514,11 @@ def _format_summary(summary: Summary, *, max_rows: int, unit: str | None) -> str
         lines.append(
             f"  WARNING: {summary.incomplete:,} slots were claimed but never written "
             "(kernel aborted or killed mid-record)."
+        )
+    if summary.invalid:
+        lines.append(
+            f"  WARNING: {summary.invalid:,} records have an unknown kind (corrupted buffer "
+            "or a newer cute_prof) and were left out."
         )
     device = summary.metadata.get("device") or summary.metadata.get("device_name")
     if device:
