@@ -37,13 +37,13 @@ MMA_COVERAGE_TOL = 0.05
 
 
 # ----------------------------------------------------------------------------- running
-def run_profiled(W, m, n, k, level, trace_path, recorder="staged"):
+def run_profiled(W, m, n, k, level, trace_path, recorder="staged", tile_n=256):
     """Launch once under profile_session; returns (c, a, b, records, attempted, trace)."""
     import torch
 
     import cute_prof
 
-    runner = W.CompiledWsGemm(W.GemmConfig(recorder=recorder))
+    runner = W.CompiledWsGemm(W.GemmConfig(recorder=recorder, tile_n=tile_n))
     exp = W.expected_counts(runner.gemm, m, n, k, level)
     max_events = exp["total"] + 64  # a little slack: an excess would show as a count error
     torch.manual_seed(0)
@@ -245,6 +245,8 @@ def main(argv=None) -> int:
     ap.add_argument("--level", type=int, default=2, choices=[1, 2])
     ap.add_argument("--recorder", default="staged", choices=["staged", "direct"],
                     help="cute_prof write path: WarpRecorder (staged) or profile_stop (direct)")
+    ap.add_argument("--tile-n", type=int, default=256, choices=[128, 256],
+                    help="CTA tile N (128 leaves room for 6 pipeline stages instead of 4)")
     ap.add_argument("-o", "--output", default=None, help="trace path (.json); default $OUT or /tmp")
     args = ap.parse_args(argv)
 
@@ -263,12 +265,13 @@ def main(argv=None) -> int:
         trace_path.unlink()
 
     runner, c, a, b, records, attempted, trace = run_profiled(
-        W, m, n, k, args.level, trace_path, args.recorder)
+        W, m, n, k, args.level, trace_path, args.recorder, args.tile_n)
     gemm = runner.gemm
     ok = True
     ref = a.float() @ b.float().T
     err = ((c.float() - ref).norm() / ref.norm()).item()
-    print(f"device {torch.cuda.get_device_name()}: {m}x{n}x{k}, level {args.level} ({args.recorder}), "
+    print(f"device {torch.cuda.get_device_name()}: {m}x{n}x{k}, tile 128x{args.tile_n}, "
+          f"level {args.level} ({args.recorder}), "
           f"{gemm.num_ctas(m, n)} CTAs x {gemm.k_tiles(k)} k-tiles; rel err {err:.3e}")
     ok &= err < 1e-2
 

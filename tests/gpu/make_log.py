@@ -40,6 +40,8 @@ for name, title in [("figures.txt", "Figures measured by the GPU tests"),
                     ("overhead.log", "python bench/overhead.py"),
                     ("gemm.log", "python bench/ws_gemm_bench.py"),
                     ("gemmprof.log", "python examples/ws_gemm_profile.py (2048x2048x8192, level 2)"),
+                    ("gemmbig.log", "python examples/ws_gemm_profile.py --mnk 8192,8192,8192"),
+                    ("gemm128.log", "python examples/ws_gemm_profile.py --tile-n 128 (6 stages)"),
                     ("gemmsmall.log", "python examples/ws_gemm_profile.py (small run, committed trace)")]:
     text = read(name, tail=60)
     if text is not None:

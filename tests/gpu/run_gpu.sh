@@ -26,6 +26,8 @@ for step in $steps; do
     overhead) run overhead python bench/overhead.py --json "$OUT/overhead.json" ;;
     gemm) run gemm timeout 300 python bench/ws_gemm_bench.py ;;
     gemmprof) run gemmprof timeout 200 python examples/ws_gemm_profile.py -o /tmp/ws_gemm_l2.json ;;
+    gemmbig) run gemmbig timeout 200 python examples/ws_gemm_profile.py --mnk 8192,8192,8192 -o /tmp/ws_gemm_8192.json ;;
+    gemm128) run gemm128 timeout 200 python examples/ws_gemm_profile.py --tile-n 128 -o /tmp/ws_gemm_t128.json ;;
     gemmsmall) run gemmsmall timeout 200 python examples/ws_gemm_profile.py --mnk 512,1024,1024 -o "$OUT/ws_gemm_small_trace.json" ;;
   esac
 done
