@@ -22,11 +22,13 @@ Layout of the file:
   state, interns the event names used on that track and sets the track as the default for
   all its events, so each event packet carries only timestamp, type and name id.
 
-Speed: building protobuf messages in Python costs about a microsecond per field, and a
-region needs two packets. The events are therefore ordered, checked and split into
-per-track sequences with numpy, the packet loop touches as few fields as possible, and
-on Linux large traces are serialised by several forked worker processes whose outputs are
-concatenated (a serialised ``Trace`` is just a concatenation of packets).
+Speed: building protobuf messages in Python costs a fraction of a microsecond per field,
+and a region needs two packets. So the events are ordered, checked and split into
+per-track sequences with numpy; each distinct (type, name, payload) combination is
+serialised once as a template and merged into its packets with ``MergeFromString``, so the
+per-packet loop sets only timestamp and sequence; and on Linux large traces are serialised
+by forked worker processes whose outputs are concatenated (a serialised ``Trace`` is just
+a sequence of packets, and packet order only matters within a sequence).
 """
 
 from __future__ import annotations

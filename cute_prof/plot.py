@@ -6,9 +6,9 @@ Rows are tids (or SMs), the x axis is time since the kernel started, one colour 
   rectangle; nested regions are drawn thinner and on top of their parents, so the
   nesting stays visible.
 * Anything larger is rasterised to what the picture can show: each row is binned into
-  pixel columns, the time every tag covers in every pixel is summed with numpy, and each
-  pixel shows its dominant tag (innermost tags win when they cover a fair share of the
-  pixel), faded by how busy the row was there. A million regions take well under a second.
+  pixel columns, the time each tag is the *innermost* open region in every pixel is summed
+  with numpy, and each pixel shows the tag with the most such time, faded by how busy the
+  row was there (white: idle). A million regions take about a second.
 * More tracks than ``max_tracks``: neighbouring tracks are merged into one row each
   (labelled with the range they hold), so the picture always has readable row heights.
 
@@ -59,24 +59,72 @@ def _format_of(path: Path, format: str | None) -> str:
     return fmt
 
 
-def _open_levels(track: np.ndarray, start: np.ndarray, end: np.ndarray) -> np.ndarray:
-    """Regions open on the same track when each region starts, itself included (its
-    nesting depth when regions nest): starts so far minus ends so far, via two sorted
-    key arrays and ``searchsorted``."""
-    if start.shape[0] == 0:
-        return np.zeros(0, np.int64)
+def _stack_view(track: np.ndarray, start: np.ndarray, end: np.ndarray):
+    """What each track is doing at every moment: the innermost open region.
+
+    Returns ``(level per region, segments)`` where ``level`` is the number of regions open
+    on the track when the region begins (its nesting depth), and ``segments`` is
+    ``(track, start, end, region)`` for every stretch of time with the same innermost
+    region. Uses the same begin/end ordering as the Perfetto export; the region on top
+    after an end is the last region begun one level up (a sorted-key lookup), so the
+    whole computation is vectorised. Tracks whose regions overlap without nesting fall
+    back to a small stack walk.
+    """
+    from .pftrace import _build_ops
+
+    n = start.shape[0]
+    empty = np.zeros(0, np.int64)
+    if n == 0:
+        return empty, (empty, empty, empty, empty)
     t0 = int(start.min())
-    stride = int(end.max()) - t0 + 2
-    if stride * (int(track.max()) + 2) >= (1 << 62):  # absurd ranges: no nesting shown
-        return np.ones(start.shape[0], np.int64)
-    base = track * stride
-    start_keys = np.sort(base + (start - t0))
-    end_keys = np.sort(base + (end - t0))
-    query = base + (start - t0)
-    track_first = base
-    started = np.searchsorted(start_keys, query, side="right") - np.searchsorted(start_keys, track_first)
-    ended = np.searchsorted(end_keys, query, side="right") - np.searchsorted(end_keys, track_first)
-    return np.maximum(started - ended, 1)
+    zeros = np.zeros(n, np.int64)
+    ops = _build_ops(track, start, end, zeros, zeros, empty, empty, empty, empty,
+                     int(track.max()) + 1, t0, int(end.max()) - t0 + 1)
+    m = ops.ts.shape[0]
+    is_begin = ops.type == 1
+    depth = np.cumsum(np.where(is_begin, 1, -1))
+    begin_pos = np.flatnonzero(is_begin)
+    end_pos = np.flatnonzero(~is_begin)
+    levels = np.empty(n, np.int64)
+    levels[ops.span[begin_pos]] = depth[begin_pos]
+    closes_at = np.empty(n, np.int64)
+    closes_at[ops.span[end_pos]] = end_pos
+
+    # top of the stack after every op: the region itself after a begin; after an end, the
+    # last region begun at the level that is now on top (if it is still open)
+    top = np.full(m, -1, np.int64)
+    top[begin_pos] = ops.span[begin_pos]
+    max_level = int(depth.max()) + 1
+    begin_key = (ops.track[begin_pos] * max_level + depth[begin_pos]) * m + begin_pos
+    order = np.argsort(begin_key)
+    sorted_keys, sorted_pos = begin_key[order], begin_pos[order]
+    level_after = depth[end_pos]
+    reopened = end_pos[level_after > 0]
+    query = (ops.track[reopened] * max_level + depth[reopened]) * m + reopened
+    found = np.searchsorted(sorted_keys, query) - 1
+    candidate = sorted_pos[np.maximum(found, 0)]
+    valid = (found >= 0) & (ops.track[candidate] == ops.track[reopened]) & (
+        depth[candidate] == depth[reopened])
+    candidate_span = ops.span[candidate]
+    valid &= closes_at[candidate_span] > reopened
+    top[reopened[valid]] = candidate_span[valid]
+    for track_id in np.unique(ops.track[reopened[~valid]]).tolist():  # misnested tracks
+        mine = np.flatnonzero(ops.track == track_id)
+        open_spans: list[int] = []
+        for position, kind, span in zip(mine.tolist(), ops.type[mine].tolist(),
+                                        ops.span[mine].tolist()):
+            if kind == 1:
+                open_spans.append(span)
+            else:
+                open_spans.remove(span)
+            top[position] = open_spans[-1] if open_spans else -1
+
+    same_track_next = np.r_[ops.track[1:] == ops.track[:-1], False]
+    keep = same_track_next & (top >= 0)
+    keep[:-1] &= ops.ts[1:] > ops.ts[:-1]
+    index = np.flatnonzero(keep)
+    segments = (ops.track[index], ops.ts[index], ops.ts[index + 1], top[index])
+    return levels, segments
 
 
 def _coverage(row, slot, a, b, n_rows: int, n_slots: int, n_cols: int) -> np.ndarray:
@@ -220,12 +268,13 @@ def plot_timeline(
     span_slot = slot_of_tag[span_tag_index]
     rel_start = (ev_start[span_sel] - t0).astype(np.float64)
     rel_end = (ev_end[span_sel] - t0).astype(np.float64)
-    levels = _open_levels(track_index[span_sel], ev_start[span_sel], ev_end[span_sel])
+    levels, (seg_track, seg_start, seg_end, seg_span) = _stack_view(
+        track_index[span_sel], ev_start[span_sel], ev_end[span_sel])
     vector = not aggregated and span_sel.sum() <= max_vector_regions
     if vector and rel_start.shape[0]:
         # deeper regions thinner and on top; bar heights in row units
-        depth = np.minimum(levels, 6) - 1
-        half = 0.42 * (1.0 - 0.14 * depth)
+        depth = np.minimum(levels, 4) - 1
+        half = 0.42 * (1.0 - 0.22 * depth)
         order = np.lexsort((-(rel_end - rel_start), levels))
         x0, x1 = rel_start[order] / scale, rel_end[order] / scale
         x1 = np.maximum(x1, x0 + x_max / plot_w * 0.8)  # at least ~1 pixel wide
@@ -238,18 +287,12 @@ def plot_timeline(
     elif rel_start.shape[0]:
         n_cols = plot_w
         col_scale = n_cols / span_ns
-        cover = _coverage(span_row, span_slot, rel_start * col_scale, rel_end * col_scale,
+        # time each tag is the innermost open region, per row and pixel column
+        cover = _coverage(row_of_track[seg_track], span_slot[seg_span],
+                          (seg_start - t0) * col_scale, (seg_end - t0) * col_scale,
                           n_rows, n_slots, n_cols)
-        # innermost tags win a pixel when they cover at least 30% of what the top tag does
-        mean_level = np.bincount(span_slot, weights=levels, minlength=n_slots) / np.maximum(
-            np.bincount(span_slot, minlength=n_slots), 1)
-        # dense rank of nesting depth: tags at the same depth compete on coverage alone
-        priority = np.unique(np.round(mean_level, 1), return_inverse=True)[1].reshape(-1)
-        top = cover.max(axis=1, keepdims=True)
-        eligible = (cover > 0) & (cover >= 0.3 * top)
-        score = np.where(eligible, priority[None, :, None] * (top.max() + 1.0) + cover, -1.0)
-        winner = score.argmax(axis=1)
-        busy = np.clip(top[:, 0, :] / tracks_in_row[:, None], 0.0, 1.0)
+        winner = cover.argmax(axis=1)
+        busy = np.clip(cover.sum(axis=1) / tracks_in_row[:, None], 0.0, 1.0)
         alpha = np.where(busy > 0, 0.3 + 0.7 * busy, 0.0)[..., None]
         rgb = colours[winner] * alpha + (1.0 - alpha)
         ax.imshow(rgb, extent=(0, x_max, n_rows, 0), aspect="auto", interpolation="nearest",

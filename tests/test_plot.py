@@ -12,7 +12,7 @@ from matplotlib.image import imread
 
 from cute_prof import layout
 from cute_prof.errors import ProfileBufferError
-from cute_prof.plot import _coverage, _open_levels, plot_timeline
+from cute_prof.plot import _coverage, _stack_view, plot_timeline
 from cute_prof.trace import EVENT_DTYPE, Trace
 
 SPAN, INSTANT = layout.KIND_SPAN, layout.KIND_INSTANT
@@ -138,11 +138,21 @@ def test_coverage_matches_brute_force():
     np.testing.assert_allclose(got, expected, atol=1e-9)
 
 
-def test_open_levels_are_nesting_depths():
-    # track 0: A [0,100) > B [10,50) > C [20,30); D [60,70) inside A only; E [100,110) after A
-    track = np.zeros(5, np.int64)
-    start = np.array([0, 10, 20, 60, 100])
-    end = np.array([100, 50, 30, 70, 110])
-    assert _open_levels(track, start, end).tolist() == [1, 2, 3, 2, 1]
-    # a second track does not see the first one's regions
-    assert _open_levels(np.array([0, 1]), np.array([0, 5]), np.array([10, 8])).tolist() == [1, 1]
+def test_stack_view_levels_and_innermost_segments():
+    # track 0: A [0,100) > B [10,50) > C [20,30); D [60,70) in A; E [100,110) after A
+    # track 1: F [0,40) and G [20,60) overlap without nesting; H [50,55) inside G
+    track = np.array([0, 0, 0, 0, 0, 1, 1, 1])
+    start = np.array([0, 10, 20, 60, 100, 0, 20, 50])
+    end = np.array([100, 50, 30, 70, 110, 40, 60, 55])
+    levels, (seg_track, seg_start, seg_end, seg_span) = _stack_view(track, start, end)
+    assert levels.tolist() == [1, 2, 3, 2, 1, 1, 2, 2]
+    segments = sorted(zip(seg_track.tolist(), seg_start.tolist(), seg_end.tolist(),
+                          seg_span.tolist()))
+    assert segments == [
+        (0, 0, 10, 0), (0, 10, 20, 1), (0, 20, 30, 2), (0, 30, 50, 1), (0, 50, 60, 0),
+        (0, 60, 70, 3), (0, 70, 100, 0), (0, 100, 110, 4),
+        (1, 0, 20, 5), (1, 20, 40, 6), (1, 40, 50, 6), (1, 50, 55, 7), (1, 55, 60, 6),
+    ]
+    # self time adds up to the busy (union) time of each track
+    for t, busy in ((0, 110), (1, 60)):
+        assert sum(e - s for tr, s, e, _ in segments if tr == t) == busy
