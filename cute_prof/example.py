@@ -49,10 +49,11 @@ def _define_kernel():
         tidx, _, _ = cute.arch.thread_idx()
         bidx, _, _ = cute.arch.block_idx()
         warp = cute.arch.warp_idx()
-        track = bidx * WARPS + warp  # one track per warp
+        cta_track = bidx * (WARPS + 1)  # per CTA: one CTA-wide track, then one per warp
+        track = cta_track + 1 + warp
         gidx = bidx * (32 * WARPS) + tidx
         x = data[gidx]
-        with cp.profile_region(buf, max_events, "cta", bidx):  # thread 0 of the CTA
+        with cp.profile_region(buf, max_events, "cta", cta_track):  # thread 0 of the CTA
             with cp.profile_region(buf, max_events, "load", track, guard="lane0"):
                 x = churn(x, work // 4)
             with cp.profile_region(buf, max_events, "compute", track, guard="lane0"):
