@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import json
+import shutil
 import subprocess
 import sys
 from pathlib import Path
@@ -154,3 +155,10 @@ def test_usage_errors_exit_2():
 def test_main_in_process(saved, capsys):
     assert main(["-q", "summary", str(saved["npz"]), "--unit", "ns"]) == 0
     assert "mainloop" in capsys.readouterr().out
+
+
+@pytest.mark.skipif(shutil.which("cute-prof") is None, reason="package not installed")
+def test_console_script(saved):
+    result = subprocess.run(["cute-prof", "-q", "summary", str(saved["npz"])],
+                            capture_output=True, text=True, timeout=300)
+    assert result.returncode == 0 and "mainloop" in result.stdout
