@@ -10,7 +10,8 @@ Steps:
 2. timing at --size (default 8192): CUDA-event medians over --reps launches after
    --warmup launches, random normal inputs. Rows: cuBLAS, level 0, level 1, level 2 (the
    default staged WarpRecorder write path), and levels 1 and 2 with the direct write path
-   (one profile_stop atomic per record). The profile counter is zeroed
+   (one profile_stop atomic per record), all with the default GemmConfig (2 x 1 cluster,
+   B multicast); then level 0 without a cluster (1 x 1) for comparison. The profile counter is zeroed
    before every timed launch (outside the events), so every launch writes all its records.
 3. a table (last thing printed) with ms, TFLOP/s, % of cuBLAS, overhead vs level 0;
    ``$OUT/ws_gemm_bench.json`` when OUT is set.
@@ -114,13 +115,16 @@ def main(argv=None) -> int:
     log(f"device: {dev} (sm_{cap[0]}{cap[1]}), torch {torch.__version__}, ops: {W.PROF_OPS_SOURCE}")
     runner = W.CompiledWsGemm()
     runner_d = W.CompiledWsGemm(W.GemmConfig(recorder="direct"))
+    runner_1x1 = W.CompiledWsGemm(W.GemmConfig(cluster_m=1, cluster_n=1))
     g = runner.gemm
+    cl = f"{g.cfg.cluster_m}x{g.cfg.cluster_n}"
     log(f"tile {g.tile_shape_mnk}, stages {g.num_stages}, epi stages {g.epi_stages}, "
-        f"threads {g.threads_per_cta}, group_m {g.cfg.group_m}, recorder {g.cfg.recorder}")
+        f"threads {g.threads_per_cta}, group_m {g.cfg.group_m}, recorder {g.cfg.recorder}, "
+        f"cluster {cl}")
 
     report = {"device": dev, "capability": list(cap), "config": {
         "tile_mnk": list(g.tile_shape_mnk), "stages": g.num_stages, "epi_stages": g.epi_stages,
-        "threads": g.threads_per_cta}}
+        "threads": g.threads_per_cta, "cluster_mn": list(g.cluster_mn)}}
     all_ok = True
     if not args.skip_correctness:
         log("correctness (level 0, relative Frobenius error vs fp32 reference):")
@@ -129,11 +133,17 @@ def main(argv=None) -> int:
         ok, res = correctness(W, runner, sizes, log)
         all_ok &= ok
         report["correctness"] = res
+        if g.cluster_size > 1:
+            log("correctness, 1 x 1 (no cluster):")
+            ok, res = correctness(W, runner_1x1, sizes[:6], log)
+            all_ok &= ok
+            report["correctness_1x1"] = res
         log("record counts:")
         cnt_ok = count_check(W, runner, 1000, 1032, 520, 2, log)
         cnt_ok &= count_check(W, runner, 1000, 1032, 520, 1, log)
         cnt_ok &= count_check(W, runner_d, 1000, 1032, 520, 2, log)
         cnt_ok &= count_check(W, runner_d, 1000, 1032, 520, 1, log)
+        cnt_ok &= count_check(W, runner_1x1, 1000, 1032, 520, 2, log)
         all_ok &= cnt_ok
         report["counts_ok"] = cnt_ok
 
@@ -161,13 +171,16 @@ def main(argv=None) -> int:
     levels = [(0, runner, "ws_gemm level 0"), (1, runner, "ws_gemm level 1"),
               (2, runner, "ws_gemm level 2"), (1, runner_d, "ws_gemm level 1 direct"),
               (2, runner_d, "ws_gemm level 2 direct")]
+    if g.cluster_size > 1:
+        levels.append((0, runner_1x1, "ws_gemm level 0 1x1"))
     for level, r, name in levels:
         exp = W.expected_counts(r.gemm, s, s, s, level)
         buf = W.alloc_prof(exp["total"]) if level else W._dummy_prof(a.device)
         launch = r.prepare(a, b, c, buf, exp["total"], level)
         reset = (lambda buf=buf: buf[:1].zero_()) if level else None
         t = time_launches(launch, warmup=args.warmup, reps=args.reps, before=reset)
-        extra = {"level": level, "expected_records": exp["total"]}
+        extra = {"level": level, "expected_records": exp["total"],
+                 "cluster_mn": list(r.gemm.cluster_mn)}
         if level:
             recs_attempted = int(buf[0].item())
             extra["records_last_launch"] = recs_attempted
@@ -207,7 +220,8 @@ def main(argv=None) -> int:
         rec = r.get("expected_records") or ""
         print(f"{r['name']:<28}{r['median_ms']:>11.4f}{r['min_ms']:>10.4f}{r['tflops']:>10.1f}"
               f"{r['pct_of_cublas']:>9.1f}%{ov:>8}{rec:>10}")
-    print(f"{s}^3 bf16, {dev}; checks {'PASSED' if all_ok else 'FAILED'}")
+    print(f"{s}^3 bf16, {dev}; ws_gemm rows: cluster {cl} unless marked 1x1; "
+          f"checks {'PASSED' if all_ok else 'FAILED'}")
     return 0 if all_ok else 1
 
 

@@ -3,7 +3,8 @@
     C[M, N] = A[M, K] @ B[N, K]^T        A, B: bf16, K-major (row-major)   C: bf16, row-major
                                           accumulation in fp32
 
-Structure (one CTA = one 128 x 256 output tile, non-persistent, 384 threads):
+Structure (one CTA = one 128 x 256 output tile, non-persistent, 384 threads; 2-CTA
+clusters by default, see below):
 
 * warpgroup 0 (warps 0..3) is the producer warpgroup. It gives registers back with
   ``setmaxnreg.dec``; only warp 0 works: per k-tile it waits for the stage to be empty,
@@ -20,6 +21,21 @@ Structure (one CTA = one 128 x 256 output tile, non-persistent, 384 threads):
 Pipeline: ``cutlass.pipeline.PipelineTmaAsync`` (full barrier = 1 producer arrive + TMA
 transaction bytes; empty barrier = one arrive from lane 0 of each consumer warp).
 
+Thread-block clusters (``GemmConfig.cluster_m`` x ``cluster_n``, default 2 x 1): the CTAs
+of a cluster column (same N tile) share B, those of a cluster row share A. A shared tile
+is loaded in slices: each CTA TMA-loads 1/cluster of it with ``.multicast::cluster`` into
+the same stage of every CTA of its column/row, all signalling the full barrier of every
+destination CTA (whose producer still arms it with the whole stage's byte count). A CTA
+may only overwrite a stage of its peers once their consumers released it, so every
+consumer warp arrives on the empty barrier of each CTA sharing its row or column (lane r
+-> cluster rank r): the empty barrier counts ``8 * (cluster_m + cluster_n - 1)`` arrives.
+Barrier init is followed by a cluster barrier; before exiting, the producer waits until
+every stage is released again (no remote arrive can reach a CTA that has exited). The
+grid is rounded up to whole clusters; CTAs past the edge of C load zero-filled tiles (and
+their share of the peers' multicast), record like the others, and store nothing.
+The launch is ``grid = (cluster_m * clusters, cluster_n, 1)``, clusters rasterised in
+groups of ``group_m`` M-tiles like the 1 x 1 CTAs; 1 x 1 is the plain (non-cluster) launch.
+
 Profiling (``profile_level`` is a ``cutlass.Constexpr``; 0 compiles every probe out):
 
 =====  ==========================================  =========================================
@@ -30,9 +46,10 @@ level  producer warp (slot 0)                      each consumer warp (slots 1..
        per k-tile                                  per k-tile
 =====  ==========================================  =========================================
 
-``tid = cta_linear * TID_STRIDE + slot`` (``cta_linear`` = ``blockIdx.x``, the launch
-order; slot 0 = producer warp, 1..8 = consumer warps 4..11); per-k-tile records carry the
-k-tile index as payload, the epilogue ``pid_m * 65536 + pid_n``. See
+``tid = cta_linear * TID_STRIDE + slot`` (``cta_linear`` = cluster id * cluster size +
+rank in the cluster, the launch order; ``blockIdx.x`` for 1 x 1; slot 0 = producer warp,
+1..8 = consumer warps 4..11; every launched CTA records, cluster padding included);
+per-k-tile records carry the k-tile index as payload, the epilogue ``pid_m * 65536 + pid_n``. See
 :func:`expected_counts`. Per-k-tile regions tile the loops with no gaps: "mma k-tile" k
 runs from the moment stage k is full to the start of the wait for stage k+1 (issue of k,
 completion of k-1, release of k-1), "issue TMA" k from the empty stage to the next wait.
@@ -42,7 +59,7 @@ warp's registers with ``cute_prof.ops.WarpRecorder`` and writes them with one at
 FLUSH_EVERY k-tiles; ``"direct"`` calls ``cute_prof.ops.profile_stop(guard="lane0")``,
 one global atomic per record.
 
-Run (GPU):  python -m examples.ws_gemm --mnk 1000,1032,520 --level 2
+Run (GPU):  python -m examples.ws_gemm --mnk 1000,1032,520 --level 2 [--cluster-m 1]
             python bench/ws_gemm_bench.py ; python examples/ws_gemm_profile.py
 PTX (CPU):  CUTE_DSL_ARCH=sm_90a CUTE_DSL_KEEP=ptx CUTE_DSL_DUMP_DIR=/tmp/d
             python -m examples.ws_gemm --emit-ptx /tmp/d
@@ -168,6 +185,12 @@ class GemmConfig:
     # the warp's registers, one atomic + coalesced stores per FLUSH_EVERY k-tiles), or
     # "direct" = cute_prof.ops.profile_stop(guard="lane0") (one atomic per record)
     recorder: str = "staged"
+    # thread-block cluster (cluster_m x cluster_n CTAs). cluster_m > 1: the CTAs of a
+    # cluster column share the B tile (each TMA-loads 1/cluster_m of it and multicasts it
+    # to the others); cluster_n > 1: the CTAs of a cluster row share the A tile. 1 x 1 is
+    # the plain non-cluster launch.
+    cluster_m: int = 2
+    cluster_n: int = 1
 
 
 class WsGemm:
@@ -188,6 +211,13 @@ class WsGemm:
             raise ValueError("tile_k must be 64 (one 128-byte swizzle atom of bf16)")
         if config.recorder not in RECORDERS:
             raise ValueError(f"recorder must be one of {RECORDERS}")
+        if config.cluster_m not in (1, 2) or config.cluster_n not in (1, 2):
+            raise ValueError("cluster_m and cluster_n must be 1 or 2")
+        self.cluster_mn = (config.cluster_m, config.cluster_n)
+        self.cluster_size = config.cluster_m * config.cluster_n
+        # CTAs each CTA's consumers release a stage to: itself and every CTA that
+        # multicasts into it (same cluster row or column)
+        self.mcast_peers = config.cluster_m + config.cluster_n - 1
         self.tile_shape_mnk = (config.tile_m, config.tile_n, config.tile_k)
         self.num_consumer_wg = 2
         self.num_consumer_warps = 4 * self.num_consumer_wg
@@ -210,16 +240,28 @@ class WsGemm:
         if self.num_stages > max_stages or self.num_stages < 2:
             raise ValueError(f"num_stages={self.num_stages} does not fit (max {max_stages})")
         self.recording_slots = tuple(range(1, 1 + self.num_consumer_warps))
+        self.launch_cluster = [config.cluster_m, config.cluster_n, 1] if self.cluster_size > 1 else None
         self.epilog_barrier = pipeline.NamedBarrier(
             barrier_id=1, num_threads=self.num_consumer_threads
         )
 
     # ---------------------------------------------------------------- host-side facts
     def grid_shape(self, m: int, n: int) -> tuple[int, int]:
+        """Output tiles along M and N (the CTAs that own part of C)."""
         return math.ceil(m / self.cfg.tile_m), math.ceil(n / self.cfg.tile_n)
 
-    def num_ctas(self, m: int, n: int) -> int:
+    def padded_grid_shape(self, m: int, n: int) -> tuple[int, int]:
+        """CTAs along M and N, rounded up to whole clusters. CTAs past the edge of C run
+        the mainloop (their loads are zero-filled by TMA, and they must issue their share
+        of the multicast loads of their cluster peers) and record like every other CTA,
+        but store nothing."""
         gm, gn = self.grid_shape(m, n)
+        cm, cn = self.cluster_mn
+        return cm * math.ceil(gm / cm), cn * math.ceil(gn / cn)
+
+    def num_ctas(self, m: int, n: int) -> int:
+        """CTAs launched (cluster padding included): the CTAs that record."""
+        gm, gn = self.padded_grid_shape(m, n)
         return gm * gn
 
     def k_tiles(self, k: int) -> int:
@@ -265,17 +307,29 @@ class WsGemm:
         b_smem_one = cute.slice_(b_smem_staged, (None, None, 0))
         epi_smem_one = cute.slice_(epi_smem_staged, (None, None, 0))
 
+        # A is shared by the cluster_n CTAs of a cluster row, B by the cluster_m CTAs of a
+        # cluster column: a shared operand is loaded by a multicast atom whose box is
+        # 1/cluster of the tile (each CTA loads its slice into every CTA of the row/column)
+        cm, cn = self.cluster_mn
+        op_a = cute.nvgpu.cpasync.CopyBulkTensorTileG2SOp()
+        if cutlass.const_expr(cn > 1):
+            op_a = cute.nvgpu.cpasync.CopyBulkTensorTileG2SMulticastOp()
+        op_b = cute.nvgpu.cpasync.CopyBulkTensorTileG2SOp()
+        if cutlass.const_expr(cm > 1):
+            op_b = cute.nvgpu.cpasync.CopyBulkTensorTileG2SMulticastOp()
         tma_atom_a, tma_a = cute.nvgpu.cpasync.make_tiled_tma_atom(
-            cute.nvgpu.cpasync.CopyBulkTensorTileG2SOp(),
+            op_a,
             mA,
             a_smem_one,
             (self.tile_shape_mnk[0], self.tile_shape_mnk[2]),
+            num_multicast=cn,
         )
         tma_atom_b, tma_b = cute.nvgpu.cpasync.make_tiled_tma_atom(
-            cute.nvgpu.cpasync.CopyBulkTensorTileG2SOp(),
+            op_b,
             mB,
             b_smem_one,
             (self.tile_shape_mnk[1], self.tile_shape_mnk[2]),
+            num_multicast=cm,
         )
         tma_atom_c, tma_c = cute.nvgpu.cpasync.make_tiled_tma_atom(
             cute.nvgpu.cpasync.CopyBulkTensorTileS2GOp(),
@@ -306,6 +360,8 @@ class WsGemm:
         n = cute.size(mC, mode=[1])
         num_m_tiles = (m + self.tile_shape_mnk[0] - 1) // self.tile_shape_mnk[0]
         num_n_tiles = (n + self.tile_shape_mnk[1] - 1) // self.tile_shape_mnk[1]
+        num_m_clusters = (num_m_tiles + cm - 1) // cm
+        num_n_clusters = (num_n_tiles + cn - 1) // cn
 
         self.kernel(
             tma_atom_a,
@@ -320,12 +376,17 @@ class WsGemm:
             epi_smem_staged,
             num_m_tiles,
             num_n_tiles,
+            num_m_clusters,
+            num_n_clusters,
             prof_buf,
             max_events,
             profile_level,
         ).launch(
-            grid=[num_m_tiles * num_n_tiles, 1, 1],
+            # x: cluster_m CTAs per cluster, clusters in launch (rasterisation) order;
+            # y: the cluster_n CTAs of a cluster row
+            grid=[num_m_clusters * num_n_clusters * cm, cn, 1],
             block=[self.threads_per_cta, 1, 1],
+            cluster=self.launch_cluster,
             stream=stream,
         )
 
@@ -345,12 +406,14 @@ class WsGemm:
         epi_smem_staged: cute.ComposedLayout,
         num_m_tiles: Int32,
         num_n_tiles: Int32,
+        num_m_clusters: Int32,
+        num_n_clusters: Int32,
         prof_buf: cute.Tensor,
         max_events: Int32,
         profile_level: cutlass.Constexpr[int],
     ):
         tidx, _, _ = cute.arch.thread_idx()
-        bidx, _, _ = cute.arch.block_idx()
+        bidx, bidy, _ = cute.arch.block_idx()
         warp_idx = cute.arch.make_warp_uniform(cute.arch.warp_idx())
 
         if warp_idx == self.producer_warp:
@@ -358,15 +421,30 @@ class WsGemm:
             cute.nvgpu.cpasync.prefetch_descriptor(tma_atom_b)
             cute.nvgpu.cpasync.prefetch_descriptor(tma_atom_c)
 
-        # ---- grouped rasterisation: bidx -> (pid_m, pid_n)
-        group_m = self.cfg.group_m
-        tiles_per_group = group_m * num_n_tiles
-        group_id = bidx // tiles_per_group
+        # ---- grouped rasterisation over clusters: cluster id -> (cl_m, cl_n), then the
+        # CTA's place in its cluster -> (pid_m, pid_n). 1 x 1: cluster id = blockIdx.x.
+        cm, cn = self.cluster_mn
+        cta_layout_mnk = cute.make_layout((cm, cn, 1))
+        cluster_id = bidx
+        rank_m = 0
+        rank_n = 0
+        cta_linear = bidx
+        if cutlass.const_expr(self.cluster_size > 1):
+            cta_rank = cute.arch.make_warp_uniform(cute.arch.block_idx_in_cluster())
+            cluster_coord = cta_layout_mnk.get_flat_coord(cta_rank)
+            rank_m = cluster_coord[0]
+            rank_n = cluster_coord[1]
+            cluster_id = bidx // cm
+            # linear CTA index for the tids: whole clusters in launch order
+            cta_linear = cluster_id * self.cluster_size + cta_rank
+        group_m = max(1, self.cfg.group_m // cm)  # in clusters (the same M rows as 1 x 1)
+        tiles_per_group = group_m * num_n_clusters
+        group_id = cluster_id // tiles_per_group
         first_m = group_id * group_m
-        rows_in_group = cutlass.min(num_m_tiles - first_m, group_m)
-        in_group = bidx % tiles_per_group
-        pid_m = first_m + in_group % rows_in_group
-        pid_n = in_group // rows_in_group
+        rows_in_group = cutlass.min(num_m_clusters - first_m, group_m)
+        in_group = cluster_id % tiles_per_group
+        pid_m = (first_m + in_group % rows_in_group) * cm + rank_m
+        pid_n = (in_group // rows_in_group) * cn + rank_n
 
         # ---- shared memory and the mainloop pipeline
         smem = _SmemAllocator()
@@ -374,15 +452,22 @@ class WsGemm:
 
         a_bytes = cute.size_in_bytes(self.ab_dtype, cute.slice_(a_smem_staged, (None, None, 0)))
         b_bytes = cute.size_in_bytes(self.ab_dtype, cute.slice_(b_smem_staged, (None, None, 0)))
+        # full barrier: 1 arrive (the local producer's expect_tx of the whole stage,
+        # a_bytes + b_bytes, whichever CTA's TMA writes them); empty barrier: lane 0 of
+        # every consumer warp of this CTA and of each CTA that multicasts into it (same
+        # cluster row or column) arrives: num_consumer_warps * (cluster_m + cluster_n - 1).
+        # PipelineTmaAsync picks the signalling lanes (lane r arrives on cluster rank r when
+        # r shares a row or column with this CTA) and, for a cluster, ends with
+        # fence.mbarrier_init + a cluster barrier so no peer arrives before init.
         ab_pipe = pipeline.PipelineTmaAsync.create(
             barrier_storage=storage.mbar.data_ptr(),
             num_stages=self.num_stages,
             producer_group=pipeline.CooperativeGroup(pipeline.Agent.Thread),
             consumer_group=pipeline.CooperativeGroup(
-                pipeline.Agent.Thread, self.num_consumer_warps
+                pipeline.Agent.Thread, self.num_consumer_warps * self.mcast_peers
             ),
             tx_count=a_bytes + b_bytes,
-            cta_layout_vmnk=cute.make_layout((1, 1, 1, 1)),
+            cta_layout_vmnk=cute.make_layout((1, cm, cn, 1)),
         )
 
         sA = storage.sA.get_tensor(a_smem_staged.outer, swizzle=a_smem_staged.inner)
@@ -405,21 +490,30 @@ class WsGemm:
         if warp_idx < self.first_consumer_warp:
             cute.arch.setmaxregister_decrease(self.cfg.producer_regs)
             if warp_idx == self.producer_warp:
+                # each CTA loads slice rank_n (of cn) of A and slice rank_m (of cm) of B
                 tAsA, tAgA = cute.nvgpu.cpasync.tma_partition(
                     tma_atom_a,
-                    0,
-                    cute.make_layout(1),
+                    rank_n,
+                    cute.make_layout(cn),
                     cute.group_modes(sA, 0, 2),
                     cute.group_modes(gA, 0, 2),
                 )
                 tBsB, tBgB = cute.nvgpu.cpasync.tma_partition(
                     tma_atom_b,
-                    0,
-                    cute.make_layout(1),
+                    rank_m,
+                    cute.make_layout(cm),
                     cute.group_modes(sB, 0, 2),
                     cute.group_modes(gB, 0, 2),
                 )
-                prod_tid = bidx * TID_STRIDE + PRODUCER_SLOT
+                if cutlass.const_expr(self.cluster_size > 1):
+                    # multicast to the CTAs of this cluster row (A) / column (B)
+                    a_mcast_mask = cute.make_layout_image_mask(
+                        cta_layout_mnk, cluster_coord, mode=1
+                    )
+                    b_mcast_mask = cute.make_layout_image_mask(
+                        cta_layout_mnk, cluster_coord, mode=0
+                    )
+                prod_tid = cta_linear * TID_STRIDE + PRODUCER_SLOT
                 if cutlass.const_expr(profile_level >= 1):
                     probe = _Probe(self.cfg.recorder, prof_buf, max_events, prod_tid)
                     t_main = probe.start()
@@ -437,14 +531,26 @@ class WsGemm:
                     # arm the full barrier with the stage's byte count, then load A and B
                     ab_pipe.sync_object_full.arrive(state.index, ab_pipe.producer_mask)
                     full_bar = ab_pipe.producer_get_barrier(state)
-                    cute.copy(
-                        tma_atom_a, tAgA[(None, k)], tAsA[(None, state.index)],
-                        tma_bar_ptr=full_bar,
-                    )
-                    cute.copy(
-                        tma_atom_b, tBgB[(None, k)], tBsB[(None, state.index)],
-                        tma_bar_ptr=full_bar,
-                    )
+                    if cutlass.const_expr(cn > 1):
+                        cute.copy(
+                            tma_atom_a, tAgA[(None, k)], tAsA[(None, state.index)],
+                            tma_bar_ptr=full_bar, mcast_mask=a_mcast_mask,
+                        )
+                    else:
+                        cute.copy(
+                            tma_atom_a, tAgA[(None, k)], tAsA[(None, state.index)],
+                            tma_bar_ptr=full_bar,
+                        )
+                    if cutlass.const_expr(cm > 1):
+                        cute.copy(
+                            tma_atom_b, tBgB[(None, k)], tBsB[(None, state.index)],
+                            tma_bar_ptr=full_bar, mcast_mask=b_mcast_mask,
+                        )
+                    else:
+                        cute.copy(
+                            tma_atom_b, tBgB[(None, k)], tBsB[(None, state.index)],
+                            tma_bar_ptr=full_bar,
+                        )
                     state.advance()
                     if cutlass.const_expr(profile_level >= 2):
                         # regions tile the loop: "issue TMA" ends where the next wait starts
@@ -458,12 +564,21 @@ class WsGemm:
                     probe.stop(t_main, TAG_PRODUCER_MAINLOOP, k_tiles)
                     probe.flush()
 
+                if cutlass.const_expr(self.cluster_size > 1):
+                    # producer tail (not profiled): wait until every stage has been
+                    # released by all consumers that arrive on this CTA's empty barriers,
+                    # peers included, so no remote arrive targets this CTA's shared memory
+                    # after it exits
+                    for _ in cutlass.range_constexpr(self.num_stages):
+                        ab_pipe.sync_object_empty.wait(state.index, state.phase)
+                        state.advance()
+
         # ================================================================ consumers
         if warp_idx >= self.first_consumer_warp:
             cute.arch.setmaxregister_increase(self.cfg.consumer_regs)
             ctidx = tidx - 128  # thread index among the consumer threads
             cons_wg = warp_idx // 4 - 1
-            cons_tid = bidx * TID_STRIDE + 1 + (warp_idx - self.first_consumer_warp)
+            cons_tid = cta_linear * TID_STRIDE + 1 + (warp_idx - self.first_consumer_warp)
 
             thr_mma = tiled_mma.get_slice(cons_wg * 128)
             tCsA = thr_mma.partition_A(sA)
@@ -547,6 +662,8 @@ class WsGemm:
             epi_rest = gC_epi.shape[1]
             num_epi = cute.size(epi_rest)
             epi_order = cute.make_layout(epi_rest, stride=(epi_rest[1], 1))
+            if cutlass.const_expr(self.cluster_size > 1):
+                tile_valid = (pid_m < num_m_tiles) & (pid_n < num_n_tiles)
 
             store_pipe = pipeline.PipelineTmaStore.create(
                 num_stages=self.epi_stages,
@@ -564,11 +681,20 @@ class WsGemm:
                 cute.arch.fence_proxy("async.shared", space="cta")
                 self.epilog_barrier.arrive_and_wait()
                 if warp_idx == self.epi_store_warp:
-                    cute.copy(
-                        tma_atom_c,
-                        bSG_sD[(None, buf_idx)],
-                        bSG_gD[(None, epi_order.get_hier_coord(e))],
-                    )
+                    if cutlass.const_expr(self.cluster_size > 1):
+                        # cluster padding: a CTA past the edge of C stores nothing
+                        if tile_valid:
+                            cute.copy(
+                                tma_atom_c,
+                                bSG_sD[(None, buf_idx)],
+                                bSG_gD[(None, epi_order.get_hier_coord(e))],
+                            )
+                    else:
+                        cute.copy(
+                            tma_atom_c,
+                            bSG_sD[(None, buf_idx)],
+                            bSG_gD[(None, epi_order.get_hier_coord(e))],
+                        )
                     store_pipe.producer_commit()
                     store_pipe.producer_acquire()
                 self.epilog_barrier.arrive_and_wait()
@@ -586,7 +712,8 @@ class WsGemm:
 
 
 def expected_counts(gemm: WsGemm, m: int, n: int, k: int, profile_level: int) -> dict:
-    """Records per warp and in total for one launch.
+    """Records per warp and in total for one launch (every launched CTA records, the
+    cluster padding included: ``gemm.num_ctas``).
 
     Returns ``{"per_producer_warp": {tag: count}, "per_consumer_warp": {tag: count},
     "producers": int, "consumer_warps": int, "total": int}``."""
@@ -837,15 +964,16 @@ def check_counts(records, gemm: WsGemm, m: int, n: int, k: int, profile_level: i
 
 
 def emit_ptx(out_dir: str, levels=(0, 1, 2), m: int = 1000, n: int = 1032, k: int = 520,
-             recorder: str = "staged") -> dict:
-    """Compile for every level with CPU tensors and write ``ws_gemm_{recorder}_l{level}.ptx``
-    into ``out_dir``. Needs ``CUTE_DSL_ARCH=sm_90a`` (and KEEP=ptx) in the environment when
-    run without a GPU. Returns {level: path}."""
+             recorder: str = "staged", cluster=(2, 1), suffix: str = "") -> dict:
+    """Compile for every level with CPU tensors and write
+    ``ws_gemm_{recorder}{suffix}_l{level}.ptx`` into ``out_dir``. Needs
+    ``CUTE_DSL_ARCH=sm_90a`` (and KEEP=ptx) in the environment when run without a GPU.
+    Returns {level: path}."""
     import os
 
     import torch
 
-    gemm = WsGemm(GemmConfig(recorder=recorder))
+    gemm = WsGemm(GemmConfig(recorder=recorder, cluster_m=cluster[0], cluster_n=cluster[1]))
     a = torch.zeros(m, k, dtype=torch.bfloat16)
     b = torch.zeros(n, k, dtype=torch.bfloat16)
     c = torch.zeros(m, n, dtype=torch.bfloat16)
@@ -865,7 +993,7 @@ def emit_ptx(out_dir: str, levels=(0, 1, 2), m: int = 1000, n: int = 1032, k: in
         ptx = compiled.__ptx__
         if not ptx:
             raise RuntimeError("no PTX kept: set CUTE_DSL_KEEP=ptx and CUTE_DSL_DUMP_DIR")
-        path = os.path.join(out_dir, f"ws_gemm_{recorder}_l{level}.ptx")
+        path = os.path.join(out_dir, f"ws_gemm_{recorder}{suffix}_l{level}.ptx")
         with open(path, "w") as f:
             f.write(ptx)
         paths[level] = path
@@ -876,15 +1004,30 @@ def _main(argv=None) -> int:
     import argparse
 
     ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
-    ap.add_argument("--emit-ptx", metavar="DIR", help="compile levels 0,1,2 and write PTX")
+    ap.add_argument("--emit-ptx", metavar="DIR",
+                    help="compile levels 0,1,2 (both recorders; the default cluster, plus "
+                    "1x1 and 1x2 as ws_gemm_{recorder}_c{M}x{N}_l{level}.ptx) and write PTX")
     ap.add_argument("--mnk", default="1000,1032,520", help="problem size for a GPU check")
     ap.add_argument("--level", type=int, default=2)
     ap.add_argument("--recorder", default="staged", choices=RECORDERS)
+    ap.add_argument("--cluster-m", type=int, default=GemmConfig.cluster_m, choices=[1, 2])
+    ap.add_argument("--cluster-n", type=int, default=GemmConfig.cluster_n, choices=[1, 2])
     args = ap.parse_args(argv)
     if args.emit_ptx:
+        import shutil
+
+        default = (GemmConfig.cluster_m, GemmConfig.cluster_n)
+        configs = [(1, 1), (2, 1), (1, 2)]
+        if default not in configs:
+            configs.append(default)
         for recorder in RECORDERS:
-            for level, path in emit_ptx(args.emit_ptx, recorder=recorder).items():
-                print(f"{recorder} level {level}: {path}")
+            for cl in configs:
+                sfx = f"_c{cl[0]}x{cl[1]}"
+                for level, path in emit_ptx(args.emit_ptx, recorder=recorder, cluster=cl,
+                                            suffix=sfx).items():
+                    print(f"{recorder} cluster {cl[0]}x{cl[1]} level {level}: {path}")
+                    if cl == default:  # the default config also without the suffix
+                        shutil.copyfile(path, path.replace(sfx, ""))
         return 0
     import torch
 
@@ -893,14 +1036,16 @@ def _main(argv=None) -> int:
     a = torch.randn(m, k, device="cuda").to(torch.bfloat16)
     b = torch.randn(n, k, device="cuda").to(torch.bfloat16)
     c = torch.empty(m, n, device="cuda", dtype=torch.bfloat16)
-    runner = CompiledWsGemm(GemmConfig(recorder=args.recorder))
+    runner = CompiledWsGemm(GemmConfig(recorder=args.recorder, cluster_m=args.cluster_m,
+                                       cluster_n=args.cluster_n))
     exp = expected_counts(runner.gemm, m, n, k, args.level)
     buf = alloc_prof(exp["total"])
     runner.prepare(a, b, c, buf, max(1, exp["total"]), args.level)()
     torch.cuda.synchronize()
     ref = a.float() @ b.float().T
     rel = ((c.float() - ref).norm() / ref.norm()).item()
-    print(f"{m}x{n}x{k} level {args.level}: rel Frobenius error {rel:.3e}")
+    print(f"{m}x{n}x{k} cluster {args.cluster_m}x{args.cluster_n} level {args.level}: "
+          f"rel Frobenius error {rel:.3e}")
     recs, attempted = decode_records(buf.cpu().numpy())
     errs = check_counts(recs, runner.gemm, m, n, k, args.level)
     print(f"records {len(recs)} (attempted {attempted}, expected {exp['total']}); count errors: {errs or 'none'}")

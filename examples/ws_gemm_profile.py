@@ -2,6 +2,7 @@
 
     python examples/ws_gemm_profile.py                       # 2048 x 2048 x 8192, level 2
     python examples/ws_gemm_profile.py --mnk 4096,4096,4096 --level 1 -o /tmp/ws.json
+    python examples/ws_gemm_profile.py --cluster-m 1                # no cluster / multicast
 
 Default size: 16 x 8 = 128 CTAs (one wave on a 132-SM H100/H200), 128 k-tiles each.
 
@@ -37,13 +38,17 @@ MMA_COVERAGE_TOL = 0.05
 
 
 # ----------------------------------------------------------------------------- running
-def run_profiled(W, m, n, k, level, trace_path, recorder="staged", tile_n=256):
-    """Launch once under profile_session; returns (c, a, b, records, attempted, trace)."""
+def run_profiled(W, m, n, k, level, trace_path, recorder="staged", tile_n=256, cluster=None):
+    """Launch once under profile_session; returns (c, a, b, records, attempted, trace).
+    ``cluster``: (cluster_m, cluster_n), None = the GemmConfig default."""
     import torch
 
     import cute_prof
 
-    runner = W.CompiledWsGemm(W.GemmConfig(recorder=recorder, tile_n=tile_n))
+    cfg = dict(recorder=recorder, tile_n=tile_n)
+    if cluster is not None:
+        cfg.update(cluster_m=cluster[0], cluster_n=cluster[1])
+    runner = W.CompiledWsGemm(W.GemmConfig(**cfg))
     exp = W.expected_counts(runner.gemm, m, n, k, level)
     max_events = exp["total"] + 64  # a little slack: an excess would show as a count error
     torch.manual_seed(0)
@@ -247,6 +252,11 @@ def main(argv=None) -> int:
                     help="cute_prof write path: WarpRecorder (staged) or profile_stop (direct)")
     ap.add_argument("--tile-n", type=int, default=256, choices=[128, 256],
                     help="CTA tile N (128 leaves room for 6 pipeline stages instead of 4)")
+    ap.add_argument("--cluster-m", type=int, default=None, choices=[1, 2],
+                    help="CTAs per cluster along M (share B by TMA multicast); default: "
+                    "GemmConfig's")
+    ap.add_argument("--cluster-n", type=int, default=None, choices=[1, 2],
+                    help="CTAs per cluster along N (share A); default: GemmConfig's")
     ap.add_argument("-o", "--output", default=None, help="trace path (.json); default $OUT or /tmp")
     args = ap.parse_args(argv)
 
@@ -258,20 +268,23 @@ def main(argv=None) -> int:
     from examples import ws_gemm as W
 
     m, n, k = (int(x) for x in args.mnk.split(","))
+    cluster = (W.GemmConfig.cluster_m if args.cluster_m is None else args.cluster_m,
+               W.GemmConfig.cluster_n if args.cluster_n is None else args.cluster_n)
+    ctag = f"c{cluster[0]}x{cluster[1]}"
     out_dir = Path(os.environ.get("OUT") or "/tmp")
     trace_path = (Path(args.output) if args.output
-                  else out_dir / f"ws_gemm_l{args.level}_{args.recorder}_{m}x{n}x{k}.json")
+                  else out_dir / f"ws_gemm_l{args.level}_{args.recorder}_{ctag}_{m}x{n}x{k}.json")
     if trace_path.exists():
         trace_path.unlink()
 
     runner, c, a, b, records, attempted, trace = run_profiled(
-        W, m, n, k, args.level, trace_path, args.recorder, args.tile_n)
+        W, m, n, k, args.level, trace_path, args.recorder, args.tile_n, cluster)
     gemm = runner.gemm
     ok = True
     ref = a.float() @ b.float().T
     err = ((c.float() - ref).norm() / ref.norm()).item()
     print(f"device {torch.cuda.get_device_name()}: {m}x{n}x{k}, tile 128x{args.tile_n}, "
-          f"level {args.level} ({args.recorder}), "
+          f"cluster {cluster[0]}x{cluster[1]}, level {args.level} ({args.recorder}), "
           f"{gemm.num_ctas(m, n)} CTAs x {gemm.k_tiles(k)} k-tiles; rel err {err:.3e}")
     ok &= err < 1e-2
 
@@ -332,8 +345,9 @@ def main(argv=None) -> int:
 
     out = os.environ.get("OUT")
     if out:
-        (Path(out) / f"ws_gemm_profile_l{args.level}_{args.recorder}.json").write_text(json.dumps({
-            "mnk": [m, n, k], "level": args.level, "recorder": args.recorder, "rel_err": err, "records": int(len(records)),
+        (Path(out) / f"ws_gemm_profile_l{args.level}_{args.recorder}_{ctag}.json").write_text(json.dumps({
+            "mnk": [m, n, k], "level": args.level, "recorder": args.recorder,
+            "cluster": list(cluster), "tile_n": args.tile_n, "rel_err": err, "records": int(len(records)),
             "attempted": attempted, "count_errors": errors, "busy": busy, "mma_coverage": cov,
             "overlaps": ov, "tags": [dict(zip(("tag", "count", "mean_ns", "p50_ns", "p99_ns", "total_ns"), r))
                                      for r in tag_stats(records, ids)], "ok": bool(ok)}, indent=2, default=float))

@@ -1,5 +1,7 @@
 """CPU-only checks of the warp-specialised GEMM (examples/ws_gemm.py): it compiles for
-sm_90a without a GPU, and its PTX has the instructions the design relies on.
+sm_90a without a GPU, and its PTX has the instructions the design relies on, for the
+cluster configurations 1x1 (no cluster), 2x1 (the default: B multicast) and 1x2 (A
+multicast).
 
 The compile runs in a subprocess because the DSL snapshots CUTE_DSL_* environment variables
 when ``cutlass.cute`` is imported."""
@@ -18,6 +20,7 @@ pytest.importorskip("cutlass")
 pytest.importorskip("torch")
 
 ROOT = Path(__file__).resolve().parents[1]
+CLUSTERS = ("1x1", "2x1", "1x2")
 
 
 @pytest.fixture(scope="module")
@@ -32,57 +35,135 @@ def ptx(tmp_path_factory):
     )
     if proc.returncode != 0:
         pytest.fail(f"compile failed:\n{proc.stdout[-4000:]}\n{proc.stderr[-8000:]}")
-    return {
-        (rec, level): (out / f"ws_gemm_{rec}_l{level}.ptx").read_text()
+    texts = {
+        (rec, cl, level): (out / f"ws_gemm_{rec}_c{cl}_l{level}.ptx").read_text()
         for rec in ("staged", "direct")
+        for cl in CLUSTERS
         for level in (0, 1, 2)
     }
+    # the default configuration is also written without the cluster suffix
+    texts.update({
+        (rec, "default", level): (out / f"ws_gemm_{rec}_l{level}.ptx").read_text()
+        for rec in ("staged", "direct")
+        for level in (0, 1, 2)
+    })
+    return texts
 
 
 def _count(text: str, pattern: str) -> int:
     return len(re.findall(pattern, text))
 
 
+def _init_counts(text: str) -> list:
+    """The arrive count of every mbarrier.init (its register's mov.b32 immediate)."""
+    counts = []
+    for mo in re.finditer(r"mbarrier\.init\.shared\.b64\s+\[[^\]]+\],\s*(%r\d+);", text):
+        reg = re.escape(mo.group(1))
+        movs = re.findall(rf"mov\.b32\s+{reg},\s*(\d+);", text[: mo.start()])
+        counts.append(int(movs[-1]))
+    return counts
+
+
+@pytest.mark.parametrize("cluster", CLUSTERS)
 @pytest.mark.parametrize("recorder", ["staged", "direct"])
 @pytest.mark.parametrize("level", [0, 1, 2])
-def test_core_instructions(ptx, level, recorder):
-    text = ptx[(recorder, level)]
+def test_core_instructions(ptx, level, recorder, cluster):
+    text = ptx[(recorder, cluster, level)]
     assert ".target sm_90a" in text
     # 4 x m64n256k16 per k-tile (tile_k 64), bf16 in, fp32 accumulate
     assert _count(text, r"wgmma\.mma_async\.sync\.aligned\.m64n256k16\.f32\.bf16\.bf16") == 4
     assert "wgmma.fence.sync.aligned" in text
     assert "wgmma.commit_group.sync.aligned" in text
     assert "wgmma.wait_group.sync.aligned" in text
-    # TMA loads (A and B) arrive on an mbarrier; the epilogue stores with TMA
-    assert _count(text, r"cp\.async\.bulk\.tensor\.2d\.shared::cta\.global\.tile\.mbarrier::complete_tx::bytes") == 2
+    # TMA loads (A and B; one of them multicast in a cluster) arrive on an mbarrier; the
+    # epilogue stores with TMA
+    assert _count(text, r"cp\.async\.bulk\.tensor\.2d\.shared::(cta|cluster)\.global\.tile\.mbarrier::complete_tx::bytes") == 2
     assert "cp.async.bulk.tensor.2d.global.shared::cta" in text
-    # the mbarrier pipeline: init, expect_tx arrive (producer), plain arrive (consumer
-    # release), parity waits
+    # the mbarrier pipeline: init, expect_tx arrive (producer) of the whole stage
+    # (128x64 + 256x64 bf16 = 49152 bytes, also when half of it comes from a peer),
+    # consumer release arrive (remote in a cluster), parity waits
     for op in ("mbarrier.init.shared.b64", "mbarrier.arrive.expect_tx.shared.b64",
-               "mbarrier.arrive.shared.b64", "mbarrier.try_wait.parity.shared.b64"):
+               "mbarrier.try_wait.parity.shared.b64"):
         assert op in text, op
+    assert re.search(r"mov\.b32\s+%r\d+,\s*49152;", text)
+    release = "mbarrier.arrive.shared.b64" if cluster == "1x1" else "mbarrier.arrive.shared::cluster.b64"
+    assert _count(text, re.escape(release)) == 2  # in the loop and after it
     # warp specialisation: producer gives registers back, consumers take them
     assert re.search(r"setmaxnreg\.dec\.sync\.aligned\.u32\s+40;", text)
     assert re.search(r"setmaxnreg\.inc\.sync\.aligned\.u32\s+232;", text)
     assert "stmatrix.sync.aligned" in text
 
 
+def test_default_is_2x1(ptx):
+    from examples import ws_gemm as W
+
+    assert (W.GemmConfig.cluster_m, W.GemmConfig.cluster_n) == (2, 1)
+    for rec in ("staged", "direct"):
+        for level in (0, 1, 2):
+            assert ptx[(rec, "default", level)] == ptx[(rec, "2x1", level)]
+
+
+@pytest.mark.parametrize("level", [0, 1, 2])
+@pytest.mark.parametrize("cluster", CLUSTERS)
+def test_cluster_multicast_and_barriers(ptx, cluster, level):
+    text = ptx[("staged", cluster, level)]
+    mcast = r"cp\.async\.bulk\.tensor\.2d\.shared::cluster\.global\.tile\.mbarrier::complete_tx::bytes\.multicast::cluster"
+    local = r"cp\.async\.bulk\.tensor\.2d\.shared::cta\.global\.tile\.mbarrier::complete_tx::bytes"
+    waits = _count(text, r"mbarrier\.try_wait\.parity")
+    if cluster == "1x1":
+        # the plain launch: no cluster ops at all
+        assert _count(text, local) == 2 and _count(text, mcast) == 0
+        for op in ("barrier.cluster", "mapa", "%cluster_ctarank", "shared::cluster"):
+            assert op not in text, op
+        # 4 full barriers (1 producer arrive), 4 empty barriers (one per consumer warp)
+        assert _init_counts(text) == [1] * 4 + [8] * 4
+        assert waits == 2  # producer empty wait, consumer full wait
+        return
+    # one operand is multicast to both CTAs of the cluster (mask 0b11), the other local
+    assert _count(text, mcast) == 1 and _count(text, local) == 1
+    assert re.search(r"mov\.b16\s+%rs\d+,\s*3;", text)
+    # the multicast load carries the shared operand: B for 2x1, A for 1x2 (A's stage
+    # ring starts at +1024 in the SharedStorage, B's after it)
+    mline = next(line for line in text.splitlines() if "multicast::cluster" in line)
+    if cluster == "2x1":
+        assert "+1024]" not in mline
+    else:
+        assert "+1024]" in mline
+    # barrier init is made visible cluster-wide and followed by a cluster barrier
+    assert "fence.mbarrier_init.release.cluster" in text
+    assert "barrier.cluster.arrive.relaxed" in text and "barrier.cluster.wait" in text
+    assert text.index("fence.mbarrier_init.release.cluster") < text.index("barrier.cluster.wait")
+    assert "%cluster_ctarank" in text
+    # consumer release: remote arrives (mapa to the peer's barrier) from lanes 0 and 1;
+    # the empty barriers count 8 warps x 2 CTAs
+    assert _count(text, r"mapa\.shared::cluster") == 2
+    assert _count(text, r"mbarrier\.arrive\.shared::cluster\.b64") == 2
+    assert "mbarrier.arrive.shared.b64" not in text
+    assert _init_counts(text) == [1] * 4 + [16] * 4
+    # producer tail: 4 more empty waits (one per stage) before the producer exits
+    assert waits == 2 + 4
+
+
+@pytest.mark.parametrize("cluster", CLUSTERS)
 @pytest.mark.parametrize("recorder", ["staged", "direct"])
-def test_level0_has_no_profiling(ptx, recorder):
-    text = ptx[(recorder, 0)]
+def test_level0_has_no_profiling(ptx, recorder, cluster):
+    text = ptx[(recorder, cluster, 0)]
     assert "globaltimer" not in text
     assert "atom.global" not in text  # the profile counter is the only global atomic
     assert "%smid" not in text
 
 
-def test_level0_identical_across_recorders(ptx):
+@pytest.mark.parametrize("cluster", CLUSTERS)
+def test_level0_identical_across_recorders(ptx, cluster):
     strip = lambda t: re.sub(r"//.*", "", t)  # noqa: E731
     body = lambda t: strip(t[t.index(".entry"):])  # noqa: E731
-    assert _count(body(ptx[("staged", 0)]), r"\n") == _count(body(ptx[("direct", 0)]), r"\n")
+    assert (_count(body(ptx[("staged", cluster, 0)]), r"\n")
+            == _count(body(ptx[("direct", cluster, 0)]), r"\n"))
 
 
-def test_direct_record_sites(ptx):
-    l1, l2 = ptx[("direct", 1)], ptx[("direct", 2)]
+@pytest.mark.parametrize("cluster", CLUSTERS)
+def test_direct_record_sites(ptx, cluster):
+    l1, l2 = ptx[("direct", cluster, 1)], ptx[("direct", cluster, 2)]
     assert "%globaltimer" in l1 and "%globaltimer" in l2
     # one atomic per record site: level 1 = producer mainloop, consumer mainloop, epilogue;
     # level 2 adds wait_empty, tma_issue, wait_full, mma_ktile
@@ -91,8 +172,9 @@ def test_direct_record_sites(ptx):
     assert _count(l2, r"%globaltimer") > _count(l1, r"%globaltimer")
 
 
-def test_staged_record_sites(ptx):
-    l1, l2 = ptx[("staged", 1)], ptx[("staged", 2)]
+@pytest.mark.parametrize("cluster", CLUSTERS)
+def test_staged_record_sites(ptx, cluster):
+    l1, l2 = ptx[("staged", cluster, 1)], ptx[("staged", cluster, 2)]
     # WarpRecorder: every staging site carries a (rarely taken) flush, plus explicit
     # flushes: level 1 = producer 1 stage + 1 flush, consumer 2 stages + 1 flush;
     # level 2 = producer 3 stages + 2 flushes, consumer 4 stages + 2 flushes
@@ -118,11 +200,13 @@ def test_ptxas_no_spills(ptx, tmp_path):
     ptxas = shutil.which("ptxas")
     if ptxas is None:
         pytest.skip("ptxas not installed")
-    for (rec, level), text in ptx.items():
-        src = tmp_path / f"{rec}_l{level}.ptx"
+    for (rec, cl, level), text in ptx.items():
+        if cl == "default":
+            continue  # a copy of 2x1
+        src = tmp_path / f"{rec}_{cl}_l{level}.ptx"
         src.write_text(text)
         proc = subprocess.run(
-            [ptxas, "-arch=sm_90a", "-v", str(src), "-o", str(tmp_path / f"{rec}_l{level}.cubin")],
+            [ptxas, "-arch=sm_90a", "-v", str(src), "-o", str(tmp_path / f"{rec}_{cl}_l{level}.cubin")],
             capture_output=True, text=True, timeout=300,
         )
         assert proc.returncode == 0, proc.stderr[-4000:]
@@ -176,15 +260,20 @@ def _synthetic_words(W, gemm, m, n, k, level, *, mma_ns=500, wait_ns=20, fill_ns
     return buf
 
 
+@pytest.mark.parametrize("cluster", [(1, 1), (2, 1), (1, 2)])
 @pytest.mark.parametrize("level", [1, 2])
-def test_host_checks_on_synthetic_buffer(level):
+def test_host_checks_on_synthetic_buffer(level, cluster):
     import numpy as np
 
     from examples import ws_gemm as W
     from examples import ws_gemm_profile as P
 
-    gemm = W.WsGemm()
-    m, n, k = 300, 520, 200  # 3 x 3 CTAs, 4 k-tiles
+    gemm = W.WsGemm(W.GemmConfig(cluster_m=cluster[0], cluster_n=cluster[1]))
+    m, n, k = 300, 520, 200  # 3 x 3 output tiles, 4 k-tiles
+    # clusters round the grid up: 2x1 launches 4 x 3 CTAs, 1x2 3 x 4
+    assert gemm.grid_shape(m, n) == (3, 3)
+    want = {(1, 1): 9, (2, 1): 12, (1, 2): 12}[cluster]
+    assert gemm.num_ctas(m, n) == want
     words = _synthetic_words(W, gemm, m, n, k, level)
     recs, attempted = W.decode_records(words)
     assert attempted == W.expected_counts(gemm, m, n, k, level)["total"] == len(recs)
@@ -196,7 +285,7 @@ def test_host_checks_on_synthetic_buffer(level):
     assert all(0.0 <= d["busy_mean"] <= 1.0 for d in busy.values())
     if level == 2:
         cov = P.mma_coverage(W, gemm, recs, ids)
-        assert cov["warps"] == 9 * len(gemm.recording_slots)
+        assert cov["warps"] == want * len(gemm.recording_slots)
         # 4 k-tiles: 4 x 500 mma in a span of 4 x 500 + 800 + 3 x 20
         assert abs(cov["mma_over_span"]["median"] - 2000 / 2860) < 1e-9
         assert abs(cov["mma_plus_wait_over_span"]["median"] - 1.0) < 1e-9

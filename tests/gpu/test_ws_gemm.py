@@ -1,7 +1,11 @@
 """The warp-specialised GEMM (examples/ws_gemm.py) on a real Hopper GPU: correctness against
 torch.matmul (tile multiples and not), bit-identical output at every profile level, and
-exact record counts per role. Skipped without a CUDA GPU, without CuTe DSL, or on a GPU
-that is not sm_90."""
+exact record counts per role, for the cluster configurations 1x1 (no cluster) and 2x1
+(the default: two CTAs along M share B by TMA multicast; 1x2 for correctness only).
+Skipped without a CUDA GPU, without CuTe DSL, or on a GPU that is not sm_90.
+
+A mis-set barrier count hangs the GPU rather than failing: run under ``timeout``, e.g.
+``timeout 900 python -m pytest -x -q tests/gpu/test_ws_gemm.py``."""
 
 from __future__ import annotations
 
@@ -24,13 +28,20 @@ from examples import ws_gemm as W  # noqa: E402
 
 TOL = 1e-2  # relative Frobenius error (bf16 output, fp32 accumulation)
 
+CLUSTERS = [(1, 1), (2, 1)]
+CLUSTER_IDS = ["1x1", "2x1"]
+DEFAULT = (W.GemmConfig.cluster_m, W.GemmConfig.cluster_n)
+
 _runners: dict = {}
 
 
-def runner(recorder: str = "staged") -> W.CompiledWsGemm:
-    if recorder not in _runners:
-        _runners[recorder] = W.CompiledWsGemm(W.GemmConfig(recorder=recorder))
-    return _runners[recorder]
+def runner(recorder: str = "staged", cluster=DEFAULT) -> W.CompiledWsGemm:
+    key = (recorder, tuple(cluster))
+    if key not in _runners:
+        _runners[key] = W.CompiledWsGemm(
+            W.GemmConfig(recorder=recorder, cluster_m=cluster[0], cluster_n=cluster[1])
+        )
+    return _runners[key]
 
 
 def inputs(m, n, k, seed=0):
@@ -45,8 +56,8 @@ def rel_err(c, a, b):
     return ((c.float() - ref).norm() / ref.norm().clamp_min(1e-30)).item()
 
 
-def run(m, n, k, level, *, max_events=None, recorder="staged", seed=0):
-    r = runner(recorder)
+def run(m, n, k, level, *, max_events=None, recorder="staged", seed=0, cluster=DEFAULT):
+    r = runner(recorder, cluster)
     a, b = inputs(m, n, k, seed)
     c = torch.full((m, n), float("nan"), device="cuda", dtype=torch.bfloat16)
     exp = W.expected_counts(r.gemm, m, n, k, level)
@@ -65,38 +76,73 @@ SIZES = [
     (129, 264, 72),  # one past a tile edge in M, N and K
     (100, 200, 40),  # smaller than one tile in every dimension
     (1001, 136, 8),  # odd M, K = 8 (one mostly zero-filled k-tile)
+    (384, 256, 64),  # 3 M tiles: a 2x1 cluster pads to 4 (one CTA wholly past the edge)
+    (1300, 700, 328),  # 11 x 3 tiles, nothing a tile multiple
     (2048, 1536, 4096),  # 8 x 6 CTAs, 64 k-tiles
 ]
 
 
+def test_smoke():
+    """One small launch of each cluster config first (a hang shows up here, under timeout)."""
+    for cl in CLUSTERS:
+        a, b, c, _, _, _ = run(300, 520, 200, 0, cluster=cl)
+        assert rel_err(c, a, b) < TOL, cl
+
+
+@pytest.mark.parametrize("cluster", CLUSTERS + [(1, 2)], ids=CLUSTER_IDS + ["1x2"])
 @pytest.mark.parametrize("m,n,k", SIZES)
-def test_correct_level0(m, n, k):
-    a, b, c, recs, attempted, _ = run(m, n, k, 0)
+def test_correct_level0(m, n, k, cluster):
+    a, b, c, recs, attempted, _ = run(m, n, k, 0, cluster=cluster)
     assert not torch.isnan(c.float()).any(), "output has unwritten (NaN) elements"
     err = rel_err(c, a, b)
     assert err < TOL, f"{m}x{n}x{k}: relative Frobenius error {err:.3e}"
     assert attempted == 0 and len(recs) == 0, "level 0 must record nothing"
 
 
+@pytest.mark.parametrize("cluster", [(2, 1), (1, 2)], ids=["2x1", "1x2"])
+@pytest.mark.parametrize("m,n,k", [(1000, 1032, 520), (384, 256, 64), (1300, 700, 328)])
+def test_cluster_bit_identical_to_1x1(m, n, k, cluster):
+    """Multicast only changes where the tiles come from, not the MMA order."""
+    _, _, c0, _, _, _ = run(m, n, k, 0, cluster=(1, 1))
+    _, _, c1, _, _, _ = run(m, n, k, 0, cluster=cluster)
+    assert torch.equal(c0, c1), "the cluster config changed the GEMM output"
+
+
+@pytest.mark.parametrize("cluster", CLUSTERS, ids=CLUSTER_IDS)
 @pytest.mark.parametrize("recorder", ["staged", "direct"])
 @pytest.mark.parametrize("level", [1, 2])
-@pytest.mark.parametrize("m,n,k", [(1000, 1032, 520), (256, 512, 1024)])
-def test_profiled_output_bit_identical(m, n, k, level, recorder):
-    _, _, c0, _, _, _ = run(m, n, k, 0)
-    _, _, c1, _, _, _ = run(m, n, k, level, recorder=recorder)
+@pytest.mark.parametrize("m,n,k", [(1000, 1032, 520), (256, 512, 1024), (384, 256, 64)])
+def test_profiled_output_bit_identical(m, n, k, level, recorder, cluster):
+    _, _, c0, _, _, _ = run(m, n, k, 0, cluster=cluster)
+    _, _, c1, _, _, _ = run(m, n, k, level, recorder=recorder, cluster=cluster)
     assert torch.equal(c0, c1), "profiling changed the GEMM output"
 
 
+@pytest.mark.parametrize("cluster", CLUSTERS, ids=CLUSTER_IDS)
 @pytest.mark.parametrize("recorder", ["staged", "direct"])
 @pytest.mark.parametrize("level", [1, 2])
-@pytest.mark.parametrize("m,n,k", [(300, 520, 200), (256, 512, 1024)])
-def test_exact_counts(m, n, k, level, recorder):
-    a, b, c, recs, attempted, exp = run(m, n, k, level, recorder=recorder)
+@pytest.mark.parametrize("m,n,k", [(300, 520, 200), (256, 512, 1024), (1300, 700, 328)])
+def test_exact_counts(m, n, k, level, recorder, cluster):
+    a, b, c, recs, attempted, exp = run(m, n, k, level, recorder=recorder, cluster=cluster)
+    gemm = runner(recorder, cluster).gemm
     assert rel_err(c, a, b) < TOL
     assert attempted == exp["total"], (attempted, exp)
-    errors = W.check_counts(recs, runner(recorder).gemm, m, n, k, level)
+    errors = W.check_counts(recs, gemm, m, n, k, level)
     assert not errors, "\n".join(errors)
-    kt = runner().gemm.k_tiles(k)
+    # every launched CTA records, cluster padding included (300 and 1300 rows: an odd
+    # number of M tiles, so 2x1 launches one more CTA row than there are tiles)
+    gm, gn = gemm.grid_shape(m, n)
+    cm, cn = cluster
+    assert exp["producers"] == gemm.num_ctas(m, n) == (-(-gm // cm) * cm) * (-(-gn // cn) * cn)
+    cta, slot = W.split_tid(recs["tid"].astype(np.int64))
+    assert set(np.unique(cta).tolist()) == set(range(gemm.num_ctas(m, n)))
+    # the epilogue payloads name every (pid_m, pid_n) of the padded grid exactly once per
+    # consumer warp
+    epi = recs[recs["tag"] == W.tag_ids()[W.TAG_EPILOGUE]]
+    pids = {(int(p) >> 16, int(p) & 0xFFFF) for p in epi["payload"]}
+    pm, pn = gemm.padded_grid_shape(m, n)
+    assert pids == {(i, j) for i in range(pm) for j in range(pn)}
+    kt = gemm.k_tiles(k)
     if level == 2:
         # producer: 2 x k_tiles (+1 mainloop) per CTA; consumer warp: 2 x k_tiles + 2
         assert sum(exp["per_producer_warp"].values()) == 2 * kt + 1
