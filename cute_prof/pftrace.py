@@ -545,9 +545,10 @@ def write_pftrace(
 
     ``group_by``: ``"tid"`` (alias ``"device"``, one flat list of tid tracks, as the JSON
     exporter's default), ``"sm"`` (a group per SM, a track per tid on it) or ``"warp"``
-    (a group per tid, a track per warp). ``payloads``: attach
-    nonzero payloads as the ``payload`` arg (False: a ~10% smaller file, same speed). ``workers``: processes that serialise in parallel (Linux only);
-    None uses the usable CPUs for large traces, 1 stays in this process. The file is
+    (a group per tid, a track per warp). ``payloads``: attach nonzero payloads as the
+    ``payload`` arg (False: a ~10% smaller file, same speed). ``workers``: processes that
+    serialise in parallel (Linux only); None uses the usable CPUs for large traces, 1
+    stays in this process. ``progress``: called with a line per stage. The file is
     written atomically. Returns the path.
     """
     from .storage import atomic_write
