@@ -63,7 +63,8 @@ def realistic_buffer(records: int, tids: int, *, sms: int = 132, seed: int = 0) 
         iteration_start, load, 1, np.arange(iterations))
     start[:, mmas], dur[:, mmas], tag[:, mmas], payload[:, mmas] = (
         iteration_start + load, mma, 2, np.arange(iterations))
-    start[:, marks], tag[:, marks], kind[:, marks] = iteration_start + load + mma, 4, layout.KIND_INSTANT
+    start[:, marks], tag[:, marks], kind[:, marks] = (
+        iteration_start + load + mma, 4, layout.KIND_INSTANT)
     start[:, -3], dur[:, -3], tag[:, -3] = main_end + 20, rng.integers(500, 2000, tids), 3
     start[:, -2], tag[:, -2], kind[:, -2] = main_end + 5, 5, layout.KIND_INSTANT
     start[:, -1], tag[:, -1], kind[:, -1] = launch, 6, layout.KIND_INSTANT

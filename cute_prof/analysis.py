@@ -119,7 +119,9 @@ def _group_bounds(sorted_keys: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
     return starts, lengths
 
 
-def _group_percentiles(values: np.ndarray, starts: np.ndarray, lengths: np.ndarray, q) -> np.ndarray:
+def _group_percentiles(
+    values: np.ndarray, starts: np.ndarray, lengths: np.ndarray, q
+) -> np.ndarray:
     """Percentile ``q`` (0..100) of each group of ``values`` (sorted inside each group), with
     numpy's default linear interpolation, for all groups at once."""
     if starts.shape[0] == 0:

@@ -114,7 +114,9 @@ def _group_and_leaf(
     raise ProfileBufferError(f"group_by must be one of {GROUP_BY}, got {group_by!r}")
 
 
-def _pair_index(group: np.ndarray | None, leaf: np.ndarray) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
+def _pair_index(
+    group: np.ndarray | None, leaf: np.ndarray
+) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
     """Dense index of (group, leaf) pairs in ascending numeric order, plus the pairs."""
     if group is None:
         group = np.zeros_like(leaf)
@@ -331,7 +333,9 @@ def _templates_per_op(pb, types: np.ndarray, iids: np.ndarray, payloads: np.ndar
     return [templates[i] for i in index.reshape(-1).tolist()]
 
 
-def _serialize_events(pb, trace, ts: list[int], templates: list[bytes], sequences: list[int]) -> None:
+def _serialize_events(
+    pb, trace, ts: list[int], templates: list[bytes], sequences: list[int]
+) -> None:
     """The hot loop: one packet per operation. Everything but the timestamp and the
     sequence comes from the op's template, merged in with one ``MergeFromString`` call
     (the result is byte-identical to setting each field by hand, at half the cost)."""
@@ -740,7 +744,8 @@ def read_pftrace(path: str | os.PathLike) -> tuple[np.ndarray, dict[str, Any]]:
             continue
         event = packet.track_event
         uuid = event.track_uuid if event.HasField("track_uuid") else defaults.get(sequence, 0)
-        name = event.name if event.HasField("name") else names.get(sequence, {}).get(event.name_iid, "")
+        name = (event.name if event.HasField("name")
+                else names.get(sequence, {}).get(event.name_iid, ""))
         payload = 0
         for annotation in event.debug_annotations:
             key = (annotation.name if annotation.HasField("name")

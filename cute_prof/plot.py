@@ -150,7 +150,8 @@ def _coverage(row, slot, a, b, n_rows: int, n_slots: int, n_cols: int) -> np.nda
     diff_cols = n_cols + 1
     diff_size = n_rows * n_slots * diff_cols
     lane_i = lane[inner]
-    diff = np.bincount(lane_i * diff_cols + first[inner] + 1, minlength=diff_size).astype(np.float64)
+    diff = np.bincount(lane_i * diff_cols + first[inner] + 1,
+                       minlength=diff_size).astype(np.float64)
     diff -= np.bincount(lane_i * diff_cols + last[inner], minlength=diff_size)
     full = np.cumsum(diff.reshape(n_rows * n_slots, diff_cols), axis=1)[:, :n_cols]
     return (partial.reshape(n_rows * n_slots, n_cols) + full).reshape(n_rows, n_slots, n_cols)

@@ -155,9 +155,10 @@ def test_packets_use_interning_and_sequences(tmp_path):
             if packet.track_event.name_iid:
                 assert packet.track_event.name_iid in interned
     # timestamps are the original nanoseconds, unchanged
-    begins = sorted(e.timestamp for e in events if e.track_event.type != pb.TrackEvent.TYPE_SLICE_END)
+    end_type = pb.TrackEvent.TYPE_SLICE_END
+    begins = sorted(e.timestamp for e in events if e.track_event.type != end_type)
     assert begins == sorted(trace.events["start_ns"].tolist())
-    ends = sorted(e.timestamp for e in events if e.track_event.type == pb.TrackEvent.TYPE_SLICE_END)
+    ends = sorted(e.timestamp for e in events if e.track_event.type == end_type)
     span = trace.events["kind"] == SPAN
     assert ends == sorted((trace.events["start_ns"] + trace.events["dur_ns"])[span].tolist())
 
