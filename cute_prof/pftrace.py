@@ -36,6 +36,7 @@ from __future__ import annotations
 import json
 import os
 import sys
+import warnings
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any, Callable
@@ -405,7 +406,11 @@ def _serialize_all(pb, ops: _Ops, track_uuid: np.ndarray, names: list[str], work
             import multiprocessing
 
             try:
-                pool = multiprocessing.get_context("fork").Pool(processes=len(chunks) - 1)
+                with warnings.catch_warnings():
+                    # Python >= 3.12 warns about fork() in threaded processes; the workers
+                    # only run protobuf and numpy code and never touch those threads' locks
+                    warnings.simplefilter("ignore", DeprecationWarning)
+                    pool = multiprocessing.get_context("fork").Pool(processes=len(chunks) - 1)
             except (ValueError, OSError):  # no fork here: everything in this process
                 pool = None
         if pool is None:
