@@ -407,8 +407,8 @@ def _serialize_all(pb, ops: _Ops, track_uuid: np.ndarray, names: list[str], work
 
             try:
                 with warnings.catch_warnings():
-                    # Python >= 3.12 warns about fork() in threaded processes; the workers
-                    # only run protobuf and numpy code and never touch those threads' locks
+                    # Python >= 3.12 warns about fork() in threaded processes (torch starts
+                    # threads); the workers only run numpy and protobuf serialisation
                     warnings.simplefilter("ignore", DeprecationWarning)
                     pool = multiprocessing.get_context("fork").Pool(processes=len(chunks) - 1)
             except (ValueError, OSError):  # no fork here: everything in this process
