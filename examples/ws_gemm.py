@@ -50,9 +50,11 @@ level  producer warp (slot 0)                      each consumer warp (slots 1..
 rank in the cluster, the launch order; ``blockIdx.x`` for 1 x 1; slot 0 = producer warp,
 1..8 = consumer warps 4..11; every launched CTA records, cluster padding included);
 per-k-tile records carry the k-tile index as payload, the epilogue ``pid_m * 65536 + pid_n``. See
-:func:`expected_counts`. Per-k-tile regions tile the loops with no gaps: "mma k-tile" k
-runs from the moment stage k is full to the start of the wait for stage k+1 (issue of k,
-completion of k-1, release of k-1), "issue TMA" k from the empty stage to the next wait.
+:func:`expected_counts`. wgmma is asynchronous (one k-tile stays in flight), so a consumer
+warp's "mma k-tile" k is the pipeline period of that k-tile: from the issue of its wgmma to
+the issue of the next one (the last: until every wgmma retired). The "wait full" for stage
+k+1 nests inside it and shows how much of the period the warp spent waiting for data. The
+producer's "wait empty" / "issue TMA" regions tile its loop with no gaps.
 
 Two write paths (``GemmConfig.recorder``): ``"staged"`` (default) keeps records in the
 warp's registers with ``cute_prof.ops.WarpRecorder`` and writes them with one atomic per
@@ -592,7 +594,7 @@ class WsGemm:
             if cutlass.const_expr(profile_level >= 1):
                 probe = _Probe(self.cfg.recorder, prof_buf, max_events, cons_tid)
                 t_main = probe.start()
-                t_w = t_main  # start of the next "wait full" region
+                t_issue = t_main  # when the previous k-tile's wgmma was issued
 
             acc.fill(0.0)
             tiled_mma.set(cute.nvgpu.warpgroup.Field.ACCUMULATE, True)
@@ -603,13 +605,19 @@ class WsGemm:
                 pipeline.PipelineUserType.Consumer, self.num_stages
             )
             for k in cutlass.range(k_tiles, unroll=1):
+                if cutlass.const_expr(profile_level >= 2):
+                    t_w = probe.start()
                 ab_pipe.consumer_wait(read_state)
                 if cutlass.const_expr(profile_level >= 2):
                     t_m = probe.start()
                     probe.stop(t_w, TAG_WAIT_FULL, k)
+                    # wgmma is asynchronous: k-tile k-1's "mma" period runs from its issue
+                    # to this issue, so the "wait full" just recorded nests inside it
+                    if k > 0:
+                        probe.stop(t_issue, TAG_MMA_KTILE, k - 1)
+                    t_issue = t_m
                     if cutlass.const_expr(self.cfg.recorder == "staged"):
-                        # the flush's stall lands inside this k-tile's MMA region, while
-                        # the previous k-tile's wgmma is still running
+                        # the flush's stall lands while the previous k-tile's wgmma runs
                         if k % FLUSH_EVERY == FLUSH_EVERY - 1:
                             probe.flush()
                 cute.nvgpu.warpgroup.fence()
@@ -623,12 +631,12 @@ class WsGemm:
                     ab_pipe.consumer_release(release_state)
                     release_state.advance()
                 read_state.advance()
-                if cutlass.const_expr(profile_level >= 2):
-                    # regions tile the loop: "mma k-tile" ends where the next wait starts
-                    t_w = probe.start()
-                    probe.stop(t_m, TAG_MMA_KTILE, k)
             cute.nvgpu.warpgroup.wait_group(0)
             ab_pipe.consumer_release(release_state)
+            if cutlass.const_expr(profile_level >= 2):
+                # the last k-tile's period ends when every wgmma has retired
+                t_done = probe.start()
+                probe.stop(t_issue, TAG_MMA_KTILE, k_tiles - 1)
 
             if cutlass.const_expr(profile_level >= 1):
                 t_epi = probe.start()

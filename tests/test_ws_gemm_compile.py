@@ -166,9 +166,10 @@ def test_direct_record_sites(ptx, cluster):
     l1, l2 = ptx[("direct", cluster, 1)], ptx[("direct", cluster, 2)]
     assert "%globaltimer" in l1 and "%globaltimer" in l2
     # one atomic per record site: level 1 = producer mainloop, consumer mainloop, epilogue;
-    # level 2 adds wait_empty, tma_issue, wait_full, mma_ktile
+    # level 2 adds wait_empty, tma_issue, wait_full and mma_ktile (twice: in the loop for
+    # the previous k-tile, after it for the last)
     assert _count(l1, r"atom\.global\.add\.u64") == 3
-    assert _count(l2, r"atom\.global\.add\.u64") == 7
+    assert _count(l2, r"atom\.global\.add\.u64") == 8
     assert _count(l2, r"%globaltimer") > _count(l1, r"%globaltimer")
 
 
@@ -177,9 +178,9 @@ def test_staged_record_sites(ptx, cluster):
     l1, l2 = ptx[("staged", cluster, 1)], ptx[("staged", cluster, 2)]
     # WarpRecorder: every staging site carries a (rarely taken) flush, plus explicit
     # flushes: level 1 = producer 1 stage + 1 flush, consumer 2 stages + 1 flush;
-    # level 2 = producer 3 stages + 2 flushes, consumer 4 stages + 2 flushes
+    # level 2 = producer 3 stages + 2 flushes, consumer 5 stages + 2 flushes
     assert _count(l1, r"atom\.global\.add\.u64") == 5
-    assert _count(l2, r"atom\.global\.add\.u64") == 11
+    assert _count(l2, r"atom\.global\.add\.u64") == 12
     assert "shfl.sync.idx.b32" in l2  # the flush broadcasts the claimed base slot
     assert _count(l2, r"%globaltimer") > _count(l1, r"%globaltimer")
 
@@ -248,12 +249,18 @@ def _synthetic_words(W, gemm, m, n, k, level, *, mma_ns=500, wait_ns=20, fill_ns
             t += 70
         put(t0, max(t - t0, 70), W.TAG_PRODUCER_MAINLOOP, cta, 0, 0, kt)
         for s in gemm.recording_slots:
+            # as the kernel records: "mma k-tile" kk runs from the issue of its wgmma to
+            # the next issue (the last: to retirement), the next "wait full" nests inside
             t = t0
+            issues = []
             for kk in range(kt if level >= 2 else 0):
                 w = fill_ns if kk == 0 else wait_ns
                 put(t, w, W.TAG_WAIT_FULL, cta, s, 3 + s, kk)
-                put(t + w, mma_ns, W.TAG_MMA_KTILE, cta, s, 3 + s, kk)
+                issues.append(t + w)
                 t += w + mma_ns
+            for kk, issue in enumerate(issues):
+                until = issues[kk + 1] if kk + 1 < len(issues) else t
+                put(issue, until - issue, W.TAG_MMA_KTILE, cta, s, 3 + s, kk)
             end = t if level >= 2 else t0 + kt * (mma_ns + wait_ns)
             put(t0, end - t0, W.TAG_CONSUMER_MAINLOOP, cta, s, 3 + s, kt)
             put(end, 900, W.TAG_EPILOGUE, cta, s, 3 + s, 0)
@@ -286,9 +293,10 @@ def test_host_checks_on_synthetic_buffer(level, cluster):
     if level == 2:
         cov = P.mma_coverage(W, gemm, recs, ids)
         assert cov["warps"] == want * len(gemm.recording_slots)
-        # 4 k-tiles: 4 x 500 mma in a span of 4 x 500 + 800 + 3 x 20
-        assert abs(cov["mma_over_span"]["median"] - 2000 / 2860) < 1e-9
-        assert abs(cov["mma_plus_wait_over_span"]["median"] - 1.0) < 1e-9
+        # 4 k-tiles: a span of 800 (fill) + 4 x 500 + 3 x 20 (waits); the mma periods
+        # cover all but the fill, the waits are 800 + 3 x 20
+        assert abs(cov["mma_over_span"]["median"] - 2060 / 2860) < 1e-9
+        assert abs(cov["wait_full_over_span"]["median"] - 860 / 2860) < 1e-9
 
     # a missing record, a stray warp and an overlap are all caught
     bad = recs[1:]
