@@ -104,7 +104,7 @@ def record_word_index(slot, word: int = 0):
     return HEADER_WORDS + WORDS_PER_RECORD * slot + word
 
 
-def tag_word_constant(tag: int, kind: int = KIND_SPAN, payload: int = 0) -> int:
+def tag_word_constant(tag: int, *, kind: int = KIND_SPAN, payload: int = 0) -> int:
     """The tag word as a Python int, for tags known when the kernel is traced."""
     return (
         ((int(tag) & _mask(TAG_BITS)) << TAG_SHIFT)
@@ -114,7 +114,7 @@ def tag_word_constant(tag: int, kind: int = KIND_SPAN, payload: int = 0) -> int:
     )
 
 
-def encode_tag_words(tag, payload=0, kind=KIND_SPAN) -> np.ndarray:
+def encode_tag_words(tag, *, payload=0, kind=KIND_SPAN) -> np.ndarray:
     """Vectorised tag-word encoder (the host mirror of what the device ops emit)."""
     tag = np.asarray(tag, dtype=np.int64) & _mask(TAG_BITS)
     payload = np.asarray(payload, dtype=np.int64) & _mask(PAYLOAD_BITS)
@@ -122,7 +122,7 @@ def encode_tag_words(tag, payload=0, kind=KIND_SPAN) -> np.ndarray:
     return (tag << TAG_SHIFT) | (payload << PAYLOAD_SHIFT) | (kind << KIND_SHIFT) | MAGIC_FIELD
 
 
-def encode_tid_words(tid, sm=0, warp=0) -> np.ndarray:
+def encode_tid_words(tid, *, sm=0, warp=0) -> np.ndarray:
     """Vectorised tid-word encoder (the host mirror of what the device ops emit)."""
     tid = np.asarray(tid, dtype=np.int64) & _mask(TID_BITS)
     sm = np.asarray(sm, dtype=np.int64) & _mask(SM_BITS)
@@ -184,8 +184,8 @@ def write_records(
     words = np.empty((n, WORDS_PER_RECORD), dtype=np.int64)
     words[:, WORD_START] = start_ns
     words[:, WORD_DUR] = np.broadcast_to(np.asarray(dur_ns, dtype=np.int64), (n,))
-    words[:, WORD_TAG] = np.broadcast_to(encode_tag_words(tag, payload, kind), (n,))
-    words[:, WORD_TID] = np.broadcast_to(encode_tid_words(tid, sm, warp), (n,))
+    words[:, WORD_TAG] = np.broadcast_to(encode_tag_words(tag, payload=payload, kind=kind), (n,))
+    words[:, WORD_TID] = np.broadcast_to(encode_tid_words(tid, sm=sm, warp=warp), (n,))
     records = buf[HEADER_WORDS:HEADER_WORDS + WORDS_PER_RECORD * max_events].reshape(
         max_events, WORDS_PER_RECORD
     )

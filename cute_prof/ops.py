@@ -289,9 +289,9 @@ def _emit_record(
     # word 2: the tag word (constant-folded when tag and payload are known at trace time)
     payload = _trace_time_int(payload)
     if isinstance(tag, int) and isinstance(payload, int):
-        asm.emit(f"mov.b64 tw, {layout.tag_word_constant(tag, kind, payload)};")
+        asm.emit(f"mov.b64 tw, {layout.tag_word_constant(tag, kind=kind, payload=payload)};")
     else:
-        constant = layout.tag_word_constant(0, kind, 0)
+        constant = layout.tag_word_constant(0, kind=kind)
         a_tag = asm.operand(tag, 32)
         a_payload = asm.operand(payload, 32)
         asm.emit(
@@ -760,13 +760,13 @@ class WarpRecorder:
             st = op(Int64(start))
             lines += [f"@m mov.u64 w0, {st};", f"@m sub.s64 w1, t, {st};"]
         if isinstance(tag, int) and isinstance(payload, int):
-            lines.append(f"@m mov.b64 w2, {layout.tag_word_constant(tag, kind, payload)};")
+            lines.append(f"@m mov.b64 w2, {layout.tag_word_constant(tag, kind=kind, payload=payload)};")
         else:
             a_tag, a_pl = op(Int32(tag)), op(Int32(payload))
             lines += [
                 f"cvt.u64.u32 tw, {a_tag};", f"and.b64 tw, tw, {layout._mask(layout.TAG_BITS)};",
                 f"cvt.u64.u32 x3, {a_pl};", f"shl.b64 x3, x3, {layout.PAYLOAD_SHIFT};",
-                "or.b64 tw, tw, x3;", f"or.b64 tw, tw, {layout.tag_word_constant(0, kind, 0)};",
+                "or.b64 tw, tw, x3;", f"or.b64 tw, tw, {layout.tag_word_constant(0, kind=kind)};",
                 "@m mov.b64 w2, tw;",
             ]
         lines += [

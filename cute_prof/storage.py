@@ -428,19 +428,19 @@ def trace_to_buffer(trace) -> np.ndarray:
     records[event_slots, layout.WORD_START] = start
     records[event_slots, layout.WORD_DUR] = dur
     records[event_slots, layout.WORD_TAG] = layout.encode_tag_words(
-        events["tag"], events["payload"], kind
+        events["tag"], payload=events["payload"], kind=kind
     )
     records[event_slots, layout.WORD_TID] = layout.encode_tid_words(
-        events["tid"], events["sm"], events["warp"]
+        events["tid"], sm=events["sm"], warp=events["warp"]
     )
     if syncs.shape[0]:
         records[sync_slots, layout.WORD_START] = syncs["globaltimer_ns"]
         records[sync_slots, layout.WORD_DUR] = syncs["clock_cycles"]
         records[sync_slots, layout.WORD_TAG] = layout.encode_tag_words(
-            0, 0, layout.KIND_CLOCK_SYNC
+            0, kind=layout.KIND_CLOCK_SYNC
         )
         records[sync_slots, layout.WORD_TID] = layout.encode_tid_words(
-            syncs["tid"], syncs["sm"], 0
+            syncs["tid"], sm=syncs["sm"]
         )
     return words
 

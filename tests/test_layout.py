@@ -13,7 +13,7 @@ INT32_EDGES = np.array([0, 1, -1, 2**31 - 1, -(2**31), 12345, -777], dtype=np.in
 def test_tag_word_fields_round_trip_including_negative_payloads():
     tags = np.array([0, 1, 65535, 300, 7, 42, 9], dtype=np.int64)
     kinds = np.array([0, 1, 2, 3, 0, 1, 2], dtype=np.int64)
-    words = layout.encode_tag_words(tags, INT32_EDGES, kinds)
+    words = layout.encode_tag_words(tags, payload=INT32_EDGES, kind=kinds)
     fields = layout.decode_tag_words(words)
     np.testing.assert_array_equal(fields["tag"], tags)
     np.testing.assert_array_equal(fields["payload"], INT32_EDGES)
@@ -25,7 +25,7 @@ def test_tag_word_fields_round_trip_including_negative_payloads():
 def test_tid_word_fields_round_trip_including_negative_tids():
     sms = np.array([0, 1, layout.MAX_SM_ID, 131, 5, 77, 2], dtype=np.int64)
     warps = np.array([0, layout.MAX_WARP_ID, 31, 3, 16, 1, 0], dtype=np.int64)
-    words = layout.encode_tid_words(INT32_EDGES, sms, warps)
+    words = layout.encode_tid_words(INT32_EDGES, sm=sms, warp=warps)
     fields = layout.decode_tid_words(words)
     np.testing.assert_array_equal(fields["tid"], INT32_EDGES)
     np.testing.assert_array_equal(fields["sm"], sms)
@@ -75,21 +75,21 @@ def test_zero_word_is_incomplete_and_magic_makes_it_complete():
     ],
 )
 def test_corrupted_tag_words_are_not_complete(corruption):
-    good = layout.encode_tag_words(5, 9, layout.KIND_SPAN)
+    good = layout.encode_tag_words(5, payload=9, kind=layout.KIND_SPAN)
     bad = np.asarray(good ^ corruption, dtype=np.int64)
     assert not bool(layout.decode_tag_words(bad)["complete"])
 
 
 def test_sign_bit_makes_tag_word_incomplete():
-    good = int(layout.encode_tag_words(5, 9, layout.KIND_SPAN))
+    good = int(layout.encode_tag_words(5, payload=9, kind=layout.KIND_SPAN))
     negative = np.array([good | (1 << 63)], dtype=np.uint64).view(np.int64)
     assert not layout.decode_tag_words(negative)["complete"][0]
 
 
 def test_scalar_constant_matches_vectorised_encoder():
     for tag, kind, payload in [(0, 0, 0), (65535, 3, -1), (17, 1, 2**31 - 1), (3, 2, -(2**31))]:
-        assert layout.tag_word_constant(tag, kind, payload) == int(
-            layout.encode_tag_words(tag, payload, kind)
+        assert layout.tag_word_constant(tag, kind=kind, payload=payload) == int(
+            layout.encode_tag_words(tag, payload=payload, kind=kind)
         )
 
 

@@ -103,12 +103,12 @@ def test_sampling_predicate_is_computed_once_and_anded_in():
 
 def test_tag_word_is_a_constant_when_known_at_trace_time():
     (block,) = record_blocks(probe_ptx("cta"))
-    assert f"mov.b64 tw, {layout.tag_word_constant(K.TAG, layout.KIND_SPAN, 0)};" in block
+    assert f"mov.b64 tw, {layout.tag_word_constant(K.TAG, kind=layout.KIND_SPAN)};" in block
 
 
 def test_instant_kind_in_tag_word():
     (block,) = record_blocks(probe_ptx("instant"))
-    assert f"mov.b64 tw, {layout.tag_word_constant(K.TAG, layout.KIND_INSTANT, 0)};" in block
+    assert f"mov.b64 tw, {layout.tag_word_constant(K.TAG, kind=layout.KIND_INSTANT)};" in block
     assert "mov.u64 d, 0;" in block
 
 
@@ -146,10 +146,10 @@ def test_timing_kernel_clock_and_phases():
     buf = torch.zeros(layout.buffer_words(16), dtype=torch.int64)
     ptx = compile_ptx(K.launch_timing, buffer_arg(buf), Int32(16), Int64(1), Int32(1), 2)
     blocks = record_blocks(ptx)
-    clock_kind = f"or.b64 tw, tw, {layout.tag_word_constant(0, layout.KIND_CLOCK_SPAN, 0)};"
+    clock_kind = f"or.b64 tw, tw, {layout.tag_word_constant(0, kind=layout.KIND_CLOCK_SPAN)};"
     clock_spans = [b for b in blocks if clock_kind in b]
     assert len(clock_spans) == 1 and "@p mov.u64 c, %clock64;" in clock_spans[0]
-    syncs = [b for b in blocks if f"mov.b64 tw, {layout.tag_word_constant(0, layout.KIND_CLOCK_SYNC, 0)};" in b]
+    syncs = [b for b in blocks if f"mov.b64 tw, {layout.tag_word_constant(0, kind=layout.KIND_CLOCK_SYNC)};" in b]
     assert len(syncs) == 2 and all("mov.u64 d, c;" in b for b in syncs)
     # phase records use the timestamp read by next(): no timer read inside, an open check
     phase_blocks = [b for b in blocks if "setp.ne.and.s64 p," in b]

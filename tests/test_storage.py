@@ -88,12 +88,12 @@ def test_compressed_npz_is_smaller_and_equal(tmp_path):
 def test_save_trace_round_trips_losses_and_clock_spans(tmp_path, suffix):
     buf = filled_buffer(capacity=12, extra=20)  # 5 written, 25 attempted, 12 slots
     # clock mode: two calibration pairs on SM 3 and one clock span (1,000 cycles at 1 GHz)
-    sync_word = layout.encode_tag_words(0, 0, layout.KIND_CLOCK_SYNC)
+    sync_word = layout.encode_tag_words(0, kind=layout.KIND_CLOCK_SYNC)
     records = buf[1:].reshape(-1, 4)
-    records[5] = [BASE, 5_000, sync_word, layout.encode_tid_words(0, 3)]
-    records[6] = [BASE + 10_000, 15_000, sync_word, layout.encode_tid_words(0, 3)]
-    records[7] = [BASE + 3_000, 1_000, layout.encode_tag_words(1, 0, layout.KIND_CLOCK_SPAN),
-                  layout.encode_tid_words(5, 3)]
+    records[5] = [BASE, 5_000, sync_word, layout.encode_tid_words(0, sm=3)]
+    records[6] = [BASE + 10_000, 15_000, sync_word, layout.encode_tid_words(0, sm=3)]
+    records[7] = [BASE + 3_000, 1_000, layout.encode_tag_words(1, kind=layout.KIND_CLOCK_SPAN),
+                  layout.encode_tid_words(5, sm=3)]
     original = decode_buffer(buf, NAMES)
     assert original.overflow == 13 and original.incomplete == 4
     assert (original.events["kind"] == layout.KIND_CLOCK_SPAN).sum() == 1
