@@ -96,28 +96,15 @@ def _trace_format(path: Path) -> str:
 
 def write_trace(trace: Trace, path, *, group_by: str = "device") -> Path:
     """Write ``trace`` in the format its suffix names (``.json`` or ``.pftrace``)."""
+    from .pftrace import export_trace
+
     target = check_output_path(path)
-    if _trace_format(target) == "json":
-        return events_to_perfetto(trace, target, group_by=group_by)
-    try:
-        from .pftrace import write_pftrace
-    except ImportError as exc:
-        raise ImportError(
-            f"writing {str(target)!r} needs cute_prof.pftrace.write_pftrace, which this "
-            f"install lacks ({exc}); write a .json trace instead"
-        ) from exc
-    write_pftrace(trace, target)
-    return target
+    return export_trace(trace, target, format=_trace_format(target), group_by=group_by)
 
 
 def _print_summary(trace: Trace) -> None:
-    try:
-        from .analysis import summarize
-    except ImportError as exc:
-        raise ImportError(
-            "summary=True needs cute_prof.analysis.summarize, which this install lacks "
-            f"({exc}); pass summary=False"
-        ) from exc
+    from .analysis import summarize
+
     table = summarize(trace)
     if table is not None:
         print(table)
