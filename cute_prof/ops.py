@@ -359,19 +359,25 @@ def profile_stop(
     target_warp=None,
     payload=0,
     clock: bool = False,
+    end=None,
     sample_flag=None,
     enabled=None,
     loc=None,
     ip=None,
 ) -> None:
-    """Write one span record from every thread selected by ``guard`` (default: all threads)."""
+    """Write one span record from every thread selected by ``guard`` (default: all threads).
+    ``end``: a timestamp already read (``read_globaltimer()``) to close the span at, so that
+    back-to-back regions share one boundary exactly; default: read the timer now."""
     if not is_enabled(enabled):
         return
+    if end is not None and clock:
+        raise ProfileBufferError("end= takes a %globaltimer timestamp; it does not combine with clock=True")
     _emit_record(
         buf,
         max_events,
         kind=layout.KIND_CLOCK_SPAN if clock else layout.KIND_SPAN,
         start=eid,
+        end=end,
         tag=tag,
         tid=tid,
         payload=payload,
@@ -728,7 +734,7 @@ class WarpRecorder:
             values.append(Int64(words))
         return values, words is not None
 
-    def _stage(self, start, tag, payload, kind):
+    def _stage(self, start, tag, payload, kind, end=None):
         tag = _resolve_tag(tag)
         payload = _trace_time_int(payload)
         # results $0..$3 = cursor, w0..w2; inputs follow
@@ -751,7 +757,7 @@ class WarpRecorder:
             ".reg .u32 lane, c, n, blo, bhi;",
             f"mov.u32 c, {idx['c']};", f"mov.u64 w0, {idx['w0']};", f"mov.u64 w1, {idx['w1']};",
             f"mov.u64 w2, {idx['w2']};",
-            "mov.u64 t, %globaltimer;",
+            "mov.u64 t, %globaltimer;" if end is None else f"mov.u64 t, {op(Int64(end))};",
             f"setp.eq.u32 m, {idx['lane']}, c;",
         ]
         if kind == layout.KIND_INSTANT:
@@ -789,10 +795,11 @@ class WarpRecorder:
         self._cursor = Int32(llvm.extractvalue(T.i32(), res, [0]))
         self._w0, self._w1, self._w2 = (Int64(llvm.extractvalue(T.i64(), res, [i])) for i in range(1, 4))
 
-    def stop(self, eid, tag, *, payload=0):
-        """Stage a span that started at ``eid`` (from ``start()``); writes when 32 are staged."""
+    def stop(self, eid, tag, *, payload=0, end=None):
+        """Stage a span that started at ``eid`` (from ``start()``); writes when 32 are staged.
+        ``end``: a timestamp from ``start()`` to close the span at (shared boundaries)."""
         if self.enabled:
-            self._stage(eid, tag, payload, layout.KIND_SPAN)
+            self._stage(eid, tag, payload, layout.KIND_SPAN, end=end)
 
     def instant(self, tag, *, payload=0):
         if self.enabled:

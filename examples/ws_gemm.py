@@ -160,12 +160,14 @@ class _Probe:
             return self.rec.start()
         return cp.profile_start(self.buf, self.max_events)
 
-    def stop(self, t, tag, payload=0):
+    def stop(self, t, tag, payload=0, end=None):
+        """Record [t, end] (end: a timestamp from start(); None reads the timer now)."""
         if self.rec is not None:
-            self.rec.stop(t, tag, payload=payload)
+            self.rec.stop(t, tag, payload=payload, end=end)
         else:
             cp.profile_stop(
-                self.buf, t, tag, self.tid, self.max_events, guard="lane0", payload=payload
+                self.buf, t, tag, self.tid, self.max_events, guard="lane0", payload=payload,
+                end=end,
             )
 
     def flush(self):
@@ -529,7 +531,7 @@ class WsGemm:
                     ab_pipe.sync_object_empty.wait(state.index, state.phase)
                     if cutlass.const_expr(profile_level >= 2):
                         t_b = probe.start()
-                        probe.stop(t_a, TAG_WAIT_EMPTY, k)
+                        probe.stop(t_a, TAG_WAIT_EMPTY, k, end=t_b)
                     # arm the full barrier with the stage's byte count, then load A and B
                     ab_pipe.sync_object_full.arrive(state.index, ab_pipe.producer_mask)
                     full_bar = ab_pipe.producer_get_barrier(state)
@@ -557,7 +559,7 @@ class WsGemm:
                     if cutlass.const_expr(profile_level >= 2):
                         # regions tile the loop: "issue TMA" ends where the next wait starts
                         t_a = probe.start()
-                        probe.stop(t_b, TAG_TMA_ISSUE, k)
+                        probe.stop(t_b, TAG_TMA_ISSUE, k, end=t_a)
                         if cutlass.const_expr(self.cfg.recorder == "staged"):
                             if k % FLUSH_EVERY == FLUSH_EVERY - 1:
                                 probe.flush()
@@ -610,11 +612,11 @@ class WsGemm:
                 ab_pipe.consumer_wait(read_state)
                 if cutlass.const_expr(profile_level >= 2):
                     t_m = probe.start()
-                    probe.stop(t_w, TAG_WAIT_FULL, k)
+                    probe.stop(t_w, TAG_WAIT_FULL, k, end=t_m)
                     # wgmma is asynchronous: k-tile k-1's "mma" period runs from its issue
                     # to this issue, so the "wait full" just recorded nests inside it
                     if k > 0:
-                        probe.stop(t_issue, TAG_MMA_KTILE, k - 1)
+                        probe.stop(t_issue, TAG_MMA_KTILE, k - 1, end=t_m)
                     t_issue = t_m
                     if cutlass.const_expr(self.cfg.recorder == "staged"):
                         # the flush's stall lands while the previous k-tile's wgmma runs
@@ -636,7 +638,7 @@ class WsGemm:
             if cutlass.const_expr(profile_level >= 2):
                 # the last k-tile's period ends when every wgmma has retired
                 t_done = probe.start()
-                probe.stop(t_issue, TAG_MMA_KTILE, k_tiles - 1)
+                probe.stop(t_issue, TAG_MMA_KTILE, k_tiles - 1, end=t_done)
 
             if cutlass.const_expr(profile_level >= 1):
                 t_epi = probe.start()

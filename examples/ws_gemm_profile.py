@@ -154,7 +154,8 @@ def tag_stats(records, ids):
 def role_busy(W, gemm, records, ids):
     """Per-role busy fractions. For every warp: span = its CTA's span (earliest start to
     latest end of any record of that CTA); busy = time in its non-waiting regions
-    (producer: tma_issue; consumer: mma_ktile + epilogue); wait = time in wait regions.
+    (producer: tma_issue; consumer: mma_ktile + epilogue, less the waits for stages 1..
+    that nest inside the mma periods); wait = time in wait regions.
     Level 1 has no per-k-tile regions: there busy = the mainloop(+epilogue) regions."""
     cta, slot = W.split_tid(records["tid"].astype(np.int64))
     end = records["start_ns"] + records["dur_ns"]
@@ -182,6 +183,9 @@ def role_busy(W, gemm, records, ids):
             continue
         busy = records["dur_ns"] * (in_role & np.isin(records["tag"], [ids[t] for t in busy_tags]))
         wait = records["dur_ns"] * (in_role & np.isin(records["tag"], [ids[t] for t in wait_tags]))
+        if have_ktile and role == "consumer warps":
+            # every "wait full" after the first lies inside the previous k-tile's mma period
+            busy = busy - wait * (records["payload"] > 0)
         # per warp sums
         uniq, inv = np.unique(records["tid"], return_inverse=True)
         busy_w = np.bincount(inv, weights=busy, minlength=uniq.size)

@@ -173,6 +173,17 @@ def test_region_sanity_level2(recorder):
     starts = np.array([lo[t] for t in mma["tid"].tolist()])
     ends = np.array([hi[t] for t in mma["tid"].tolist()])
     assert (mma["start_ns"] >= starts).all() and (mma["start_ns"] + mma["dur_ns"] <= ends).all()
+    # a consumer warp's mma periods abut exactly (one timestamp per boundary), and the wait
+    # for stage k >= 1 nests inside period k - 1
+    wf = recs[recs["tag"] == ids[W.TAG_WAIT_FULL]]
+    mma = mma[np.lexsort((mma["payload"], mma["tid"]))]
+    wf = wf[np.lexsort((wf["payload"], wf["tid"]))]
+    assert np.array_equal(mma["tid"], wf["tid"]) and np.array_equal(mma["payload"], wf["payload"])
+    same = mma["tid"][1:] == mma["tid"][:-1]
+    mma_end = mma["start_ns"] + mma["dur_ns"]
+    assert (mma["start_ns"][1:][same] == mma_end[:-1][same]).all()
+    assert (wf["start_ns"][1:][same] >= mma["start_ns"][:-1][same]).all()
+    assert ((wf["start_ns"] + wf["dur_ns"])[1:][same] == mma["start_ns"][1:][same]).all()
 
 
 @pytest.mark.parametrize("recorder", ["staged", "direct"])
