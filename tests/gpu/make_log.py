@@ -37,13 +37,13 @@ if os.path.exists(junit):
 for name, title in [("figures.txt", "Figures measured by the GPU tests"),
                     ("sanitize.log", "compute-sanitizer memcheck on the overflow cases"),
                     ("example.log", "python -m cute_prof.example"),
-                    ("overhead.log", "python bench/overhead.py"),
+                    ("overhead.log", "python bench/overhead.py, three times in a row"),
                     ("gemm.log", "python bench/ws_gemm_bench.py"),
                     ("gemmprof.log", "python examples/ws_gemm_profile.py (2048x2048x8192, level 2)"),
                     ("gemmbig.log", "python examples/ws_gemm_profile.py --mnk 8192,8192,8192"),
                     ("gemm128.log", "python examples/ws_gemm_profile.py --tile-n 128 (6 stages)"),
                     ("gemmsmall.log", "python examples/ws_gemm_profile.py (small run, committed trace)")]:
-    text = read(name, tail=60)
+    text = read(name, tail=80)
     if text is not None:
         parts += [f"## {title}", "", "```", text, "```", ""]
 summary = read("summary.txt")

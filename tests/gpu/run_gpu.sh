@@ -4,7 +4,7 @@
 #   source .gpu/setup.sh && bash tests/gpu/run_gpu.sh [steps...]
 set -uo pipefail
 OUT=${OUT:-/tmp/cute_prof_gpu}; mkdir -p "$OUT"
-steps=${*:-"info tests sanitize example overhead gemm gemmprof gemmsmall"}
+steps=${*:-"info tests sanitize example overhead gemm gemmprof gemmbig gemmsmall"}
 export PYTHONPATH="$PWD:${PYTHONPATH:-}"
 export CUTE_PROF_FIGURES="$OUT/figures.txt"
 status=0
@@ -23,12 +23,12 @@ for step in $steps; do
     tests) run tests python -m pytest -v -rA tests/gpu --junitxml="$OUT/junit.xml" ;;
     sanitize) run sanitize compute-sanitizer --tool memcheck --report-api-errors no --error-exitcode 3 python tests/gpu/sanitize_probe.py ;;
     example) run example python -m cute_prof.example -o "$OUT/profiler_example_trace.json" --save-recording "$OUT/example_recording.npz" ;;
-    overhead) run overhead python bench/overhead.py --json "$OUT/overhead.json" ;;
-    gemm) run gemm timeout 300 python bench/ws_gemm_bench.py ;;
+    overhead) run overhead bash -c 'for i in 1 2 3; do python bench/overhead.py --json "$OUT/overhead_$i.json" || exit 1; done' ;;
+    gemm) run gemm timeout 300 python bench/ws_gemm_bench.py --reps 100 ;;
     gemmprof) run gemmprof timeout 200 python examples/ws_gemm_profile.py -o /tmp/ws_gemm_l2.json ;;
     gemmbig) run gemmbig timeout 200 python examples/ws_gemm_profile.py --mnk 8192,8192,8192 -o /tmp/ws_gemm_8192.json ;;
     gemm128) run gemm128 timeout 200 python examples/ws_gemm_profile.py --tile-n 128 -o /tmp/ws_gemm_t128.json ;;
-    gemmsmall) run gemmsmall timeout 200 python examples/ws_gemm_profile.py --mnk 512,1024,1024 -o "$OUT/ws_gemm_small_trace.json" ;;
+    gemmsmall) run gemmsmall timeout 200 python examples/ws_gemm_profile.py --mnk 256,1024,4096 -o "$OUT/ws_gemm_small_trace.json" ;;
   esac
 done
 python tests/gpu/make_log.py "$OUT" "bash tests/gpu/run_gpu.sh $steps"
