@@ -646,6 +646,9 @@ def _inline_asm(result_types, operands, text: str, constraints: str, *, loc=None
 
 
 _FLUSH_LINES = (
+    # staged records hold their end time in w1: the duration is computed here, once per
+    # chunk, not once per record
+    "sub.s64 w1, w1, w0;",
     # lane 0 claims `n` slots; everyone learns the base; lanes below n store their record
     "setp.eq.u32 l0, lane, 0;",
     "@l0 atom.global.add.u64 base, [g], n64;",
@@ -760,11 +763,12 @@ class WarpRecorder:
             "mov.u64 t, %globaltimer;" if end is None else f"mov.u64 t, {op(Int64(end))};",
             f"setp.eq.u32 m, {idx['lane']}, c;",
         ]
+        # w1 holds the end time until the flush turns it into a duration
         if kind == layout.KIND_INSTANT:
-            lines += ["@m mov.u64 w0, t;", "@m mov.u64 w1, 0;"]
+            lines += ["@m mov.u64 w0, t;", "@m mov.u64 w1, t;"]
         else:
             st = op(Int64(start))
-            lines += [f"@m mov.u64 w0, {st};", f"@m sub.s64 w1, t, {st};"]
+            lines += [f"@m mov.u64 w0, {st};", "@m mov.u64 w1, t;"]
         if isinstance(tag, int) and isinstance(payload, int):
             lines.append(f"@m mov.b64 w2, {layout.tag_word_constant(tag, kind=kind, payload=payload)};")
         else:

@@ -170,8 +170,12 @@ def test_staged_recorder_one_atomic_per_chunk_and_wide_stores():
     # staging: the claim and the stores sit behind a branch taken once per 32 records
     assert "setp.eq.u32 f, c, 32;" in stage and "@!f bra.uni DONE_" in stage
     assert stage.index("@!f bra.uni") < stage.index("atom.global.add.u64")
+    # a staged record is 6 predicated moves: start, end and tag word; the duration is
+    # computed once per chunk, at the flush
+    assert stage.count("@m mov.") == 3 and "@m sub" not in stage
     # one lane claims the whole chunk and broadcasts the base; each lane stores 2 x 16 bytes
     for block in (stage, flush):
+        assert "sub.s64 w1, w1, w0;" in block
         assert "@l0 atom.global.add.u64 base, [g], n64;" in block
         assert block.count("shfl.sync.idx.b32") == 2
         assert block.count("@v st.global.v2.u64") == 2
