@@ -68,6 +68,8 @@ def _define_kernel():
             seq.end()
             with cp.profile_region(buf, max_events, "store", track, guard="lane0"):
                 data[gidx] = x
+            # without this the CTA region would end when thread 0's own warp is done
+            cute.arch.sync_threads()
 
     @cute.jit
     def launch(buf: cute.Tensor, data: cute.Tensor, max_events: Int32, work: Int32):

@@ -153,6 +153,37 @@ _LINEAR_TID = (
 )
 
 
+def _cap_lines(g, max_events, words):
+    """PTX setting g (global address of the buffer) and cap = min(max_events, records that
+    fit in the tensor): no store ever lands past the tensor, whatever max_events says."""
+    lines = [f"cvta.to.global.u64 g, {g};"]
+    if words is not None:
+        return lines + [f"sub.s64 cap, {words}, 1;", "shr.s64 cap, cap, 2;", f"min.s64 cap, cap, {max_events};"]
+    return lines + [f"mov.s64 cap, {max_events};"]
+
+
+def _store_lines(pred, words):
+    """PTX storing the record ``words`` (4 registers) into slot ``s`` under ``pred``: two
+    16-byte stores when the record is 16-byte aligned (the buffer pointer is 8 mod 16, as
+    ``allocate_profile_buffer`` arranges), else four 8-byte ones with the tag word (and its
+    complete marker) last."""
+    w0, w1, w2, w3 = words
+    return [
+        "shl.b64 a, s, 5;",
+        "add.s64 a, a, g;",
+        f"add.s64 a, a, {8 * layout.HEADER_WORDS};",
+        "and.b64 al, g, 15;",
+        f"setp.eq.and.u64 v, al, 8, {pred};",
+        f"setp.ne.and.u64 q, al, 8, {pred};",
+        f"@v st.global.v2.u64 [a], {{{w0}, {w1}}};",
+        f"@v st.global.v2.u64 [a+16], {{{w2}, {w3}}};",
+        f"@q st.global.u64 [a], {w0};",
+        f"@q st.global.u64 [a+8], {w1};",
+        f"@q st.global.u64 [a+24], {w3};",
+        f"@q st.global.u64 [a+16], {w2};",
+    ]
+
+
 def _guard_lines(asm: _Asm, guard: str, target_warp) -> None:
     """Set predicate ``p`` for the thread(s) that record under ``guard``."""
     if guard == "all":
@@ -265,12 +296,8 @@ def _emit_record(
     else:
         asm.emit("@p mov.u64 t, %globaltimer;")
 
-    asm.emit("cvta.to.global.u64 g, " + a_buf + ";", "@p atom.global.add.u64 s, [g], 1;")
-    if a_words is not None:
-        asm.emit(f"sub.s64 cap, {a_words}, 1;", "shr.s64 cap, cap, 2;", f"min.s64 cap, cap, {a_max};")
-    else:
-        asm.emit(f"mov.s64 cap, {a_max};")
-    asm.emit("setp.lt.and.s64 p, s, cap, p;")
+    asm.emit(*_cap_lines(a_buf, a_max, a_words))
+    asm.emit("@p atom.global.add.u64 s, [g], 1;", "setp.lt.and.s64 p, s, cap, p;")
 
     # words 0 and 1
     if kind == layout.KIND_SPAN:
@@ -316,22 +343,7 @@ def _emit_record(
         "or.b64 w3, w3, hi;",
     )
 
-    # stores: two 16-byte stores when records are 16-byte aligned, else four 8-byte ones;
-    # the tag word (with the complete marker) goes last in the scalar path
-    asm.emit(
-        f"shl.b64 a, s, {5};",
-        "add.s64 a, a, g;",
-        f"add.s64 a, a, {8 * layout.HEADER_WORDS};",
-        "and.b64 al, g, 15;",
-        "setp.eq.and.u64 v, al, 8, p;",
-        "setp.ne.and.u64 q, al, 8, p;",
-        "@v st.global.v2.u64 [a], {st, d};",
-        "@v st.global.v2.u64 [a+16], {tw, w3};",
-        "@q st.global.u64 [a], st;",
-        "@q st.global.u64 [a+8], d;",
-        "@q st.global.u64 [a+24], w3;",
-        "@q st.global.u64 [a+16], tw;",
-    )
+    asm.emit(*_store_lines("p", ("st", "d", "tw", "w3")))
     asm.build(loc=loc, ip=ip)
 
 
@@ -660,18 +672,7 @@ _FLUSH_LINES = (
     "add.u64 s, s, base;",
     "setp.lt.u32 mine, lane, n;",
     "setp.lt.and.s64 mine, s, cap, mine;",
-    "shl.b64 a, s, 5;",
-    "add.s64 a, a, g;",
-    "add.s64 a, a, 8;",
-    "and.b64 al, g, 15;",
-    "setp.eq.and.u64 v, al, 8, mine;",
-    "setp.ne.and.u64 q, al, 8, mine;",
-    "@v st.global.v2.u64 [a], {w0, w1};",
-    "@v st.global.v2.u64 [a+16], {w2, w3};",
-    "@q st.global.u64 [a], w0;",
-    "@q st.global.u64 [a+8], w1;",
-    "@q st.global.u64 [a+24], w3;",
-    "@q st.global.u64 [a+16], w2;",
+    *_store_lines("mine", ("w0", "w1", "w2", "w3")),
 )
 
 
@@ -834,15 +835,6 @@ class WarpRecorder:
         cons = ",".join(["r", "l", "l", "l", "r"] + ["l"] * len(flush_values))
         _inline_asm(None, [v.ir_value() for v in values], text, cons + ",~{memory}")
         self._cursor = Int32(0)
-
-
-def _cap_lines(g, max_events, words):
-    """PTX setting g (global address of the buffer) and cap = min(max_events, records that
-    fit in the tensor)."""
-    lines = [f"cvta.to.global.u64 g, {g};"]
-    if words is not None:
-        return lines + [f"sub.s64 cap, {words}, 1;", "shr.s64 cap, cap, 2;", f"min.s64 cap, cap, {max_events};"]
-    return lines + [f"mov.s64 cap, {max_events};"]
 
 
 class _RecorderRegion:
