@@ -157,3 +157,36 @@ def timing_kernel(buf: cute.Tensor, max_events: Int32, spin_ns: Int64, inner: In
 def launch_timing(buf: cute.Tensor, max_events: Int32, spin_ns: Int64, inner: Int32,
                   ctas: cutlass.Constexpr):
     timing_kernel(buf, max_events, spin_ns, inner).launch(grid=(ctas, 1, 1), block=(64, 1, 1))
+
+
+TAG_BEFORE_BARRIER = 7
+TAG_AFTER_BARRIER = 8
+BARRIER_WARPS = 4
+
+
+@cute.kernel
+def barrier_kernel(buf: cute.Tensor, max_events: Int32, step_ns: Int64, fence: cutlass.Constexpr):
+    """Warp w spins (w + 1) * step_ns, stamps an instant, meets the others at a CTA barrier
+    and stamps another: every stamp after the barrier must be later than every stamp before.
+    ``fence``: "none" (the op alone must order itself), "membar" (a fence first, for
+    reference) or "staged" (the stamp after the barrier comes from a WarpRecorder)."""
+    bidx, _, _ = cute.arch.block_idx()
+    warp = cute.arch.warp_idx()
+    _spin(step_ns * Int64(warp + 1))
+    cp.instant(buf, max_events, TAG_BEFORE_BARRIER, bidx, guard="lane0", payload=warp)
+    cute.arch.sync_threads()
+    if cutlass.const_expr(fence == "membar"):
+        cute.arch.fence_acq_rel_cta()
+    if cutlass.const_expr(fence == "staged"):
+        rec = cp.WarpRecorder(buf, max_events, bidx)
+        rec.instant(TAG_AFTER_BARRIER, payload=warp)
+        rec.flush()
+    else:
+        cp.instant(buf, max_events, TAG_AFTER_BARRIER, bidx, guard="lane0", payload=warp)
+
+
+@cute.jit
+def launch_barrier(buf: cute.Tensor, max_events: Int32, step_ns: Int64, fence: cutlass.Constexpr,
+                   ctas: cutlass.Constexpr):
+    barrier_kernel(buf, max_events, step_ns, fence).launch(
+        grid=(ctas, 1, 1), block=(32 * BARRIER_WARPS, 1, 1))

@@ -72,6 +72,11 @@ def test_timer_reads_and_atomics(variant):
     assert re.search(r"@p atom\.global\.add\.u64 s, \[g\], 1;", block)
     # the timer read comes before the claim: the region ends as early as possible
     assert block.index("%globaltimer") < block.index("atom.global")
+    # ... but never before a preceding CTA barrier completed: every timer read (start reads
+    # included) is preceded by a warp sync over the active lanes
+    for timed in (b for b in asm_blocks(ptx) if "%globaltimer" in b):
+        assert "activemask.b32 om;" in timed
+        assert timed.index("bar.warp.sync om;") < timed.index("%globaltimer")
 
 
 GUARD_SIGNATURES = {
@@ -169,6 +174,7 @@ def test_staged_recorder_one_atomic_per_chunk_and_wide_stores():
     stage, flush = stages[0], flushes[0]
     # staging: the claim and the stores sit behind a branch taken once per 32 records
     assert "setp.eq.u32 f, c, 32;" in stage and "@!f bra.uni DONE_" in stage
+    assert stage.index("bar.warp.sync om;") < stage.index("%globaltimer")
     assert stage.index("@!f bra.uni") < stage.index("atom.global.add.u64")
     # a staged record is 6 predicated moves: start, end and tag word; the duration is
     # computed once per chunk, at the flush

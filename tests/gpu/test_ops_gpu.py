@@ -223,3 +223,25 @@ def test_clock_mode_matches_globaltimer_on_long_regions():
     figure(f"clock64 mode on {spin_ns} ns spins: SM clock {hz / 1e9:.4f} GHz fitted from clock_sync pairs; "
            f"|error| vs the spin length max {rel.max() * 100:.3f}% median {np.median(rel) * 100:.3f}%")
     assert 0.5e9 < hz < 3.5e9
+
+
+@pytest.mark.parametrize("fence", ["none", "membar", "staged"])
+def test_stamps_after_a_barrier_follow_every_stamp_before_it(fence):
+    ctas, step = 132, 2_000
+    n = ctas * K.BARRIER_WARPS * 2
+    prof = allocate_profile_buffer(n, device="cuda")
+    fn = cute.compile(K.launch_barrier, cp_buffer_arg(prof.tensor), Int32(n), Int64(step), fence, ctas)
+    fn(cp_buffer_arg(prof.tensor), Int32(n), Int64(step))
+    torch.cuda.synchronize()
+    ev = decode_buffer(prof).events
+    assert len(ev) == n
+    before = ev[ev["tag"] == K.TAG_BEFORE_BARRIER]
+    after = ev[ev["tag"] == K.TAG_AFTER_BARRIER]
+    last_before = np.full(ctas, np.iinfo(np.int64).min)
+    np.maximum.at(last_before, before["tid"], before["start_ns"])
+    first_after = np.full(ctas, np.iinfo(np.int64).max)
+    np.minimum.at(first_after, after["tid"], after["start_ns"])
+    early = first_after - last_before
+    figure(f"barrier ({fence}): first stamp after minus last stamp before, per CTA: "
+           f"min {early.min()} / median {int(np.median(early))} ns")
+    assert early.min() >= 0, early
