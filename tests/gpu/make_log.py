@@ -24,7 +24,7 @@ junit = os.path.join(out, "junit.xml")
 if os.path.exists(junit):
     root = ET.parse(junit).getroot()
     suite = root if root.tag == "testsuite" else root.find("testsuite")
-    parts += ["## GPU test suite (`python -m pytest -v tests/gpu`)", "",
+    parts += ["## GPU test suite (`python -m pytest -v tests/gpu tests/test_seed_compat.py`)", "",
               f"tests {suite.get('tests')}, failures {suite.get('failures')}, errors {suite.get('errors')}, "
               f"skipped {suite.get('skipped')}, time {float(suite.get('time')):.1f} s", "",
               "| test | result | seconds |", "|---|---|---|"]
