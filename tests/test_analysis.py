@@ -6,7 +6,7 @@ import json
 
 import numpy as np
 import pytest
-from hypothesis import given, settings
+from hypothesis import example, given, settings
 from hypothesis import strategies as st
 
 from cute_prof import layout
@@ -251,6 +251,9 @@ def _brute_force_union(track, start, end):
         max_size=40,
     )
 )
+# zero-length regions at one instant: their gaps depend on the order of equal starts, which
+# must be the input order (found by hypothesis in CI)
+@example([(0, 1, 0), (0, 1, 0), (0, 0, 0), (0, 0, 1)])
 def test_busy_union_matches_painting(intervals):
     track, start, length = (np.array(c, dtype=np.int64) for c in zip(*intervals))
     end = start + length
