@@ -14,7 +14,6 @@ round. Per-record cost: slope of added time against records written, over severa
 import argparse
 import datetime
 import json
-import os
 import platform
 import sys
 
@@ -29,7 +28,7 @@ MODES = ("off", "atomic", "staged")
 def build():
     import cutlass
     import cutlass.cute as cute
-    from cutlass import Float32, Int32
+    from cutlass import Int32
 
     import cute_prof.ops as cp
 
@@ -80,7 +79,7 @@ def build_calibration():
     sync pairs 200 us apart, so the SM clock is measured in the same launch."""
     import cutlass
     import cutlass.cute as cute
-    from cutlass import Float32, Int32, Int64
+    from cutlass import Int32, Int64
 
     import cute_prof.ops as cp
 

@@ -15,10 +15,9 @@ keyword-only option. Profiling can be compiled out per call (``enabled=False``),
 from __future__ import annotations
 
 import os
-from typing import Optional, Union
+from typing import Union
 
 from cutlass import Int32, Int64
-from cutlass._mlir import ir
 from cutlass._mlir.dialects import llvm
 from cutlass.cutlass_dsl import T, dsl_user_op
 

@@ -33,7 +33,7 @@ from typing import Any
 from .buffer import ProfileBuffer, allocate_profile_buffer
 from .decode import warn_about_losses
 from .errors import ProfileBufferError, ProfileWarning
-from .export_json import GROUP_BY_CHOICES, check_output_path, events_to_perfetto
+from .export_json import GROUP_BY_CHOICES, check_output_path
 from .tags import as_tag_table
 from .trace import Trace
 

@@ -22,13 +22,14 @@ Exit status 0 when every check passes.
 from __future__ import annotations
 
 import argparse
-import importlib
 import json
 import os
 import sys
 from pathlib import Path
 
 import numpy as np
+
+from cute_prof.analysis import format_duration, summarize
 
 ROOT = Path(__file__).resolve().parents[1]
 if str(ROOT) not in sys.path:
@@ -58,99 +59,26 @@ def run_profiled(W, m, n, k, level, trace_path, recorder="staged", tile_n=256, c
     # compile first, outside the session (compilation is not what we profile)
     runner.compile(a, b, c, W.alloc_prof(1), level)
 
-    trace = None
-    session = getattr(cute_prof, "profile_session", None)
-    cm = None
-    if session is not None:
-        try:
-            cm = session(max_events, None, str(trace_path), device="cuda", export=True)
-        except TypeError as exc:
-            print(f"(profile_session signature not as expected: {exc}; running without it)")
-    if cm is not None:
-        with cm as prof:
-            runner.prepare(a, b, c, prof.tensor, max_events, level)()
-        torch.cuda.synchronize()
-        words = prof.tensor.cpu().numpy()
-        trace = getattr(prof, "trace", None)
-    else:  # host API not there: decode ourselves and write a minimal Chrome trace
-        buf = W.alloc_prof(max_events)
-        runner.prepare(a, b, c, buf, max_events, level)()
-        torch.cuda.synchronize()
-        words = buf.cpu().numpy()
-    records, attempted = W.decode_records(words)
-    if trace is None:
-        trace = _decode_with_host_api(words)
-    if not Path(trace_path).exists():
-        _write_trace(trace, records, trace_path)
-    return runner, c, a, b, records, attempted, trace
-
-
-def _decode_with_host_api(words):
-    try:
-        from cute_prof.decode import decode_buffer
-
-        return decode_buffer(words)
-    except Exception as exc:  # noqa: BLE001
-        print(f"(cute_prof decode unavailable: {exc}; using the local decoder)")
-        return None
-
-
-def _write_trace(trace, records, path):
-    """events_to_perfetto when possible, else a minimal Chrome trace of our own."""
-    if trace is not None:
-        try:
-            from cute_prof import events_to_perfetto
-        except ImportError:
-            try:
-                from cute_prof.export_json import events_to_perfetto
-            except ImportError:
-                events_to_perfetto = None
-        if events_to_perfetto is not None:
-            events_to_perfetto(trace, path)
-            return
-    from examples import ws_gemm as W
-
-    names = {v: k for k, v in W.tag_ids().items()}
-    t0 = int(records["start_ns"].min()) if len(records) else 0
-    ev = [
-        {"name": names.get(int(r["tag"]), str(int(r["tag"]))), "ph": "X", "pid": 1, "tid": int(r["tid"]),
-         "ts": (int(r["start_ns"]) - t0) / 1000.0, "dur": int(r["dur_ns"]) / 1000.0,
-         "args": {"payload": int(r["payload"]), "sm": int(r["sm"]), "warp": int(r["warp"])}}
-        for r in records
-    ]
-    Path(path).write_text(json.dumps({"traceEvents": ev, "displayTimeUnit": "ns"}))
+    with cute_prof.profile_session(max_events, None, str(trace_path), device="cuda") as prof:
+        runner.prepare(a, b, c, prof.tensor, max_events, level)()
+    trace = prof.trace
+    return runner, c, a, b, trace.events, trace.attempted, trace
 
 
 def write_pftrace(trace, json_path):
-    """Write a .pftrace next to the JSON when cute_prof.pftrace exists. Returns the path or None."""
+    """The same trace as a native .pftrace next to the JSON; None where this machine has
+    no ``perfetto`` package."""
+    from cute_prof.errors import ProfileBufferError
+    from cute_prof.pftrace import write_pftrace as write
+
     try:
-        mod = importlib.import_module("cute_prof.pftrace")
-    except ImportError:
+        return write(trace, Path(json_path).with_suffix(".pftrace"))
+    except ProfileBufferError as exc:
+        print(f"(no .pftrace: {exc})")
         return None
-    out = str(Path(json_path).with_suffix(".pftrace"))
-    for fname in ("events_to_pftrace", "write_pftrace", "to_pftrace", "export_pftrace"):
-        fn = getattr(mod, fname, None)
-        if callable(fn) and trace is not None:
-            try:
-                fn(trace, out)
-                return out
-            except Exception as exc:  # noqa: BLE001
-                print(f"(cute_prof.pftrace.{fname} failed: {exc})")
-    print("(cute_prof.pftrace has no writer this script knows; skipped .pftrace)")
-    return None
 
 
 # ----------------------------------------------------------------------------- analysis
-def tag_stats(records, ids):
-    rows = []
-    for name, tid in ids.items():
-        d = records["dur_ns"][records["tag"] == tid].astype(np.float64)
-        if d.size == 0:
-            continue
-        rows.append((name, d.size, d.mean(), np.percentile(d, 50), np.percentile(d, 99), d.sum()))
-    return rows
-
-
 def role_busy(W, gemm, records, ids):
     """Per-role busy fractions. For every warp: span = its CTA's span (earliest start to
     latest end of any record of that CTA); busy = time in its non-waiting regions
@@ -244,10 +172,6 @@ def overlaps(records):
     return int((same & (s[1:] < e[:-1])).sum())
 
 
-def fmt_ns(x):
-    return f"{x / 1000:.2f} us" if x >= 1000 else f"{x:.0f} ns"
-
-
 # ----------------------------------------------------------------------------- main
 def main(argv=None) -> int:
     ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
@@ -301,19 +225,8 @@ def main(argv=None) -> int:
 
     # --- summary
     ids = W.tag_ids()
-    summary_text = None
-    try:
-        from cute_prof.analysis import summarize
-
-        if trace is not None:
-            summary_text = str(summarize(trace))
-    except Exception as exc:  # noqa: BLE001
-        print(f"(cute_prof.analysis.summarize unavailable: {exc})")
-    if summary_text:
-        print(summary_text)
-    print(f"{'tag':<24}{'count':>9}{'mean':>12}{'p50':>12}{'p99':>12}{'total':>14}")
-    for name, cnt, mean, p50, p99, tot in tag_stats(records, ids):
-        print(f"{name:<24}{cnt:>9}{fmt_ns(mean):>12}{fmt_ns(p50):>12}{fmt_ns(p99):>12}{fmt_ns(tot):>14}")
+    summary = summarize(trace)  # per tag: count, mean, p50, p90, p99, ...
+    print(summary)
 
     print("per-role busy fraction (of the CTA's recorded span):")
     busy = role_busy(W, gemm, records, ids)
@@ -341,8 +254,8 @@ def main(argv=None) -> int:
         b2 = cov["wait_full_over_span"]
         print(f"  of which waiting for data (wait_full) / span: min {b2['min']:.4f}, median {b2['median']:.4f}, "
               f"max {b2['max']:.4f}; "
-              f"first k-tile wait (pipeline fill) mean {fmt_ns(cov['first_ktile_wait_ns_mean'])}, "
-              f"mainloop span mean {fmt_ns(cov['mainloop_span_ns_mean'])}")
+              f"first k-tile wait (pipeline fill) mean {format_duration(cov['first_ktile_wait_ns_mean'])}, "
+              f"mainloop span mean {format_duration(cov['mainloop_span_ns_mean'])}")
         ok &= verdict == "ok"
 
     ov = overlaps(records)
@@ -355,8 +268,7 @@ def main(argv=None) -> int:
             "mnk": [m, n, k], "level": args.level, "recorder": args.recorder,
             "cluster": list(cluster), "tile_n": args.tile_n, "rel_err": err, "records": int(len(records)),
             "attempted": attempted, "count_errors": errors, "busy": busy, "mma_coverage": cov,
-            "overlaps": ov, "tags": [dict(zip(("tag", "count", "mean_ns", "p50_ns", "p99_ns", "total_ns"), r))
-                                     for r in tag_stats(records, ids)], "ok": bool(ok)}, indent=2, default=float))
+            "overlaps": ov, "summary": summary.to_dict(), "ok": bool(ok)}, indent=2, default=float))
     print("ALL CHECKS PASSED" if ok else "SOME CHECKS FAILED")
     return 0 if ok else 1
 

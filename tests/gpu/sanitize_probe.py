@@ -15,7 +15,7 @@ import kernels as K  # noqa: E402
 
 from cute_prof.buffer import allocate_profile_buffer  # noqa: E402
 from cute_prof.ops import buffer_arg as cp_buffer_arg  # noqa: E402
-from cute_prof.decode import decode_buffer, decode_events  # noqa: E402
+from cute_prof.decode import decode_buffer  # noqa: E402
 from cute_prof import layout  # noqa: E402
 
 CTAS = 264
