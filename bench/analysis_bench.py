@@ -27,9 +27,9 @@ sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
 from cute_prof import layout  # noqa: E402
 from cute_prof.analysis import summarize  # noqa: E402
 from cute_prof.decode import decode_buffer  # noqa: E402
-from cute_prof.export_json import events_to_perfetto  # noqa: E402
-from cute_prof.pftrace import write_pftrace  # noqa: E402
-from cute_prof.plot import plot_timeline  # noqa: E402
+from cute_prof.export.chrome_json import events_to_perfetto  # noqa: E402
+from cute_prof.export.pftrace_writer import write_pftrace  # noqa: E402
+from cute_prof.export.picture import plot_timeline  # noqa: E402
 
 TAGS = ["mainloop", "load", "mma", "epilogue", "iter_done", "exit", "cta_start"]
 TARGETS_S = {"summary": 1.0, "pftrace": 3.0, "pftrace (1 process)": None, "json": 3.0,

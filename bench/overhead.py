@@ -30,7 +30,7 @@ def build():
     import cutlass.cute as cute
     from cutlass import Int32
 
-    import cute_prof.ops as cp
+    import cute_prof.device as cp
 
     @cute.kernel
     def probe(buf: cute.Tensor, data: cute.Tensor, max_events: Int32, stride: cutlass.Constexpr,
@@ -81,7 +81,7 @@ def build_calibration():
     import cutlass.cute as cute
     from cutlass import Int32, Int64
 
-    import cute_prof.ops as cp
+    import cute_prof.device as cp
 
     @cute.kernel
     def calib(buf: cute.Tensor, data: cute.Tensor, max_events: Int32, spin_ns: Int64):
@@ -149,7 +149,7 @@ def main(argv=None) -> int:
     from cutlass.cute.runtime import from_dlpack
 
     from cute_prof.buffer import allocate_profile_buffer
-    from cute_prof.ops import buffer_arg as cp_buffer_arg
+    from cute_prof.device import buffer_arg as cp_buffer_arg
     from cute_prof.decode import decode_buffer
 
     launch = build()

@@ -17,7 +17,7 @@ from . import layout
 from .buffer import MAX_EVENTS_LIMIT, ProfileBuffer, allocate_profile_buffer
 from .decode import decode_buffer, decode_events, fit_clock_rate, warn_about_losses
 from .errors import ClockRateError, ProfileBufferError, ProfileWarning
-from .export_json import events_to_perfetto
+from .export.chrome_json import events_to_perfetto
 from .session import (
     export_enabled,
     profile_session,
@@ -34,7 +34,7 @@ __version__ = "0.1.0"
 # name -> module that defines it; imported on first access (see __getattr__).
 _LAZY_ATTRIBUTES = {
     **{
-        name: "cute_prof.ops"
+        name: "cute_prof.device"
         for name in (
             "profile_region",
             "lane0_warp0_start",
@@ -57,8 +57,9 @@ _LAZY_ATTRIBUTES = {
         )
     },
     "summarize": "cute_prof.analysis",
-    "write_pftrace": "cute_prof.pftrace",
-    "plot_timeline": "cute_prof.plot",
+    "write_pftrace": "cute_prof.export.pftrace_writer",
+    "export_trace": "cute_prof.export",
+    "plot_timeline": "cute_prof.export.picture",
     "save_trace": "cute_prof.storage",
     "load_trace": "cute_prof.storage",
 }

@@ -17,6 +17,7 @@ stay cheap.
 from __future__ import annotations
 
 import operator
+import sys
 from typing import Any
 
 import numpy as np
@@ -24,7 +25,14 @@ import numpy as np
 from . import layout
 from .errors import ProfileBufferError
 
-__all__ = ["ProfileBuffer", "allocate_profile_buffer", "MAX_EVENTS_LIMIT", "RECORD_ALIGNMENT"]
+__all__ = [
+    "ProfileBuffer",
+    "allocate_profile_buffer",
+    "host_words",
+    "source_metadata",
+    "MAX_EVENTS_LIMIT",
+    "RECORD_ALIGNMENT",
+]
 
 RECORD_ALIGNMENT = 16
 # The device indexes the buffer with 32-bit word offsets; keep 1 + 4 * max_events below 2**31.
@@ -65,7 +73,7 @@ class ProfileBuffer:
     """A zeroed, record-aligned int64 profile buffer and the facts needed to decode it.
 
     Pass ``.tensor`` to the kernel (with ``.max_events``). After a ``profile_session``
-    exits (or after :meth:`decode`), ``.trace``, ``.events`` and ``.overflow`` hold the
+    exits (or after :meth:`remember`), ``.trace``, ``.events`` and ``.overflow`` hold the
     decoded result.
     """
 
@@ -75,7 +83,7 @@ class ProfileBuffer:
         self.tensor = storage[offset : offset + words]
         self.max_events = max_events
         self.stream = stream
-        self.trace = None  # set by decode() / profile_session
+        self.trace = None  # set by remember() / profile_session
         self._events_cache = None
 
     # ----------------------------------------------------------------- facts
@@ -121,20 +129,17 @@ class ProfileBuffer:
         """Records the kernel attempted to write (the device counter; reads the device)."""
         return int(self.tensor[layout.COUNTER_INDEX].item())
 
-    def decode(self, tag_table=None, **options):
-        """Decode the buffer (see ``cute_prof.decode_buffer``), remember and return the Trace."""
-        from .decode import decode_buffer
-
-        self.trace = decode_buffer(self, tag_table, **options)
+    def remember(self, trace) -> None:
+        """Keep ``trace`` (decoded from this buffer) for ``.trace``, ``.events``, ``.overflow``."""
+        self.trace = trace
         self._events_cache = None
-        return self.trace
 
     # ------------------------------------------------------ decoded results
     def _decoded(self):
         if self.trace is None:
             raise ProfileBufferError(
                 "this buffer has not been decoded yet; leave the profile_session block or "
-                "call buffer.decode(tag_table) first"
+                "call buffer.remember(decode_buffer(buffer, tag_table)) first"
             )
         return self.trace
 
@@ -205,3 +210,59 @@ def allocate_profile_buffer(max_events: int, device="cuda", stream=None) -> Prof
     buffer = ProfileBuffer(storage, offset, count, stream=stream)
     assert buffer.data_ptr_alignment_ok, "profile buffer records must be 16-byte aligned"
     return buffer
+
+
+def host_words(buf, *, what: str = "profile buffer") -> np.ndarray:
+    """The validated raw words of ``buf`` as a native 1-D int64 numpy array on the host.
+
+    ``buf`` may be a ``ProfileBuffer``, a torch tensor on any device (copied to the host;
+    synchronise the device first) or a numpy array. The result may share memory with a
+    host ``buf``: treat it as read-only."""
+    if isinstance(buf, ProfileBuffer):
+        buf = buf.tensor
+    torch = sys.modules.get("torch")  # a tensor can only exist if torch was imported
+    if torch is not None and isinstance(buf, torch.Tensor):
+        if buf.dtype != torch.int64:
+            raise ProfileBufferError(
+                f"{what} tensor has dtype {buf.dtype}, expected torch.int64; allocate it with "
+                "cute_prof.allocate_profile_buffer"
+            )
+        buf = buf.detach().to("cpu").numpy()
+    if not isinstance(buf, np.ndarray):
+        raise ProfileBufferError(
+            f"cannot read a {type(buf).__name__}; pass a ProfileBuffer, a torch.int64 tensor "
+            "or a numpy int64 array"
+        )
+    if buf.dtype.kind != "i" or buf.dtype.itemsize != 8:
+        raise ProfileBufferError(
+            f"{what} has dtype {buf.dtype}, expected int64; do not convert the raw buffer "
+            "(an int64 word holds packed fields that other dtypes destroy)"
+        )
+    if not buf.dtype.isnative:
+        buf = buf.astype(np.int64)
+    if buf.ndim != 1:
+        raise ProfileBufferError(
+            f"{what} must be 1-D, got shape {buf.shape}; pass the flat buffer as allocated"
+        )
+    length = buf.shape[0]
+    if length < layout.buffer_words(1) or (length - layout.HEADER_WORDS) % layout.WORDS_PER_RECORD:
+        raise ProfileBufferError(
+            f"{what} has {length} words, but a profile buffer has 1 + 4*k words (k >= 1); "
+            "it was truncated, sliced or is not a profile buffer"
+        )
+    return buf
+
+
+def source_metadata(buf) -> dict[str, Any]:
+    """Where the buffer lives (GPU model or host), for the trace metadata."""
+    if isinstance(buf, ProfileBuffer):
+        return {"device": buf.device_name}
+    torch = sys.modules.get("torch")
+    if torch is not None and isinstance(buf, torch.Tensor):
+        if buf.device.type == "cuda":
+            try:
+                return {"device": torch.cuda.get_device_name(buf.device)}
+            except Exception:  # pragma: no cover - metadata must not break decoding
+                return {"device": str(buf.device)}
+        return {"device": buf.device.type}
+    return {}

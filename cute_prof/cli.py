@@ -93,10 +93,10 @@ def _cmd_summary(args, progress: _Progress) -> int:
 
 
 def _cmd_export(args, progress: _Progress) -> int:
-    from .pftrace import _format_of, export_trace
+    from .export import export_trace, format_of
 
     output = Path(args.output)
-    fmt = _format_of(output, args.format)  # fail on a bad suffix before loading anything
+    fmt = format_of(output, args.format)  # fail on a bad suffix before loading anything
     trace = _load(args, progress)
     options = {}
     if args.group_by:
@@ -111,10 +111,10 @@ def _cmd_export(args, progress: _Progress) -> int:
 
 
 def _cmd_plot(args, progress: _Progress) -> int:
-    from .plot import _format_of, plot_timeline
+    from .export.picture import picture_format_of, plot_timeline
 
     output = Path(args.output)
-    fmt = _format_of(output, args.format)
+    fmt = picture_format_of(output, args.format)
     trace = _load(args, progress)
     progress(f"drawing {fmt} timeline")
     plot_timeline(

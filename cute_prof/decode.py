@@ -17,13 +17,13 @@ What the decoder guarantees (and the fuzz tests check):
 from __future__ import annotations
 
 import math
-import sys
 import warnings
 from typing import Any
 
 import numpy as np
 
 from . import layout
+from .buffer import host_words, source_metadata
 from .errors import ClockRateError, ProfileBufferError, ProfileWarning
 from .tags import as_tag_table
 from .trace import CLOCK_SYNC_DTYPE, EVENT_DTYPE, Event, Trace
@@ -32,7 +32,6 @@ __all__ = [
     "decode_buffer",
     "decode_events",
     "fit_clock_rate",
-    "host_words",
     "warn_about_losses",
     "MIN_SYNC_SPAN_NS",
 ]
@@ -48,65 +47,6 @@ _NS_LIMIT = 9.0e18  # keep float->int64 conversions in range for corrupted cycle
 
 
 # ----------------------------------------------------------------------------- input
-def host_words(buf, *, what: str = "profile buffer") -> np.ndarray:
-    """The validated raw words of ``buf`` as a native 1-D int64 numpy array on the host.
-
-    ``buf`` may be a ``ProfileBuffer``, a torch tensor on any device (copied to the host;
-    synchronise the device first) or a numpy array. The result may share memory with a
-    host ``buf``: treat it as read-only."""
-    from .buffer import ProfileBuffer
-
-    if isinstance(buf, ProfileBuffer):
-        buf = buf.tensor
-    torch = sys.modules.get("torch")  # a tensor can only exist if torch was imported
-    if torch is not None and isinstance(buf, torch.Tensor):
-        if buf.dtype != torch.int64:
-            raise ProfileBufferError(
-                f"{what} tensor has dtype {buf.dtype}, expected torch.int64; allocate it with "
-                "cute_prof.allocate_profile_buffer"
-            )
-        buf = buf.detach().to("cpu").numpy()
-    if not isinstance(buf, np.ndarray):
-        raise ProfileBufferError(
-            f"cannot decode a {type(buf).__name__}; pass a ProfileBuffer, a torch.int64 tensor "
-            "or a numpy int64 array"
-        )
-    if buf.dtype.kind != "i" or buf.dtype.itemsize != 8:
-        raise ProfileBufferError(
-            f"{what} has dtype {buf.dtype}, expected int64; do not convert the raw buffer "
-            "(an int64 word holds packed fields that other dtypes destroy)"
-        )
-    if not buf.dtype.isnative:
-        buf = buf.astype(np.int64)
-    if buf.ndim != 1:
-        raise ProfileBufferError(
-            f"{what} must be 1-D, got shape {buf.shape}; pass the flat buffer as allocated"
-        )
-    length = buf.shape[0]
-    if length < layout.buffer_words(1) or (length - layout.HEADER_WORDS) % layout.WORDS_PER_RECORD:
-        raise ProfileBufferError(
-            f"{what} has {length} words, but a profile buffer has 1 + 4*k words (k >= 1); "
-            "it was truncated, sliced or is not a profile buffer"
-        )
-    return buf
-
-
-def _source_metadata(buf) -> dict[str, Any]:
-    from .buffer import ProfileBuffer
-
-    if isinstance(buf, ProfileBuffer):
-        return {"device": buf.device_name}
-    torch = sys.modules.get("torch")
-    if torch is not None and isinstance(buf, torch.Tensor):
-        if buf.device.type == "cuda":
-            try:
-                return {"device": torch.cuda.get_device_name(buf.device)}
-            except Exception:  # pragma: no cover - metadata must not break decoding
-                return {"device": str(buf.device)}
-        return {"device": buf.device.type}
-    return {}
-
-
 def _check_clock_hz(clock_hz) -> float:
     try:
         rate = float(clock_hz)
@@ -211,7 +151,7 @@ def decode_buffer(
     tid_fields = layout.decode_tid_words(records[:, layout.WORD_TID])
     syncs = _clock_syncs(records, tid_fields, np.flatnonzero(is_sync))
 
-    meta: dict[str, Any] = _source_metadata(buf)
+    meta: dict[str, Any] = source_metadata(buf)
     slots = np.flatnonzero(is_event)
     start_ns = records[:, layout.WORD_START][slots]
     dur_ns = records[:, layout.WORD_DUR][slots]
@@ -302,7 +242,7 @@ def _no_clock_rate_message(count: int, fit: dict | None, min_span_ns: int) -> st
         )
     return (
         f"{count} clock-mode records need the SM clock rate to convert cycles to ns, but {why}. "
-        "Call cute_prof.ops.clock_sync at the start and at the end of the kernel, or pass "
+        "Call cute_prof.device.clock_sync at the start and at the end of the kernel, or pass "
         "clock_hz= (e.g. from nvidia-smi -q -d CLOCK) to the decoder"
     )
 

@@ -20,7 +20,7 @@ class ProfileBufferError(ValueError):
 class ClockRateError(ProfileBufferError):
     """Clock-mode records were found but no SM clock rate is known to convert them.
 
-    Fix: call ``cute_prof.ops.clock_sync`` at the start and at the end of the kernel
+    Fix: call ``cute_prof.device.clock_sync`` at the start and at the end of the kernel
     (so the buffer carries calibration pairs), or pass ``clock_hz=`` to the decoder."""
 
 

@@ -36,7 +36,7 @@ def _define_kernel():
     import cutlass.cute as cute
     from cutlass import Float32, Int32
 
-    import cute_prof.ops as cp
+    import cute_prof.device as cp
 
     @cute.jit
     def churn(x: Float32, steps: Int32) -> Float32:
@@ -89,7 +89,7 @@ def _compile(launch, buf_tensor, data, *options):
     from cutlass import Int32
     from cutlass.cute.runtime import from_dlpack
 
-    from cute_prof.ops import buffer_arg
+    from cute_prof.device import buffer_arg
 
     compile_fn = cute.compile[options] if options else cute.compile
     return compile_fn(launch, buffer_arg(buf_tensor), from_dlpack(data), Int32(MAX_EVENTS), Int32(WORK))

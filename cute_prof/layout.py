@@ -87,7 +87,7 @@ MAX_WARP_ID = (1 << WARP_BITS) - 1
 MAX_PLAUSIBLE_COUNTER = 1 << 40
 
 
-def _mask(bits: int) -> int:
+def field_mask(bits: int) -> int:
     return (1 << bits) - 1
 
 
@@ -107,31 +107,31 @@ def record_word_index(slot, word: int = 0):
 def tag_word_constant(tag: int, *, kind: int = KIND_SPAN, payload: int = 0) -> int:
     """The tag word as a Python int, for tags known when the kernel is traced."""
     return (
-        ((int(tag) & _mask(TAG_BITS)) << TAG_SHIFT)
-        | ((int(payload) & _mask(PAYLOAD_BITS)) << PAYLOAD_SHIFT)
-        | ((int(kind) & _mask(KIND_BITS)) << KIND_SHIFT)
+        ((int(tag) & field_mask(TAG_BITS)) << TAG_SHIFT)
+        | ((int(payload) & field_mask(PAYLOAD_BITS)) << PAYLOAD_SHIFT)
+        | ((int(kind) & field_mask(KIND_BITS)) << KIND_SHIFT)
         | MAGIC_FIELD
     )
 
 
 def encode_tag_words(tag, *, payload=0, kind=KIND_SPAN) -> np.ndarray:
     """Vectorised tag-word encoder (the host mirror of what the device ops emit)."""
-    tag = np.asarray(tag, dtype=np.int64) & _mask(TAG_BITS)
-    payload = np.asarray(payload, dtype=np.int64) & _mask(PAYLOAD_BITS)
-    kind = np.asarray(kind, dtype=np.int64) & _mask(KIND_BITS)
+    tag = np.asarray(tag, dtype=np.int64) & field_mask(TAG_BITS)
+    payload = np.asarray(payload, dtype=np.int64) & field_mask(PAYLOAD_BITS)
+    kind = np.asarray(kind, dtype=np.int64) & field_mask(KIND_BITS)
     return (tag << TAG_SHIFT) | (payload << PAYLOAD_SHIFT) | (kind << KIND_SHIFT) | MAGIC_FIELD
 
 
 def encode_tid_words(tid, *, sm=0, warp=0) -> np.ndarray:
     """Vectorised tid-word encoder (the host mirror of what the device ops emit)."""
-    tid = np.asarray(tid, dtype=np.int64) & _mask(TID_BITS)
-    sm = np.asarray(sm, dtype=np.int64) & _mask(SM_BITS)
-    warp = np.asarray(warp, dtype=np.int64) & _mask(WARP_BITS)
+    tid = np.asarray(tid, dtype=np.int64) & field_mask(TID_BITS)
+    sm = np.asarray(sm, dtype=np.int64) & field_mask(SM_BITS)
+    warp = np.asarray(warp, dtype=np.int64) & field_mask(WARP_BITS)
     return (tid << TID_SHIFT) | (sm << SM_SHIFT) | (warp << WARP_SHIFT)
 
 
 def _field(words: np.ndarray, shift: int, bits: int) -> np.ndarray:
-    return (words >> shift) & _mask(bits)
+    return (words >> shift) & field_mask(bits)
 
 
 def _as_int32(values: np.ndarray) -> np.ndarray:

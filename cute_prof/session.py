@@ -17,7 +17,7 @@ disable); default on. Decoding, warnings and ``summary`` happen either way.
 
 The trace format follows the file suffix: ``.json`` (Chrome Trace Event JSON, this
 package) or ``.pftrace`` / ``.perfetto-trace`` (Perfetto protobuf via
-``cute_prof.pftrace.write_pftrace``).
+``cute_prof.export.pftrace_writer.write_pftrace``).
 """
 
 from __future__ import annotations
@@ -31,9 +31,10 @@ from pathlib import Path
 from typing import Any
 
 from .buffer import ProfileBuffer, allocate_profile_buffer
-from .decode import warn_about_losses
+from .decode import decode_buffer, warn_about_losses
 from .errors import ProfileBufferError, ProfileWarning
-from .export_json import GROUP_BY_CHOICES, check_output_path
+from .export.chrome_json import GROUP_BY_CHOICES
+from .files import check_output_path
 from .tags import as_tag_table
 from .trace import Trace
 
@@ -96,7 +97,7 @@ def _trace_format(path: Path) -> str:
 
 def write_trace(trace: Trace, path, *, group_by: str = "device") -> Path:
     """Write ``trace`` in the format its suffix names (``.json`` or ``.pftrace``)."""
-    from .pftrace import export_trace
+    from .export import export_trace
 
     target = check_output_path(path)
     return export_trace(trace, target, format=_trace_format(target), group_by=group_by)
@@ -173,7 +174,8 @@ def profile_session(
 
 def _finish(buffer, table, target, export, summary, clock_hz, group_by, metadata) -> None:
     _synchronize(buffer)
-    trace = buffer.decode(table, clock_hz=clock_hz, metadata=metadata)
+    trace = decode_buffer(buffer, table, clock_hz=clock_hz, metadata=metadata)
+    buffer.remember(trace)
     warn_about_losses(trace, include_overflow=True, stacklevel=4)
     should_export = export_enabled() if export is None else bool(export)
     if target is not None and should_export:

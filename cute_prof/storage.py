@@ -18,7 +18,6 @@ from __future__ import annotations
 
 import json
 import os
-import sys
 import zipfile
 import zlib
 from pathlib import Path
@@ -26,7 +25,9 @@ from typing import Any
 
 import numpy as np
 
+from .buffer import host_words, source_metadata
 from .errors import ProfileBufferError
+from .files import atomic_write
 
 __all__ = [
     "save_buffer",
@@ -35,7 +36,6 @@ __all__ = [
     "load_trace",
     "load_chrome_json",
     "trace_to_buffer",
-    "atomic_write",
     "FORMAT_NAME",
     "FORMAT_VERSION",
     "SUFFIXES",
@@ -44,14 +44,6 @@ __all__ = [
 FORMAT_NAME = "cute_prof.buffer"
 FORMAT_VERSION = 1
 SUFFIXES = (".npz", ".pt")
-
-
-def atomic_write(path: str | os.PathLike):
-    """Binary file handle on a temporary sibling of ``path``, renamed over it on success
-    (fsync + ``os.replace``) and deleted on error: readers never see a partial file."""
-    from .export_json import atomic_open
-
-    return atomic_open(path, "wb")
 
 
 def _json_default(value: Any) -> Any:
@@ -81,37 +73,6 @@ def _tag_names_of(tag_table) -> list[str]:
     return names
 
 
-def _host_words(buf) -> np.ndarray:
-    """The buffer as a 1-D int64 numpy array (ProfileBuffer, tensor on any device, array)."""
-    tensor = getattr(buf, "tensor", None)
-    if tensor is not None:
-        buf = tensor
-    torch = sys.modules.get("torch")
-    if torch is not None and isinstance(buf, torch.Tensor):
-        if buf.dtype != torch.int64:
-            raise ProfileBufferError(f"profile buffer tensor has dtype {buf.dtype}, expected int64")
-        buf = buf.detach().to("cpu").numpy()
-    if not isinstance(buf, np.ndarray):
-        raise ProfileBufferError(
-            f"cannot save a {type(buf).__name__}; pass a ProfileBuffer, a torch.int64 tensor or "
-            "a numpy int64 array"
-        )
-    if buf.dtype.kind != "i" or buf.dtype.itemsize != 8 or buf.ndim != 1:
-        raise ProfileBufferError(
-            f"profile buffer must be a 1-D int64 array, got dtype {buf.dtype} shape {buf.shape}"
-        )
-    return np.ascontiguousarray(buf, dtype=np.int64)
-
-
-def _source_metadata(buf) -> dict[str, Any]:
-    """The device a ProfileBuffer lives on, so a reloaded trace still says where it ran."""
-    try:
-        name = getattr(buf, "device_name", None)
-        return {"device": str(name)} if isinstance(name, str) and name else {}
-    except Exception:  # metadata must never stop a save
-        return {}
-
-
 def _suffix(path: Path, allowed=SUFFIXES) -> str:
     suffix = path.suffix.lower()
     if suffix not in allowed:
@@ -138,9 +99,9 @@ def save_buffer(
     """
     path = Path(path)
     suffix = _suffix(path)
-    words = _host_words(buf)
+    words = host_words(buf, what="profile buffer to save")
     names_json = json.dumps(_tag_names_of(tag_table))
-    meta = {**_source_metadata(buf), **(metadata or {})}
+    meta = {**source_metadata(buf), **(metadata or {})}
     metadata_json = json.dumps(meta, default=_json_default)
     header = json.dumps({"format": FORMAT_NAME, "version": FORMAT_VERSION})
     with atomic_write(path) as handle:
@@ -283,7 +244,7 @@ def load_trace(path: str | os.PathLike, *, clock_hz: float | None = None):
     * ``.npz`` / ``.pt`` saved buffers are decoded again. Clock-mode records are converted
       with ``clock_hz`` if given, else with the rate the buffer's own clock_sync pairs give,
       else with the rate recorded at save time.
-    * ``.json`` Chrome traces from :func:`cute_prof.export_json.events_to_perfetto` are read
+    * ``.json`` Chrome traces from :func:`cute_prof.export.chrome_json.events_to_perfetto` are read
       back from the exact nanoseconds and fields they keep in each event's ``args``.
     """
     path = Path(path)

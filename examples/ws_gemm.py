@@ -57,8 +57,8 @@ k+1 nests inside it and shows how much of the period the warp spent waiting for 
 producer's "wait empty" / "issue TMA" regions tile its loop with no gaps.
 
 Two write paths (``GemmConfig.recorder``): ``"staged"`` (default) keeps records in the
-warp's registers with ``cute_prof.ops.WarpRecorder`` and writes them with one atomic per
-FLUSH_EVERY k-tiles; ``"direct"`` calls ``cute_prof.ops.profile_stop(guard="lane0")``,
+warp's registers with ``cute_prof.device.WarpRecorder`` and writes them with one atomic per
+FLUSH_EVERY k-tiles; ``"direct"`` calls ``cute_prof.device.profile_stop(guard="lane0")``,
 one global atomic per record.
 
 Run (GPU):  python -m examples.ws_gemm --mnk 1000,1032,520 --level 2 [--cluster-m 1]
@@ -91,9 +91,9 @@ except ImportError:  # older DSL
 # --------------------------------------------------------------------------------------
 # profiling ops (device side)
 
-from cute_prof import ops as cp  # noqa: E402
+import cute_prof.device as cp  # noqa: E402
 
-PROF_OPS_SOURCE = "cute_prof.ops"
+PROF_OPS_SOURCE = "cute_prof.device"
 
 # tag names (string names are given ids by cute_prof.tags.default_tag_table())
 TAG_WAIT_EMPTY = "ws.wait_empty"
@@ -185,9 +185,9 @@ class GemmConfig:
     group_m: int = 8  # CTA rasterisation: groups of group_m M-tiles sweep N (L2 reuse)
     producer_regs: int = 40
     consumer_regs: int = 232
-    # how records reach the buffer: "staged" = cute_prof.ops.WarpRecorder (records kept in
+    # how records reach the buffer: "staged" = cute_prof.device.WarpRecorder (records kept in
     # the warp's registers, one atomic + coalesced stores per FLUSH_EVERY k-tiles), or
-    # "direct" = cute_prof.ops.profile_stop(guard="lane0") (one atomic per record)
+    # "direct" = cute_prof.device.profile_stop(guard="lane0") (one atomic per record)
     recorder: str = "staged"
     # thread-block cluster (cluster_m x cluster_n CTAs). cluster_m > 1: the CTAs of a
     # cluster column share the B tile (each TMA-loads 1/cluster_m of it and multicasts it

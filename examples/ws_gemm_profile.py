@@ -9,7 +9,7 @@ Default size: 16 x 8 = 128 CTAs (one wave on a 132-SM H100/H200), 128 k-tiles ea
 What it does:
 1. runs the instrumented GEMM inside ``cute_prof.profile_session`` and checks C against
    torch.matmul;
-2. writes the trace as Chrome/Perfetto JSON (and ``.pftrace`` when ``cute_prof.pftrace``
+2. writes the trace as Chrome/Perfetto JSON (and ``.pftrace`` when ``cute_prof.export.pftrace_writer``
    exists);
 3. prints the per-tag summary (``cute_prof.analysis.summarize``) and per-role busy
    fractions;
@@ -69,7 +69,7 @@ def write_pftrace(trace, json_path):
     """The same trace as a native .pftrace next to the JSON; None where this machine has
     no ``perfetto`` package."""
     from cute_prof.errors import ProfileBufferError
-    from cute_prof.pftrace import write_pftrace as write
+    from cute_prof.export.pftrace_writer import write_pftrace as write
 
     try:
         return write(trace, Path(json_path).with_suffix(".pftrace"))

@@ -9,7 +9,7 @@ import cutlass
 import cutlass.cute as cute
 from cutlass import Int32, Int64
 
-import cute_prof.ops as cp
+import cute_prof.device as cp
 
 WARPS_PER_CTA = 8
 THREADS_PER_CTA = 32 * WARPS_PER_CTA

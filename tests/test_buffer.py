@@ -6,7 +6,7 @@ import numpy as np
 import pytest
 import torch
 
-from cute_prof import ProfileBufferError, allocate_profile_buffer, layout
+from cute_prof import ProfileBufferError, allocate_profile_buffer, decode_buffer, layout
 from cute_prof.buffer import MAX_EVENTS_LIMIT, RECORD_ALIGNMENT
 
 
@@ -75,7 +75,7 @@ def test_invalid_device_string_is_rejected():
 def test_reset_zeroes_counter_and_slots_and_forgets_trace():
     prof = allocate_profile_buffer(4, device="cpu")
     layout.write_records(prof.tensor.numpy(), [1, 2, 3], 5, tag=0, tid=0)
-    prof.decode(["a"])
+    prof.remember(decode_buffer(prof, ["a"]))
     assert prof.counter() == 3
     prof.reset()
     assert prof.counter() == 0
@@ -98,7 +98,8 @@ def test_results_before_decode_raise_then_work_after():
     with pytest.raises(ProfileBufferError):
         _ = prof.overflow
     layout.write_records(prof.tensor.numpy(), [10, 20, 30, 40, 50, 60], 1, tag=1, tid=3)
-    trace = prof.decode(["a", "b"])
+    trace = decode_buffer(prof, ["a", "b"])
+    prof.remember(trace)
     assert prof.trace is trace
     assert prof.overflow == 2
     assert [e.name for e in prof.events] == ["b"] * 4

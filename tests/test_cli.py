@@ -14,7 +14,7 @@ from matplotlib.image import imread
 
 from cute_prof import layout
 from cute_prof.cli import main
-from cute_prof.pftrace import read_pftrace
+from cute_prof.export.pftrace_reader import read_pftrace
 from cute_prof.storage import save_buffer
 
 NAMES = ["mainloop", "load", "mma", "epilogue", "tile_done"]

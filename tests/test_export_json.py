@@ -19,7 +19,8 @@ from cute_prof import (
     events_to_perfetto,
     layout,
 )
-from cute_prof import export_json
+from cute_prof import files as files_module
+from cute_prof.export import chrome_json as export_json
 
 TAGS = TagTable(["load", "mma", "store"])
 BASE_NS = 1_700_000_000_000_000_000
@@ -292,7 +293,7 @@ def test_failed_write_leaves_no_file_and_no_temp(tmp_path, monkeypatch, fail_on_
     monkeypatch.setattr(export_json, "_CHUNK_EVENTS", 16)  # many writes, fail mid-way
     real_fdopen = os.fdopen
     monkeypatch.setattr(
-        export_json.os, "fdopen", lambda *a, **k: ExplodingFile(real_fdopen(*a, **k), fail_on_write)
+        files_module.os, "fdopen", lambda *a, **k: ExplodingFile(real_fdopen(*a, **k), fail_on_write)
     )
     with pytest.raises(OSError, match="No space"):
         events_to_perfetto(trace, tmp_path / "t.json")
@@ -306,7 +307,7 @@ def test_failed_write_keeps_the_previous_trace_intact(tmp_path, monkeypatch):
     def broken_fsync(fd):
         raise OSError(5, "I/O error")
 
-    monkeypatch.setattr(export_json.os, "fsync", broken_fsync)
+    monkeypatch.setattr(files_module.os, "fsync", broken_fsync)
     with pytest.raises(OSError):
         events_to_perfetto(make_trace(np.random.default_rng(11), count=5), target)
     assert target.read_text() == "previous"

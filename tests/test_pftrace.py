@@ -15,14 +15,9 @@ from perfetto.protos.perfetto.trace import perfetto_trace_pb2 as pb
 from cute_prof import layout
 from cute_prof.decode import decode_buffer
 from cute_prof.errors import ProfileBufferError
-from cute_prof.pftrace import (
-    TRACE_INFO_EVENT,
-    export_trace,
-    read_pftrace,
-    read_pftrace_metadata,
-    read_pftrace_slices,
-    write_pftrace,
-)
+from cute_prof.export import export_trace
+from cute_prof.export.pftrace_reader import read_pftrace, read_pftrace_metadata, read_pftrace_slices
+from cute_prof.export.pftrace_writer import TRACE_INFO_EVENT, write_pftrace
 from cute_prof.trace import EVENT_DTYPE, Trace
 
 BASE = 1_700_000_000_000_000_000
@@ -305,7 +300,7 @@ def _stack_pairs_correctly(sequence):
 @given(st.data())
 def test_level_check_equals_stack_simulation(data):
     """The vectorised nesting check (begin level == end level) against a real stack."""
-    from cute_prof.pftrace import _misnested_spans, _Ops
+    from cute_prof.export.regions import RegionOps, misnested_spans
 
     n = data.draw(st.integers(1, 7))
     sequence, open_spans, pending = [], [], list(range(n))
@@ -318,10 +313,10 @@ def test_level_check_equals_stack_simulation(data):
             span = open_spans.pop(data.draw(st.integers(0, len(open_spans) - 1)))
             sequence.append((False, span))
     m = len(sequence)
-    ops = _Ops(
+    ops = RegionOps(
         track=np.zeros(m, np.int64), ts=np.arange(m, dtype=np.int64),
         type=np.array([1 if b else 2 for b, _ in sequence], np.int8),
         iid=np.ones(m, np.int64), payload=np.zeros(m, np.int64),
         span=np.array([s for _, s in sequence], np.int64),
     )
-    assert (_misnested_spans(ops, n).shape[0] == 0) == _stack_pairs_correctly(sequence)
+    assert (misnested_spans(ops, n).shape[0] == 0) == _stack_pairs_correctly(sequence)

@@ -12,7 +12,7 @@ from matplotlib.image import imread
 
 from cute_prof import layout
 from cute_prof.errors import ProfileBufferError
-from cute_prof.plot import _coverage, _stack_view, plot_timeline
+from cute_prof.export.picture import _coverage, _stack_view, plot_timeline
 from cute_prof.trace import EVENT_DTYPE, Trace
 
 SPAN, INSTANT = layout.KIND_SPAN, layout.KIND_INSTANT

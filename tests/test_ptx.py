@@ -21,7 +21,7 @@ sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
 import kernels as K  # noqa: E402
 
 from cute_prof import layout  # noqa: E402
-from cute_prof.ops import buffer_arg  # noqa: E402
+from cute_prof.device import buffer_arg  # noqa: E402
 
 _ptx_cache: dict = {}
 _dump_dir = tempfile.mkdtemp(prefix="cute_prof_ptx_")
@@ -135,13 +135,14 @@ def test_disabled_recorder_emits_nothing():
 
 
 def test_process_switch_compiles_ops_out(monkeypatch):
-    import cute_prof.ops as cp
+    import cute_prof.device as cp
 
-    monkeypatch.setattr(cp, "_ENABLED", False)
     _ptx_cache.clear()
+    cp.set_enabled(False)
     try:
         off = _normalise_kernel_name(probe_ptx("region"), "region")
     finally:
+        cp.set_enabled(True)
         _ptx_cache.clear()
     plain = _normalise_kernel_name(probe_ptx("none"), "none")
     assert off == plain

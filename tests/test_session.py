@@ -164,7 +164,7 @@ def test_bad_paths_fail_before_the_kernel_runs(tmp_path):
 
 
 def test_pftrace_suffix_writes_a_native_perfetto_trace(tmp_path):
-    from cute_prof.pftrace import read_pftrace_slices
+    from cute_prof.export.pftrace_reader import read_pftrace_slices
 
     with profile_session(4, ["a"], tmp_path / "t.pftrace", device="cpu") as prof:
         record(prof, 2)

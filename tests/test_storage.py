@@ -14,7 +14,7 @@ import torch
 from cute_prof import allocate_profile_buffer, layout
 from cute_prof.decode import decode_buffer
 from cute_prof.errors import ProfileBufferError
-from cute_prof.export_json import events_to_perfetto
+from cute_prof.export.chrome_json import events_to_perfetto
 from cute_prof.storage import (
     FORMAT_NAME,
     load_buffer,

@@ -19,7 +19,7 @@ from cutlass.base_dsl.compiler import DumpDir  # noqa: E402
 from cutlass.cute.runtime import from_dlpack  # noqa: E402
 
 import overhead as O  # noqa: E402
-from cute_prof.ops import buffer_arg  # noqa: E402
+from cute_prof.device import buffer_arg  # noqa: E402
 
 out = sys.argv[1] if len(sys.argv) > 1 else tempfile.mkdtemp()
 os.makedirs(out, exist_ok=True)

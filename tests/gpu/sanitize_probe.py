@@ -14,7 +14,7 @@ sys.path.insert(0, os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
 import kernels as K  # noqa: E402
 
 from cute_prof.buffer import allocate_profile_buffer  # noqa: E402
-from cute_prof.ops import buffer_arg as cp_buffer_arg  # noqa: E402
+from cute_prof.device import buffer_arg as cp_buffer_arg  # noqa: E402
 from cute_prof.decode import decode_buffer  # noqa: E402
 from cute_prof import layout  # noqa: E402
 

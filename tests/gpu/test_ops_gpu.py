@@ -19,7 +19,7 @@ from cutlass import Int32, Int64  # noqa: E402
 from cutlass.cute.runtime import from_dlpack  # noqa: E402
 
 from cute_prof.buffer import allocate_profile_buffer  # noqa: E402
-from cute_prof.ops import buffer_arg as cp_buffer_arg  # noqa: E402
+from cute_prof.device import buffer_arg as cp_buffer_arg  # noqa: E402
 from cute_prof.decode import decode_buffer, decode_events  # noqa: E402
 from cute_prof import layout  # noqa: E402
 

@@ -22,16 +22,17 @@ from pathlib import Path
 
 import numpy as np
 
-from . import layout
-from .analysis import pick_unit
-from .errors import ProfileBufferError
-from .trace import Trace
+from .. import layout
+from ..analysis.summary import pick_unit
+from ..errors import ProfileBufferError
+from ..files import atomic_write
+from ..trace import Trace
+from .regions import SPAN_KINDS, build_region_ops
 
-__all__ = ["plot_timeline", "GROUP_BY", "FORMATS"]
+__all__ = ["plot_timeline", "picture_format_of", "GROUP_BY", "FORMATS"]
 
 GROUP_BY = ("tid", "device", "sm")  # "device" is the JSON exporter's name for "tid"
 FORMATS = ("png", "svg", "pdf")
-_SPAN_KINDS = (layout.KIND_SPAN, layout.KIND_CLOCK_SPAN)
 _OTHER = "other tags"
 # Fixed margins in pixels, so the plot area (and so the raster) has a known pixel size.
 _LEFT_PX, _RIGHT_PX, _TOP_PX, _BOTTOM_PX = 120, 190, 50, 55
@@ -49,7 +50,7 @@ def _palette(count: int) -> np.ndarray:
     return np.array([colours[i % len(colours)] for i in range(count)], dtype=np.float64)
 
 
-def _format_of(path: Path, format: str | None) -> str:
+def picture_format_of(path: Path, format: str | None) -> str:
     fmt = (format or path.suffix.lstrip(".")).lower()
     if fmt not in FORMATS:
         raise ProfileBufferError(
@@ -70,15 +71,13 @@ def _stack_view(track: np.ndarray, start: np.ndarray, end: np.ndarray):
     whole computation is vectorised. Tracks whose regions overlap without nesting fall
     back to a small stack walk.
     """
-    from .pftrace import _build_ops
-
     n = start.shape[0]
     empty = np.zeros(0, np.int64)
     if n == 0:
         return empty, (empty, empty, empty, empty)
     t0 = int(start.min())
     zeros = np.zeros(n, np.int64)
-    ops = _build_ops(track, start, end, zeros, zeros, empty, empty, empty, empty,
+    ops = build_region_ops(track, start, end, zeros, zeros, empty, empty, empty, empty,
                      int(track.max()) + 1, t0, int(end.max()) - t0 + 1)
     m = ops.ts.shape[0]
     is_begin = ops.type == 1
@@ -184,10 +183,9 @@ def plot_timeline(
     from matplotlib.patches import Patch
     from matplotlib.lines import Line2D
 
-    from .storage import atomic_write
 
     path = Path(path)
-    fmt = _format_of(path, format)
+    fmt = picture_format_of(path, format)
     if group_by not in GROUP_BY:
         raise ProfileBufferError(f"group_by must be one of {GROUP_BY}, got {group_by!r}")
     if width_px < _LEFT_PX + _RIGHT_PX + 100 or max_tracks < 1 or dpi < 10:
@@ -198,7 +196,7 @@ def plot_timeline(
 
     events = trace.events
     kind = events["kind"]
-    is_span = (kind == _SPAN_KINDS[0]) | (kind == _SPAN_KINDS[1])
+    is_span = (kind == SPAN_KINDS[0]) | (kind == SPAN_KINDS[1])
     is_instant = kind == layout.KIND_INSTANT
     keep = is_span | is_instant
     ev_start = events["start_ns"][keep].astype(np.int64)

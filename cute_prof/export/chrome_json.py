@@ -32,70 +32,23 @@ minimal one but a million events export in about 1.5 s instead of 3 s with ``%``
 
 from __future__ import annotations
 
-import contextlib
 import json
-import os
-import secrets
-from collections.abc import Iterator, Sequence
+from collections.abc import Sequence
 from pathlib import Path
 from typing import Any
 
 import numpy as np
 
-from . import layout
-from .errors import ProfileBufferError
-from .trace import Event, Trace, kind_name
+from .. import layout
+from ..errors import ProfileBufferError
+from ..files import atomic_open, check_output_path
+from ..trace import Event, Trace, kind_name
 
-__all__ = ["events_to_perfetto", "atomic_open", "check_output_path", "GROUP_BY_CHOICES"]
+__all__ = ["events_to_perfetto", "GROUP_BY_CHOICES"]
 
 GROUP_BY_CHOICES = ("device", "sm")
 _CHUNK_EVENTS = 32_768
 _SEPARATOR = ",\n"
-
-
-# ------------------------------------------------------------------- file handling
-def check_output_path(path) -> Path:
-    """Validate a trace output path before any work is done; returns it as a Path."""
-    try:
-        target = Path(os.fspath(path))
-    except TypeError:
-        raise ProfileBufferError(f"trace path must be a str or os.PathLike, got {path!r}") from None
-    if target.is_dir():
-        raise ProfileBufferError(f"trace path {str(target)!r} is a directory; give a file name")
-    parent = target.parent
-    if not parent.is_dir():
-        raise ProfileBufferError(
-            f"cannot write {str(target)!r}: directory {str(parent)!r} does not exist; create it "
-            "first (os.makedirs) or choose another path"
-        )
-    return target
-
-
-@contextlib.contextmanager
-def atomic_open(path, mode: str = "w", *, encoding: str | None = "utf-8") -> Iterator[Any]:
-    """Open a temporary sibling of ``path`` for writing; on success fsync and rename it
-    over ``path``, on any exception delete it. Readers never see a partial file."""
-    target = check_output_path(path)
-    temp = target.parent / f".{target.name}.{secrets.token_hex(6)}.tmp"
-    # O_EXCL: never clobber someone else's file; 0o666 lets the umask decide permissions.
-    fd = os.open(temp, os.O_WRONLY | os.O_CREAT | os.O_EXCL, 0o666)
-    try:
-        binary = "b" in mode
-        with os.fdopen(fd, mode, encoding=None if binary else encoding) as handle:
-            yield handle
-            handle.flush()
-            os.fsync(handle.fileno())
-        os.replace(temp, target)
-    except BaseException:
-        with contextlib.suppress(FileNotFoundError):
-            os.unlink(temp)
-        raise
-    with contextlib.suppress(OSError):  # make the rename itself durable where supported
-        dir_fd = os.open(target.parent, os.O_RDONLY)
-        try:
-            os.fsync(dir_fd)
-        finally:
-            os.close(dir_fd)
 
 
 # ------------------------------------------------------------------------ helpers

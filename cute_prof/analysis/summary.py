@@ -26,8 +26,8 @@ from typing import Any
 
 import numpy as np
 
-from . import layout
-from .trace import Trace
+from .. import layout
+from ..trace import Trace
 
 __all__ = [
     "Summary",

@@ -1,4 +1,4 @@
-"""Native Perfetto export: a ``.pftrace`` protobuf trace built with the official protos that
+"""Native Perfetto export (writer): a ``.pftrace`` protobuf trace built with the official protos that
 ship in the ``perfetto`` pip package (``perfetto_trace_pb2``).
 
 Why not only Chrome JSON: the protobuf format keeps nanosecond timestamps exactly, is about
@@ -31,6 +31,7 @@ by forked worker processes whose outputs are concatenated (a serialised ``Trace`
 a sequence of packets, and packet order only matters within a sequence).
 """
 
+
 from __future__ import annotations
 
 import json
@@ -43,20 +44,20 @@ from typing import Any, Callable
 
 import numpy as np
 
-from . import layout
-from .errors import ProfileBufferError
-from .trace import Trace
+from .. import layout
+from ..errors import ProfileBufferError
+from ..files import atomic_write
+from ..trace import Trace
+from .regions import (
+    SPAN_KINDS,
+    RegionOps,
+    build_region_ops,
+    misnested_spans,
+    pair_index,
+    split_overlaps,
+)
 
-__all__ = [
-    "write_pftrace",
-    "read_pftrace",
-    "read_pftrace_slices",
-    "read_pftrace_metadata",
-    "export_trace",
-    "GROUP_BY",
-    "SLICE_DTYPE",
-    "EXPORT_FORMATS",
-]
+__all__ = ["write_pftrace", "GROUP_BY", "TRACE_INFO_EVENT", "PAYLOAD_ANNOTATION", "ROOT_TRACK_UUID"]
 
 GROUP_BY = ("tid", "device", "sm", "warp")  # "device" is the JSON exporter's name for "tid"
 TRACE_INFO_EVENT = "cute_prof trace info"
@@ -69,10 +70,9 @@ _ROOT_SEQUENCE = 1
 _FIRST_TRACK_SEQUENCE = 2
 _PARALLEL_MIN_OPS = 300_000
 
-_SPAN_KINDS = (layout.KIND_SPAN, layout.KIND_CLOCK_SPAN)
 
-
-def _pb():
+def load_protos():
+    """The official Perfetto trace protos (perfetto_trace_pb2)."""
     try:
         from perfetto.protos.perfetto.trace import perfetto_trace_pb2
     except ImportError as err:  # pragma: no cover - perfetto is a dependency
@@ -115,157 +115,12 @@ def _group_and_leaf(
     raise ProfileBufferError(f"group_by must be one of {GROUP_BY}, got {group_by!r}")
 
 
-def _pair_index(
-    group: np.ndarray | None, leaf: np.ndarray
-) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
-    """Dense index of (group, leaf) pairs in ascending numeric order, plus the pairs."""
-    if group is None:
-        group = np.zeros_like(leaf)
-    if leaf.shape[0] == 0:
-        return np.zeros(0, np.int64), np.zeros(0, np.int64), np.zeros(0, np.int64)
-    g0, l0 = int(group.min()), int(leaf.min())
-    leaf_range = int(leaf.max()) - l0 + 1
-    packed = (group - g0) * leaf_range + (leaf - l0)
-    key_range = (int(group.max()) - g0 + 1) * leaf_range
-    if key_range <= max(4 * packed.shape[0], 1 << 16):  # dense: a lookup table, no sort
-        present = np.zeros(key_range, dtype=bool)
-        present[packed] = True
-        keys = np.flatnonzero(present)
-        rank = np.cumsum(present) - 1
-        index = rank[packed]
-    else:
-        keys, index = np.unique(packed, return_inverse=True)
-    return index.reshape(-1), keys // leaf_range + g0, keys % leaf_range + l0
-
-
-def _pack_or_lexsort(keys: list[tuple[np.ndarray, int]]) -> np.ndarray:
-    """Order of rows sorted by several non-negative integer keys (most significant first),
-    given as ``(values, exclusive upper bound)``. One int64 argsort when the product of the
-    bounds fits, ``np.lexsort`` otherwise."""
-    total = 1
-    for _, bound in keys:
-        total *= max(1, int(bound))
-    if total < (1 << 62):
-        packed = np.zeros(keys[0][0].shape[0], dtype=np.int64)
-        for values, bound in keys:
-            packed = packed * max(1, int(bound)) + values
-        return np.argsort(packed)
-    return np.lexsort(tuple(values for values, _ in reversed(keys)))
-
-
-@dataclass
-class _Ops:
-    """All begin/end/instant operations, sorted by (track, time, tie-break)."""
-
-    track: np.ndarray
-    ts: np.ndarray
-    type: np.ndarray  # 1 begin, 2 end, 3 instant (TrackEvent.Type values)
-    iid: np.ndarray  # interned name id (0 for END)
-    payload: np.ndarray
-    span: np.ndarray  # span index for begin/end, -1 for instants
-
-
-def _build_ops(
-    span_track: np.ndarray,
-    start: np.ndarray,
-    end: np.ndarray,
-    span_iid: np.ndarray,
-    span_payload: np.ndarray,
-    instant_track: np.ndarray,
-    instant_ts: np.ndarray,
-    instant_iid: np.ndarray,
-    instant_payload: np.ndarray,
-    n_tracks: int,
-    t0: int,
-    t_range: int,
-) -> _Ops:
-    """Order every operation so each track's begin/end sequence nests when the regions do.
-
-    Ties at one timestamp: ends of earlier regions first, then begins (longer region first,
-    so the outer one opens first), a zero-length region's end right after its own begin,
-    then instants. Ends at one timestamp close the most recently opened region first.
-    """
-    n = start.shape[0]
-    dur = end - start
-    max_dur = int(dur.max()) + 1 if n else 1
-    span_order = _pack_or_lexsort(
-        [(span_track, n_tracks), (start - t0, t_range), (max_dur - 1 - dur, max_dur)]
-    )
-    rank = np.empty(n, dtype=np.int64)
-    rank[span_order] = np.arange(n, dtype=np.int64)
-    zero = dur == 0
-    m = instant_ts.shape[0]
-    track = np.concatenate([span_track, span_track, instant_track])
-    ts = np.concatenate([start, end, instant_ts])
-    tie_class = np.concatenate(
-        [np.ones(n, np.int64), np.where(zero, 1, 0).astype(np.int64), np.full(m, 2, np.int64)]
-    )
-    # tie-break inside a class, shifted to be non-negative: begins 2r, zero-length ends 2r+1,
-    # other ends -2r (later-opened first)
-    tie = np.concatenate([2 * rank, np.where(zero, 2 * rank + 1, -2 * rank), np.zeros(m, np.int64)])
-    tie += 2 * n
-    order = _pack_or_lexsort(
-        [(track, n_tracks), (ts - t0, t_range), (tie_class, 3), (tie, 4 * n + 2)]
-    )
-    span_index = np.arange(n, dtype=np.int64)
-    return _Ops(
-        track=track[order],
-        ts=ts[order],
-        type=np.concatenate(
-            [np.full(n, 1, np.int8), np.full(n, 2, np.int8), np.full(m, 3, np.int8)]
-        )[order],
-        iid=np.concatenate([span_iid, np.zeros(n, np.int64), instant_iid])[order],
-        payload=np.concatenate([span_payload, np.zeros(n, np.int64), instant_payload])[order],
-        span=np.concatenate([span_index, span_index, np.full(m, -1, np.int64)])[order],
-    )
-
-
-def _misnested_spans(ops: _Ops, n_spans: int) -> np.ndarray:
-    """Indices of spans whose begin/end do not pair up as a stack on their track.
-
-    A begin opens level ``depth_after``; an end closes level ``depth_before``. In a sequence
-    where every end follows its own begin, the stack pairs each end with its own begin
-    exactly when both sit at the same level (checked exhaustively against a stack
-    simulation in the tests), so no per-event loop is needed. The running depth is a plain
-    cumulative sum: every track is balanced, so it returns to zero between tracks.
-    """
-    is_begin = ops.type == 1
-    is_end = ops.type == 2
-    delta = is_begin.astype(np.int64) - is_end.astype(np.int64)
-    depth_after = np.cumsum(delta)
-    begin_level = np.empty(n_spans, np.int64)
-    end_level = np.empty(n_spans, np.int64)
-    begin_level[ops.span[is_begin]] = depth_after[is_begin]
-    end_level[ops.span[is_end]] = depth_after[is_end] + 1
-    return np.flatnonzero(begin_level != end_level)
-
-
-def _assign_lanes(start: np.ndarray, end: np.ndarray) -> np.ndarray:
-    """Lane per span of one track so that each lane nests strictly (greedy, first fit).
-
-    Only runs for tracks that failed the nesting check, which real kernels rarely produce."""
-    order = np.lexsort((-(end - start), start))
-    lanes: list[list[int]] = []  # per lane: stack of open region ends
-    lane = np.zeros(start.shape[0], np.int64)
-    for index, s, e in zip(order.tolist(), start[order].tolist(), end[order].tolist()):
-        for number, stack in enumerate(lanes):
-            while stack and stack[-1] <= s:
-                stack.pop()
-            if not stack or e <= stack[-1]:
-                stack.append(e)
-                lane[index] = number
-                break
-        else:
-            lanes.append([e])
-            lane[index] = len(lanes) - 1
-    return lane
-
 
 # --------------------------------------------------------------------------------------
 # serialisation
 
 
-def _sequence_headers(pb, trace, ops: _Ops, lo: int, hi: int, track_uuid: np.ndarray,
+def _sequence_headers(pb, trace, ops: RegionOps, lo: int, hi: int, track_uuid: np.ndarray,
                       names: list[str]) -> None:
     """Append the first packet of every track sequence in ``ops[lo:hi]`` to ``trace``:
     it clears incremental state, interns the names used on the track and makes the track
@@ -392,7 +247,7 @@ def _usable_cpus() -> int:
 _PARENT_SHARE = 0.75
 
 
-def _serialize_all(pb, ops: _Ops, track_uuid: np.ndarray, names: list[str], workers: int,
+def _serialize_all(pb, ops: RegionOps, track_uuid: np.ndarray, names: list[str], workers: int,
                    parent_work: Callable[[], bytes]) -> tuple[bytes, list[bytes]]:
     """``(parent_work(), serialised chunks)``, the chunks in ``workers`` forked processes
     when possible (Linux), with the parent doing ``parent_work`` and one chunk itself."""
@@ -520,27 +375,6 @@ def _descriptor_packets(
     return packets
 
 
-def _split_overlaps(
-    span_track: np.ndarray, start: np.ndarray, end: np.ndarray, bad: np.ndarray, n_pairs: int
-) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
-    """Give every track with misnested regions extra lanes.
-
-    Returns ``(final track per span, first final track of each pair, lanes per pair)``."""
-    n_spans = span_track.shape[0]
-    bad_tracks = np.unique(span_track[bad])
-    lane = np.zeros(n_spans, np.int64)
-    on_bad_track = np.flatnonzero(np.isin(span_track, bad_tracks))
-    on_bad_track = on_bad_track[np.argsort(span_track[on_bad_track], kind="stable")]
-    bounds = np.flatnonzero(np.diff(span_track[on_bad_track])) + 1
-    for mine in np.split(on_bad_track, bounds):
-        lane[mine] = _assign_lanes(start[mine], end[mine])
-    lanes_per_pair = np.zeros(n_pairs, np.int64)
-    np.maximum.at(lanes_per_pair, span_track, lane)
-    lanes_per_pair += 1
-    first_lane_track = np.r_[0, np.cumsum(lanes_per_pair)[:-1]].astype(np.int64)
-    return first_lane_track[span_track] + lane, first_lane_track, lanes_per_pair
-
-
 def write_pftrace(
     trace: Trace,
     path: str | os.PathLike,
@@ -560,15 +394,13 @@ def write_pftrace(
     stays in this process. ``progress``: called with a line per stage. The file is
     written atomically. Returns the path.
     """
-    from .storage import atomic_write
-
     if group_by not in GROUP_BY:
         raise ProfileBufferError(f"group_by must be one of {GROUP_BY}, got {group_by!r}")
-    pb = _pb()
+    pb = load_protos()
     say = progress or (lambda message: None)
     events = trace.events
     kind = events["kind"]
-    span_rows = np.flatnonzero((kind == _SPAN_KINDS[0]) | (kind == _SPAN_KINDS[1]))
+    span_rows = np.flatnonzero((kind == SPAN_KINDS[0]) | (kind == SPAN_KINDS[1]))
     instant_rows = np.flatnonzero(kind == layout.KIND_INSTANT)
     rows = np.concatenate([span_rows, instant_rows])
     n_spans = span_rows.shape[0]
@@ -598,12 +430,12 @@ def write_pftrace(
     instant_iid = np.searchsorted(tag_ids, instant_tag) + 1
 
     group_all, leaf_all, group_label, leaf_label = _group_and_leaf(events, rows, group_by)
-    pair, pair_group, pair_leaf = _pair_index(group_all, leaf_all)
+    pair, pair_group, pair_leaf = pair_index(group_all, leaf_all)
     span_track, instant_track = pair[:n_spans], pair[n_spans:]
     n_pairs = pair_group.shape[0]
 
-    def build(span_track_: np.ndarray, instant_track_: np.ndarray, n_tracks_: int) -> _Ops:
-        return _build_ops(
+    def build(span_track_: np.ndarray, instant_track_: np.ndarray, n_tracks_: int) -> RegionOps:
+        return build_region_ops(
             span_track_, start, end, span_iid, span_payload,
             instant_track_, instant_ts, instant_iid, instant_payload,
             n_tracks_, t0, t_range,
@@ -611,11 +443,11 @@ def write_pftrace(
 
     say(f"ordering {n_spans:,} regions and {instant_rows.shape[0]:,} instants")
     ops = build(span_track, instant_track, n_pairs)
-    bad = _misnested_spans(ops, n_spans)
+    bad = misnested_spans(ops, n_spans)
     if bad.shape[0]:
         say(f"{np.unique(span_track[bad]).shape[0]:,} tracks have regions that overlap "
             "without nesting; giving them extra lanes")
-        span_track, first_lane_track, lanes_per_pair = _split_overlaps(
+        span_track, first_lane_track, lanes_per_pair = split_overlaps(
             span_track, start, end, bad, n_pairs
         )
         instant_track = first_lane_track[instant_track]
@@ -623,7 +455,7 @@ def write_pftrace(
         base_of = np.repeat(first_lane_track, lanes_per_pair)
         pair_of_track = np.repeat(np.arange(n_pairs), lanes_per_pair)
         ops = build(span_track, instant_track, n_tracks)
-        if _misnested_spans(ops, n_spans).shape[0]:  # pragma: no cover - lanes guarantee it
+        if misnested_spans(ops, n_spans).shape[0]:  # pragma: no cover - lanes guarantee it
             raise AssertionError("internal error: lanes still overlap")
     else:
         n_tracks = n_pairs
@@ -683,190 +515,3 @@ def _tag_name(trace: Trace, tag: int) -> str:
     names = tuple(trace.tag_names or ())
     return names[tag] if 0 <= tag < len(names) and names[tag] else f"<unknown tag {tag}>"
 
-
-# --------------------------------------------------------------------------------------
-# reading back (tests, CLI)
-
-SLICE_DTYPE = np.dtype(
-    [
-        ("start_ns", np.int64),
-        ("dur_ns", np.int64),  # 0 for instants
-        ("instant", np.bool_),
-        ("payload", np.int64),
-        ("track_uuid", np.int64),
-        ("name", object),
-        ("track", object),  # track name path, e.g. "SM 3/tid 17"
-    ]
-)
-
-
-def read_pftrace(path: str | os.PathLike) -> tuple[np.ndarray, dict[str, Any]]:
-    """Parse a ``.pftrace`` written by :func:`write_pftrace` (or any TrackEvent trace):
-    ``(slices as SLICE_DTYPE sorted by start, trace-info metadata dict)``.
-
-    Resolves interned names and per-sequence default tracks and pairs begin/end per track
-    with a stack, like Perfetto's importer. Pure Python: meant for tests and tools."""
-    pb = _pb()
-    path = Path(path)
-    try:
-        data = path.read_bytes()
-    except IsADirectoryError:
-        raise ProfileBufferError(f"{str(path)!r} is a directory, not a .pftrace file") from None
-    trace = pb.Trace()
-    try:
-        trace.ParseFromString(data)
-    except Exception as err:  # google.protobuf.message.DecodeError and friends
-        raise ProfileBufferError(
-            f"{str(path)!r} is not a Perfetto protobuf trace ({type(err).__name__}: {err})"
-        ) from None
-    names: dict[int, dict[int, str]] = {}
-    annotation_names: dict[int, dict[int, str]] = {}
-    defaults: dict[int, int] = {}
-    descriptors: dict[int, tuple[str, int]] = {}
-    open_slices: dict[int, list[tuple]] = {}
-    rows: list[tuple] = []
-    info: dict[str, Any] = {}
-    for packet in trace.packet:
-        sequence = packet.trusted_packet_sequence_id
-        if packet.sequence_flags & pb.TracePacket.SEQ_INCREMENTAL_STATE_CLEARED:
-            names[sequence] = {}
-            annotation_names[sequence] = {}
-            defaults.pop(sequence, None)
-        if packet.HasField("trace_packet_defaults"):
-            track_defaults = packet.trace_packet_defaults.track_event_defaults
-            if track_defaults.HasField("track_uuid"):
-                defaults[sequence] = track_defaults.track_uuid
-        if packet.HasField("interned_data"):
-            for entry in packet.interned_data.event_names:
-                names.setdefault(sequence, {})[entry.iid] = entry.name
-            for entry in packet.interned_data.debug_annotation_names:
-                annotation_names.setdefault(sequence, {})[entry.iid] = entry.name
-        if packet.HasField("track_descriptor"):
-            desc = packet.track_descriptor
-            descriptors[desc.uuid] = (desc.name, desc.parent_uuid)
-            continue
-        if not packet.HasField("track_event"):
-            continue
-        event = packet.track_event
-        uuid = event.track_uuid if event.HasField("track_uuid") else defaults.get(sequence, 0)
-        name = (event.name if event.HasField("name")
-                else names.get(sequence, {}).get(event.name_iid, ""))
-        payload = 0
-        for annotation in event.debug_annotations:
-            key = (annotation.name if annotation.HasField("name")
-                   else annotation_names.get(sequence, {}).get(annotation.name_iid, ""))
-            if name == TRACE_INFO_EVENT:
-                info[key] = _annotation_value(annotation)
-            elif key == PAYLOAD_ANNOTATION:
-                payload = annotation.int_value
-        if name == TRACE_INFO_EVENT:
-            continue
-        if event.type == pb.TrackEvent.TYPE_SLICE_BEGIN:
-            open_slices.setdefault(uuid, []).append((packet.timestamp, name, payload))
-        elif event.type == pb.TrackEvent.TYPE_SLICE_END:
-            stack = open_slices.get(uuid)
-            if stack:
-                begin, begin_name, begin_payload = stack.pop()
-                rows.append((begin, packet.timestamp - begin, False, begin_payload, uuid,
-                             begin_name))
-        elif event.type == pb.TrackEvent.TYPE_INSTANT:
-            rows.append((packet.timestamp, 0, True, payload, uuid, name))
-
-    def track_path(uuid: int) -> str:
-        parts = []
-        seen = set()
-        while uuid in descriptors and uuid not in seen and uuid != ROOT_TRACK_UUID:
-            seen.add(uuid)
-            name, parent = descriptors[uuid]
-            if not parts or parts[0] != name:  # overlap lanes repeat their parent's name
-                parts.insert(0, name)
-            uuid = parent
-        return "/".join(parts)
-
-    slices = np.zeros(len(rows), dtype=SLICE_DTYPE)
-    if rows:
-        columns = list(zip(*rows))
-        for field_name, column in zip(SLICE_DTYPE.names[:6], columns):
-            slices[field_name] = column
-        paths = {uuid: track_path(uuid) for uuid in set(columns[4])}
-        slices["track"] = [paths[u] for u in columns[4]]
-        slices = slices[np.argsort(slices["start_ns"], kind="stable")]
-    if "tag_names" in info and isinstance(info["tag_names"], str):
-        info["tag_names"] = json.loads(info["tag_names"])
-    if "metadata" in info and isinstance(info["metadata"], str):
-        info["metadata"] = json.loads(info["metadata"])
-    return slices, info
-
-
-def read_pftrace_slices(path: str | os.PathLike) -> np.ndarray:
-    """Slices and instants of a ``.pftrace`` (``SLICE_DTYPE``), sorted by start time."""
-    return read_pftrace(path)[0]
-
-
-def read_pftrace_metadata(path: str | os.PathLike) -> dict[str, Any]:
-    """The trace-info metadata (loss counts, tag table, device, ...) of a ``.pftrace``."""
-    return read_pftrace(path)[1]
-
-
-def _annotation_value(annotation) -> Any:
-    for field_name in ("int_value", "uint_value", "double_value", "bool_value", "string_value"):
-        if annotation.HasField(field_name):
-            return getattr(annotation, field_name)
-    return None
-
-
-# --------------------------------------------------------------------------------------
-# one entry point for every export format
-
-EXPORT_FORMATS = {
-    ".json": "json",
-    ".pftrace": "pftrace",
-    ".perfetto-trace": "pftrace",
-    ".pb": "pftrace",
-    ".png": "png",
-    ".svg": "svg",
-    ".pdf": "pdf",
-}
-
-
-def _format_of(path: Path, format: str | None) -> str:
-    if format is not None:
-        fmt = format.lower().lstrip(".")
-        fmt = {"perfetto-trace": "pftrace", "perfetto": "pftrace", "chrome": "json"}.get(fmt, fmt)
-        if fmt not in set(EXPORT_FORMATS.values()):
-            raise ProfileBufferError(
-                f"unknown export format {format!r}; use one of "
-                f"{sorted(set(EXPORT_FORMATS.values()))}"
-            )
-        return fmt
-    name = path.name.lower()
-    for suffix, fmt in sorted(EXPORT_FORMATS.items(), key=lambda item: -len(item[0])):
-        if name.endswith(suffix):
-            return fmt
-    raise ProfileBufferError(
-        f"cannot tell the export format of {str(path)!r} from its suffix; use one of "
-        f"{', '.join(EXPORT_FORMATS)} or pass format="
-    )
-
-
-def export_trace(trace: Trace, path: str | os.PathLike, *, format: str | None = None,
-                 **options) -> Path:
-    """Export ``trace`` in the format named by ``path``'s suffix (or ``format``):
-
-    ``.json`` -> Chrome JSON (:func:`cute_prof.export_json.events_to_perfetto`),
-    ``.pftrace`` / ``.perfetto-trace`` -> native Perfetto (:func:`write_pftrace`),
-    ``.png`` / ``.svg`` / ``.pdf`` -> timeline picture (:func:`cute_prof.plot.plot_timeline`).
-    ``options`` go to that function (e.g. ``group_by=``). Returns the path written.
-    """
-    path = Path(path)
-    fmt = _format_of(path, format)
-    if fmt == "pftrace":
-        return write_pftrace(trace, path, **options)
-    if fmt == "json":
-        from .export_json import events_to_perfetto
-
-        events_to_perfetto(trace, str(path), **options)
-        return path
-    from .plot import plot_timeline
-
-    return plot_timeline(trace, path, format=fmt, **options)

@@ -1,0 +1,50 @@
+"""Device ops: called inside ``@cute.kernel`` code, they append records to a profile buffer.
+
+Importing this package imports the CUTLASS DSL. The files, from the bottom up:
+
+* ``ptx.py``      the enable switch, timer reads, guard/cap/store PTX, ``emit_record``
+* ``ops.py``      one-atomic record ops and the reference-compatible wrappers
+* ``phases.py``   back-to-back phases and the sampling ``Profiler`` handle
+* ``recorder.py`` the staged per-warp write path (``WarpRecorder``) and per-role recorders
+"""
+
+from .ops import (
+    buffer_arg,
+    clock_sync,
+    elected_start,
+    elected_stop,
+    instant,
+    lane0_warp0_start,
+    lane0_warp0_stop,
+    profile_region,
+    profile_start,
+    profile_stop,
+    warp_start,
+    warp_stop,
+)
+from .phases import PhaseSequence, Profiler
+from .ptx import GUARDS, is_enabled, read_clock64, read_globaltimer, set_enabled
+from .recorder import WarpRecorder
+
+__all__ = [
+    "GUARDS",
+    "PhaseSequence",
+    "Profiler",
+    "WarpRecorder",
+    "buffer_arg",
+    "clock_sync",
+    "elected_start",
+    "elected_stop",
+    "instant",
+    "is_enabled",
+    "lane0_warp0_start",
+    "lane0_warp0_stop",
+    "profile_region",
+    "profile_start",
+    "profile_stop",
+    "read_clock64",
+    "read_globaltimer",
+    "set_enabled",
+    "warp_start",
+    "warp_stop",
+]

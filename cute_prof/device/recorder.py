@@ -1,0 +1,220 @@
+"""Staged write path: one warp keeps up to 32 records in its lanes' registers and writes
+them with one atomic and two coalesced 16-byte stores per lane."""
+
+from __future__ import annotations
+
+from cutlass import Int32, Int64
+from cutlass._mlir.dialects import llvm
+from cutlass.cutlass_dsl import T
+
+from .. import layout
+from .ptx import (
+    LINEAR_TID_LINES,
+    ORDER_AFTER_BARRIERS,
+    buffer_address_and_words,
+    cap_lines,
+    inline_asm,
+    is_enabled,
+    read_globaltimer,
+    resolve_tag,
+    store_lines,
+    trace_time_int,
+)
+
+_FLUSH_LINES = (
+    # staged records hold their end time in w1: the duration is computed here, once per
+    # chunk, not once per record
+    "sub.s64 w1, w1, w0;",
+    # lane 0 claims `n` slots; everyone learns the base; lanes below n store their record
+    "setp.eq.u32 l0, lane, 0;",
+    "@l0 atom.global.add.u64 base, [g], n64;",
+    "mov.b64 {blo, bhi}, base;",
+    "shfl.sync.idx.b32 blo, blo, 0, 31, 0xffffffff;",
+    "shfl.sync.idx.b32 bhi, bhi, 0, 31, 0xffffffff;",
+    "mov.b64 base, {blo, bhi};",
+    "cvt.u64.u32 s, lane;",
+    "add.u64 s, s, base;",
+    "setp.lt.u32 mine, lane, n;",
+    "setp.lt.and.s64 mine, s, cap, mine;",
+    *store_lines("mine", ("w0", "w1", "w2", "w3")),
+)
+
+
+class WarpRecorder:
+    """Per-warp staged recording: the cheap path for hot loops.
+
+    Every lane of the warp calls ``stop``/``instant`` together (the warp must be converged);
+    record k of the warp's current chunk lives in lane k's registers. The 32nd record, or
+    ``flush()``, writes the chunk: one atomic claims the slots and each lane stores its
+    record with two 16-byte stores, so the warp writes 1 KiB contiguously. The buffer stays
+    the same flat, atomic-indexed array and the counter stays exact. The tid (and the SM and
+    warp ids) are fixed per recorder, so a record costs a handful of register moves.
+
+    Call ``flush()`` before the warp exits: records still staged then are never written and
+    never counted. Carries its state through dynamic loops like any DSL value."""
+
+    def __init__(self, buf, max_events, tid, *, enabled=None, _state=None, _const=None):
+        self.buf, self.max_events, self.tid = buf, max_events, tid
+        self.enabled = is_enabled(enabled)
+        if not self.enabled:
+            return
+        self._lane, self._tidword = _const if _const is not None else self._warp_constants(tid)
+        if _state is None:
+            zero = Int64(0)
+            _state = (Int32(0), zero, zero, zero)
+        self._cursor, self._w0, self._w1, self._w2 = _state
+
+    @staticmethod
+    def _warp_constants(tid):
+        """(lane id, tid word = tid | smid | warp), read once per recorder."""
+        text = "\n".join([
+            "{", ".reg .u32 x, y, z, nx, ny, lin, w, sm;", ".reg .u64 hi, t;", *LINEAR_TID_LINES,
+            "shr.u32 w, lin, 5;", "mov.u32 sm, %smid;", "mov.u32 $0, %laneid;",
+            "cvt.u64.u32 hi, sm;", f"shl.b64 hi, hi, {layout.SM_SHIFT};",
+            "cvt.u64.u32 t, w;", f"shl.b64 t, t, {layout.WARP_SHIFT};",
+            "or.b64 hi, hi, t;", "cvt.u64.u32 t, $2;", "or.b64 $1, hi, t;", "}",
+        ])
+        struct = llvm.StructType.get_literal([T.i32(), T.i64()])
+        res = inline_asm(struct, [Int32(tid).ir_value()], text, "=r,=l,r")
+        return Int32(llvm.extractvalue(T.i32(), res, [0])), Int64(llvm.extractvalue(T.i64(), res, [1]))
+
+    def __extract_mlir_values__(self):
+        if not self.enabled:
+            return []
+        return [v.ir_value() for v in (self._cursor, self._w0, self._w1, self._w2)]
+
+    def __new_from_mlir_values__(self, values):
+        state = const = None
+        if self.enabled:
+            state = (Int32(values[0]),) + tuple(Int64(v) for v in values[1:])
+            const = (self._lane, self._tidword)
+        return WarpRecorder(self.buf, self.max_events, self.tid, enabled=self.enabled,
+                            _state=state, _const=const)
+
+    def start(self):
+        return read_globaltimer() if self.enabled else 0
+
+    def _flush_operands(self):
+        """Operands and PTX that set g (global address) and cap (records that fit)."""
+        address, words = buffer_address_and_words(self.buf, self.max_events)
+        values = [Int64(address), Int64(self.max_events), self._tidword]
+        if words is not None:
+            values.append(Int64(words))
+        return values, words is not None
+
+    def _stage(self, start, tag, payload, kind, end=None):
+        tag = resolve_tag(tag)
+        payload = trace_time_int(payload)
+        # results $0..$3 = cursor, w0..w2; inputs follow
+        ins = [self._cursor, self._w0, self._w1, self._w2, self._lane]
+        flush_values, has_words = self._flush_operands()
+        ins += flush_values
+        n_fixed = len(ins)
+        idx = {name: f"${4 + i}" for i, name in enumerate(
+            ["c", "w0", "w1", "w2", "lane", "g", "max", "w3"] + (["words"] if has_words else []))}
+        extra = []
+
+        def op(value):
+            extra.append(value)
+            return f"${4 + n_fixed + len(extra) - 1}"
+
+        lines = [
+            "{",
+            ".reg .pred m, f, l0, mine, v, q;",
+            ".reg .u64 t, g, base, s, a, al, cap, n64, w0, w1, w2, w3, tw, x3;",
+            ".reg .u32 lane, c, n, blo, bhi;",
+            f"mov.u32 c, {idx['c']};", f"mov.u64 w0, {idx['w0']};", f"mov.u64 w1, {idx['w1']};",
+            f"mov.u64 w2, {idx['w2']};",
+            # ordered after a preceding barrier, as every timer read
+            f".reg .b32 om;\n{ORDER_AFTER_BARRIERS}\nmov.u64 t, %globaltimer;" if end is None
+            else f"mov.u64 t, {op(Int64(end))};",
+            f"setp.eq.u32 m, {idx['lane']}, c;",
+        ]
+        # w1 holds the end time until the flush turns it into a duration
+        if kind == layout.KIND_INSTANT:
+            lines += ["@m mov.u64 w0, t;", "@m mov.u64 w1, t;"]
+        else:
+            st = op(Int64(start))
+            lines += [f"@m mov.u64 w0, {st};", "@m mov.u64 w1, t;"]
+        if isinstance(tag, int) and isinstance(payload, int):
+            lines.append(f"@m mov.b64 w2, {layout.tag_word_constant(tag, kind=kind, payload=payload)};")
+        else:
+            a_tag, a_pl = op(Int32(tag)), op(Int32(payload))
+            lines += [
+                f"cvt.u64.u32 tw, {a_tag};", f"and.b64 tw, tw, {layout.field_mask(layout.TAG_BITS)};",
+                f"cvt.u64.u32 x3, {a_pl};", f"shl.b64 x3, x3, {layout.PAYLOAD_SHIFT};",
+                "or.b64 tw, tw, x3;", f"or.b64 tw, tw, {layout.tag_word_constant(0, kind=kind)};",
+                "@m mov.b64 w2, tw;",
+            ]
+        lines += [
+            "add.u32 c, c, 1;",
+            "setp.eq.u32 f, c, 32;",
+            "@!f bra.uni DONE_${:uid};",
+            f"mov.u32 lane, {idx['lane']};", f"mov.u64 w3, {idx['w3']};",
+            "mov.u32 n, c;", "cvt.u64.u32 n64, n;",
+            *cap_lines(idx["g"], idx["max"], idx.get("words")),
+            *_FLUSH_LINES,
+            "mov.u32 c, 0;", "DONE_${:uid}:",
+            "mov.u32 $0, c;", "mov.u64 $1, w0;", "mov.u64 $2, w1;", "mov.u64 $3, w2;", "}",
+        ]
+        operands = [v.ir_value() for v in ins + extra]
+        cons = ["r", "l", "l", "l", "r"] + ["l"] * (len(ins) - 5) + [
+            "l" if isinstance(v, Int64) else "r" for v in extra]
+        struct = llvm.StructType.get_literal([T.i32(), T.i64(), T.i64(), T.i64()])
+        res = inline_asm(struct, operands, "\n".join(lines),
+                          "=r,=l,=l,=l," + ",".join(cons) + ",~{memory}")
+        self._cursor = Int32(llvm.extractvalue(T.i32(), res, [0]))
+        self._w0, self._w1, self._w2 = (Int64(llvm.extractvalue(T.i64(), res, [i])) for i in range(1, 4))
+
+    def stop(self, eid, tag, *, payload=0, end=None):
+        """Stage a span that started at ``eid`` (from ``start()``); writes when 32 are staged.
+        ``end``: a timestamp from ``start()`` to close the span at (shared boundaries)."""
+        if self.enabled:
+            self._stage(eid, tag, payload, layout.KIND_SPAN, end=end)
+
+    def instant(self, tag, *, payload=0):
+        if self.enabled:
+            self._stage(None, tag, payload, layout.KIND_INSTANT)
+
+    def region(self, tag, *, payload=0):
+        return _RecorderRegion(self, tag, payload)
+
+    def flush(self):
+        """Write whatever is staged (all lanes call it). Required before the warp exits."""
+        if not self.enabled:
+            return
+        flush_values, has_words = self._flush_operands()
+        text = "\n".join([
+            "{",
+            ".reg .pred f, l0, mine, v, q;",
+            ".reg .u64 g, base, s, a, al, cap, n64, w0, w1, w2, w3;",
+            ".reg .u32 lane, n, blo, bhi;",
+            "mov.u32 n, $0;", "mov.u64 w0, $1;", "mov.u64 w1, $2;", "mov.u64 w2, $3;",
+            "mov.u32 lane, $4;", "mov.u64 w3, $7;",
+            "setp.eq.u32 f, n, 0;", "@f bra.uni DONE_${:uid};",
+            "cvt.u64.u32 n64, n;",
+            *cap_lines("$5", "$6", "$8" if has_words else None),
+            *_FLUSH_LINES,
+            "DONE_${:uid}:", "}",
+        ])
+        values = [self._cursor, self._w0, self._w1, self._w2, self._lane] + flush_values
+        cons = ",".join(["r", "l", "l", "l", "r"] + ["l"] * len(flush_values))
+        inline_asm(None, [v.ir_value() for v in values], text, cons + ",~{memory}")
+        self._cursor = Int32(0)
+
+
+class _RecorderRegion:
+    __dsl_trace_time_ctxmgr__ = True
+
+    def __init__(self, recorder, tag, payload):
+        self._rec, self._tag, self._payload = recorder, tag, payload
+
+    def __enter__(self):
+        self._start = self._rec.start()
+        return self._rec
+
+    def __exit__(self, exc_type, exc, tb):
+        if exc_type is None:
+            self._rec.stop(self._start, self._tag, payload=self._payload)
+        return False
+

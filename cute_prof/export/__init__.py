@@ -1,0 +1,73 @@
+"""Exporters, one file per format, and :func:`export_trace`, the one entry point that
+picks the format from a path's suffix.
+
+* ``regions.py``        begin/end ordering and overlap lanes shared by the exporters
+* ``chrome_json.py``    Chrome trace-event JSON (``events_to_perfetto``)
+* ``pftrace_writer.py`` native Perfetto protobuf (``write_pftrace``)
+* ``pftrace_reader.py`` reading a ``.pftrace`` back
+* ``picture.py``        timeline pictures with matplotlib (``plot_timeline``)
+"""
+
+from __future__ import annotations
+
+import os
+from pathlib import Path
+
+from ..errors import ProfileBufferError
+from ..trace import Trace
+
+__all__ = ["EXPORT_FORMATS", "export_trace", "format_of"]
+
+EXPORT_FORMATS = {
+    ".json": "json",
+    ".pftrace": "pftrace",
+    ".perfetto-trace": "pftrace",
+    ".pb": "pftrace",
+    ".png": "png",
+    ".svg": "svg",
+    ".pdf": "pdf",
+}
+
+def format_of(path: Path, format: str | None) -> str:
+    if format is not None:
+        fmt = format.lower().lstrip(".")
+        fmt = {"perfetto-trace": "pftrace", "perfetto": "pftrace", "chrome": "json"}.get(fmt, fmt)
+        if fmt not in set(EXPORT_FORMATS.values()):
+            raise ProfileBufferError(
+                f"unknown export format {format!r}; use one of "
+                f"{sorted(set(EXPORT_FORMATS.values()))}"
+            )
+        return fmt
+    name = path.name.lower()
+    for suffix, fmt in sorted(EXPORT_FORMATS.items(), key=lambda item: -len(item[0])):
+        if name.endswith(suffix):
+            return fmt
+    raise ProfileBufferError(
+        f"cannot tell the export format of {str(path)!r} from its suffix; use one of "
+        f"{', '.join(EXPORT_FORMATS)} or pass format="
+    )
+
+
+def export_trace(trace: Trace, path: str | os.PathLike, *, format: str | None = None,
+                 **options) -> Path:
+    """Export ``trace`` in the format named by ``path``'s suffix (or ``format``):
+
+    ``.json`` -> Chrome JSON (:func:`~cute_prof.export.chrome_json.events_to_perfetto`),
+    ``.pftrace`` / ``.perfetto-trace`` -> native Perfetto (:func:`write_pftrace`),
+    ``.png`` / ``.svg`` / ``.pdf`` -> timeline picture (:func:`~cute_prof.export.picture.plot_timeline`).
+    ``options`` go to that function (e.g. ``group_by=``). Returns the path written.
+    """
+    path = Path(path)
+    fmt = format_of(path, format)
+    if fmt == "pftrace":
+        from .pftrace_writer import write_pftrace
+
+        return write_pftrace(trace, path, **options)
+    if fmt == "json":
+        from .chrome_json import events_to_perfetto
+
+        events_to_perfetto(trace, str(path), **options)
+        return path
+    from .picture import plot_timeline
+
+    return plot_timeline(trace, path, format=fmt, **options)
