@@ -52,6 +52,7 @@ _LAZY_ATTRIBUTES = {
             "PhaseSequence",
             "Profiler",
             "WarpRecorder",
+            "RoleRecorder",
             "buffer_arg",
             "set_enabled",
         )

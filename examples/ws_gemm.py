@@ -113,7 +113,7 @@ ALL_TAGS = (
     TAG_CONSUMER_MAINLOOP,
 )
 
-RECORDERS = ("staged", "direct")
+RECORDERS = cp.WRITE_PATHS
 FLUSH_EVERY = 8  # staged recorder: flush after every 8 k-tiles (16 records < 32 lanes)
 
 # tid = cta_linear * TID_STRIDE + slot; slot 0 = producer warp, 1 + i = consumer warp i
@@ -131,48 +131,6 @@ def split_tid(tid):
 
 
 # --------------------------------------------------------------------------------------
-
-
-class _Probe:
-    """Trace-time front end over the two cute_prof write paths, for one recording warp.
-
-    ``start()`` reads %globaltimer; ``stop(t, tag, payload)`` records [t, now] from lane 0
-    of the calling warp; ``flush()`` writes staged records (staged path only; a no-op for
-    the direct path). Carries the WarpRecorder's registers through dynamic loops and
-    branches (the DSL value protocol), so ``probe.stop`` works inside ``cutlass.range``."""
-
-    def __init__(self, mode, buf, max_events, tid, _rec=None):
-        self.mode, self.buf, self.max_events, self.tid = mode, buf, max_events, tid
-        if _rec is not None or mode != "staged":
-            self.rec = _rec
-        else:
-            self.rec = cp.WarpRecorder(buf, max_events, tid)
-
-    def __extract_mlir_values__(self):
-        return [] if self.rec is None else self.rec.__extract_mlir_values__()
-
-    def __new_from_mlir_values__(self, values):
-        rec = None if self.rec is None else self.rec.__new_from_mlir_values__(values)
-        return _Probe(self.mode, self.buf, self.max_events, self.tid, _rec=rec)
-
-    def start(self):
-        if self.rec is not None:
-            return self.rec.start()
-        return cp.profile_start(self.buf, self.max_events)
-
-    def stop(self, t, tag, payload=0, end=None):
-        """Record [t, end] (end: a timestamp from start(); None reads the timer now)."""
-        if self.rec is not None:
-            self.rec.stop(t, tag, payload=payload, end=end)
-        else:
-            cp.profile_stop(
-                self.buf, t, tag, self.tid, self.max_events, guard="lane0", payload=payload,
-                end=end,
-            )
-
-    def flush(self):
-        if self.rec is not None:
-            self.rec.flush()
 
 
 @dataclass(frozen=True)
@@ -519,7 +477,7 @@ class WsGemm:
                     )
                 prod_tid = cta_linear * TID_STRIDE + PRODUCER_SLOT
                 if cutlass.const_expr(profile_level >= 1):
-                    probe = _Probe(self.cfg.recorder, prof_buf, max_events, prod_tid)
+                    probe = cp.RoleRecorder(prof_buf, max_events, prod_tid, write_path=self.cfg.recorder)
                     t_main = probe.start()
                     t_a = t_main  # start of the next "wait empty" region
 
@@ -531,7 +489,7 @@ class WsGemm:
                     ab_pipe.sync_object_empty.wait(state.index, state.phase)
                     if cutlass.const_expr(profile_level >= 2):
                         t_b = probe.start()
-                        probe.stop(t_a, TAG_WAIT_EMPTY, k, end=t_b)
+                        probe.stop(t_a, TAG_WAIT_EMPTY, payload=k, end=t_b)
                     # arm the full barrier with the stage's byte count, then load A and B
                     ab_pipe.sync_object_full.arrive(state.index, ab_pipe.producer_mask)
                     full_bar = ab_pipe.producer_get_barrier(state)
@@ -559,13 +517,13 @@ class WsGemm:
                     if cutlass.const_expr(profile_level >= 2):
                         # regions tile the loop: "issue TMA" ends where the next wait starts
                         t_a = probe.start()
-                        probe.stop(t_b, TAG_TMA_ISSUE, k, end=t_a)
+                        probe.stop(t_b, TAG_TMA_ISSUE, payload=k, end=t_a)
                         if cutlass.const_expr(self.cfg.recorder == "staged"):
                             if k % FLUSH_EVERY == FLUSH_EVERY - 1:
                                 probe.flush()
 
                 if cutlass.const_expr(profile_level >= 1):
-                    probe.stop(t_main, TAG_PRODUCER_MAINLOOP, k_tiles)
+                    probe.stop(t_main, TAG_PRODUCER_MAINLOOP, payload=k_tiles)
                     probe.flush()
 
                 if cutlass.const_expr(self.cluster_size > 1):
@@ -594,7 +552,7 @@ class WsGemm:
             num_k_blocks = cute.size(tCrA, mode=[2])
 
             if cutlass.const_expr(profile_level >= 1):
-                probe = _Probe(self.cfg.recorder, prof_buf, max_events, cons_tid)
+                probe = cp.RoleRecorder(prof_buf, max_events, cons_tid, write_path=self.cfg.recorder)
                 t_main = probe.start()
                 t_issue = t_main  # when the previous k-tile's wgmma was issued
 
@@ -612,11 +570,11 @@ class WsGemm:
                 ab_pipe.consumer_wait(read_state)
                 if cutlass.const_expr(profile_level >= 2):
                     t_m = probe.start()
-                    probe.stop(t_w, TAG_WAIT_FULL, k, end=t_m)
+                    probe.stop(t_w, TAG_WAIT_FULL, payload=k, end=t_m)
                     # wgmma is asynchronous: k-tile k-1's "mma" period runs from its issue
                     # to this issue, so the "wait full" just recorded nests inside it
                     if k > 0:
-                        probe.stop(t_issue, TAG_MMA_KTILE, k - 1, end=t_m)
+                        probe.stop(t_issue, TAG_MMA_KTILE, payload=k - 1, end=t_m)
                     t_issue = t_m
                     if cutlass.const_expr(self.cfg.recorder == "staged"):
                         # the flush's stall lands while the previous k-tile's wgmma runs
@@ -638,11 +596,11 @@ class WsGemm:
             if cutlass.const_expr(profile_level >= 2):
                 # the last k-tile's period ends when every wgmma has retired
                 t_done = probe.start()
-                probe.stop(t_issue, TAG_MMA_KTILE, k_tiles - 1, end=t_done)
+                probe.stop(t_issue, TAG_MMA_KTILE, payload=k_tiles - 1, end=t_done)
 
             if cutlass.const_expr(profile_level >= 1):
                 t_epi = probe.start()
-                probe.stop(t_main, TAG_CONSUMER_MAINLOOP, k_tiles)
+                probe.stop(t_main, TAG_CONSUMER_MAINLOOP, payload=k_tiles)
 
             # ------------------------------------------------------------ epilogue
             copy_atom_r2s = sm90_utils.get_smem_store_op(
@@ -713,7 +671,7 @@ class WsGemm:
                 store_pipe.producer_tail()
 
             if cutlass.const_expr(profile_level >= 1):
-                probe.stop(t_epi, TAG_EPILOGUE, pid_m * 65536 + pid_n)
+                probe.stop(t_epi, TAG_EPILOGUE, payload=pid_m * 65536 + pid_n)
                 probe.flush()
 
 

@@ -24,12 +24,14 @@ from .ops import (
 )
 from .phases import PhaseSequence, Profiler
 from .ptx import GUARDS, is_enabled, read_clock64, read_globaltimer, set_enabled
-from .recorder import WarpRecorder
+from .recorder import WRITE_PATHS, RoleRecorder, WarpRecorder
 
 __all__ = [
     "GUARDS",
     "PhaseSequence",
     "Profiler",
+    "RoleRecorder",
+    "WRITE_PATHS",
     "WarpRecorder",
     "buffer_arg",
     "clock_sync",

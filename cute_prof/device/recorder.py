@@ -8,6 +8,8 @@ from cutlass._mlir.dialects import llvm
 from cutlass.cutlass_dsl import T
 
 from .. import layout
+from ..errors import ProfileBufferError
+from .ops import profile_start, profile_stop
 from .ptx import (
     LINEAR_TID_LINES,
     ORDER_AFTER_BARRIERS,
@@ -218,3 +220,61 @@ class _RecorderRegion:
             self._rec.stop(self._start, self._tag, payload=self._payload)
         return False
 
+
+
+WRITE_PATHS = ("staged", "direct")
+
+
+class RoleRecorder:
+    """One recording warp of a warp-specialised kernel (a producer, a consumer warp), with the
+    write path picked on the host: ``"staged"`` (a :class:`WarpRecorder`, the cheap path) or
+    ``"direct"`` (one atomic per record from lane 0, :func:`profile_stop`).
+
+    Both paths take the same calls: ``t = rec.start()``; ``rec.stop(t, tag, payload=k)``;
+    ``rec.stop(t, tag, end=t2)`` closes a region at a timestamp already read, so back-to-back
+    regions share their boundary exactly; ``rec.flush()`` before the warp exits (a no-op on
+    the direct path). The staged registers travel through dynamic loops and branches like
+    any DSL value, so calls inside ``cutlass.range`` loops work."""
+
+    def __init__(self, buf, max_events, tid, *, write_path: str = "staged", enabled=None,
+                 _rec=None):
+        if write_path not in WRITE_PATHS:
+            raise ProfileBufferError(f"write_path must be one of {WRITE_PATHS}, got {write_path!r}")
+        self.buf, self.max_events, self.tid = buf, max_events, tid
+        self.write_path = write_path
+        self.enabled = is_enabled(enabled)
+        if _rec is not None or write_path != "staged" or not self.enabled:
+            self._rec = _rec
+        else:
+            self._rec = WarpRecorder(buf, max_events, tid, enabled=True)
+
+    def __extract_mlir_values__(self):
+        return [] if self._rec is None else self._rec.__extract_mlir_values__()
+
+    def __new_from_mlir_values__(self, values):
+        rec = None if self._rec is None else self._rec.__new_from_mlir_values__(values)
+        return RoleRecorder(self.buf, self.max_events, self.tid, write_path=self.write_path,
+                            enabled=self.enabled, _rec=rec)
+
+    def start(self):
+        """The region's start timestamp (``%globaltimer``)."""
+        if self._rec is not None:
+            return self._rec.start()
+        return profile_start(self.buf, self.max_events, enabled=self.enabled)
+
+    def stop(self, start, tag, *, payload=0, end=None):
+        """Record [start, end]; ``end=None`` reads the timer now."""
+        if self._rec is not None:
+            self._rec.stop(start, tag, payload=payload, end=end)
+        elif self.enabled:
+            profile_stop(self.buf, start, tag, self.tid, self.max_events, guard="lane0",
+                         payload=payload, end=end, enabled=True)
+
+    def region(self, tag, *, payload=0):
+        """``with rec.region(tag, payload=k):`` records the body."""
+        return _RecorderRegion(self, tag, payload)
+
+    def flush(self):
+        """Write staged records (staged path); call before the warp exits."""
+        if self._rec is not None:
+            self._rec.flush()
