@@ -187,6 +187,7 @@ def decode_buffer(
     events["warp"] = tid_fields["warp"][source_slots]
     events["dur_cycles"] = -1 if dur_cycles is None else dur_cycles[order]
     events["slot"] = source_slots
+    events["launch"] = 0  # one launch until the launch identity of the records is decoded
     meta["capacity"] = capacity
     if metadata:
         meta.update(metadata)

@@ -15,6 +15,7 @@ from . import layout
 # One row per decoded record, sorted by start_ns. ``dur_ns`` is already in nanoseconds for
 # every kind (clock-mode cycles are converted during decode; ``dur_cycles`` keeps the raw
 # count, -1 where the record was timed with %globaltimer). ``slot`` is the buffer slot.
+# ``launch`` indexes ``Trace.launches``: which kernel launch (or graph replay) wrote the row.
 EVENT_DTYPE = np.dtype(
     [
         ("start_ns", np.int64),
@@ -27,6 +28,7 @@ EVENT_DTYPE = np.dtype(
         ("warp", np.int8),
         ("dur_cycles", np.int64),
         ("slot", np.int64),
+        ("launch", np.int32),
     ]
 )
 
@@ -100,6 +102,12 @@ class Trace:
     invalid: int = 0
     # KIND_CLOCK_SYNC calibration pairs (CLOCK_SYNC_DTYPE), in slot order
     clock_syncs: np.ndarray = field(default_factory=_empty_clock_syncs)
+    # one dict per kernel launch the rows came from (``events["launch"]`` indexes it); empty
+    # when the source does not tell launches apart (then every row has launch 0)
+    launches: list[dict[str, Any]] = field(default_factory=list)
+    # display names of tracks, tid -> name ("producer", "consumer wg1 warp 5"); tids not
+    # named here are shown as "tid N"
+    track_names: dict[int, str] = field(default_factory=dict)
 
     # ------------------------------------------------------------- counts
     def __len__(self) -> int:
@@ -117,6 +125,10 @@ class Trace:
         if 0 <= index < len(self.tag_names):
             return self.tag_names[index]
         return f"<unknown tag {index}>"
+
+    def track_name(self, tid: int) -> str:
+        """Display name of track ``tid``."""
+        return self.track_names.get(int(tid), f"tid {int(tid)}")
 
     def name_table(self, tag_ids: np.ndarray | None = None) -> tuple[np.ndarray, list[str]]:
         """Vectorised naming: ``(index, names)`` with ``names[index[i]]`` the name of event i.

@@ -1,0 +1,39 @@
+"""Reader-side checks of written traces, shared by the tests and the fuzz harness."""
+
+from __future__ import annotations
+
+import json
+from pathlib import Path
+
+import numpy as np
+
+
+def json_nesting_violations(trace) -> list[str]:
+    """Tracks of a Chrome trace-event JSON whose complete (``X``) events do not nest strictly.
+
+    ``trace``: a path or the parsed object. The format requires duration events on one
+    ``(pid, tid)`` to nest; Perfetto's importer mis-draws or drops those that partially
+    overlap. Returns one line per offending track (empty: the trace nests)."""
+    if not isinstance(trace, (dict, list)):
+        trace = json.loads(Path(trace).read_text())
+    events = trace["traceEvents"] if isinstance(trace, dict) else trace
+    by_track: dict[tuple, list[tuple[float, float]]] = {}
+    for event in events:
+        if event.get("ph") == "X":
+            key = (event.get("pid"), event.get("tid"))
+            start = float(event["ts"])
+            by_track.setdefault(key, []).append((start, start + float(event.get("dur", 0))))
+    problems = []
+    for key, spans in by_track.items():
+        array = np.array(spans, dtype=np.float64)
+        order = np.lexsort((-(array[:, 1] - array[:, 0]), array[:, 0]))
+        stack: list[float] = []
+        for start, end in array[order].tolist():
+            while stack and stack[-1] <= start:
+                stack.pop()
+            if stack and end > stack[-1]:
+                problems.append(f"pid {key[0]} tid {key[1]}: [{start}, {end}] crosses the end "
+                                f"{stack[-1]} of an enclosing slice")
+                break
+            stack.append(end)
+    return problems
