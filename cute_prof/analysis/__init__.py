@@ -1,8 +1,10 @@
 """Conclusions drawn from a decoded :class:`~cute_prof.trace.Trace`.
 
 * ``summary.py``  per-tag statistics, busy fractions, gaps and losses (``summarize``)
+* ``roles.py``    track roles and tag meanings declared on the host (``RoleSpec``)
 """
 
+from .roles import TAG_KINDS, RoleSpec, apply_roles, load_role_spec
 from .summary import (
     PERCENTILES,
     TAG_STATS_DTYPE,
@@ -17,6 +19,10 @@ from .summary import (
 )
 
 __all__ = [
+    "TAG_KINDS",
+    "RoleSpec",
+    "apply_roles",
+    "load_role_spec",
     "PERCENTILES",
     "TAG_STATS_DTYPE",
     "TRACK_STATS_DTYPE",
