@@ -48,6 +48,16 @@ def is_enabled(enabled=None) -> bool:
 # inline PTX plumbing
 
 
+def inline_asm(result_types, operands, text: str, constraints: str, *, side_effects: bool = True,
+               loc=None, ip=None):
+    """One inline-PTX block (AT&T dialect). ``side_effects=True`` keeps it volatile: never
+    merged, hoisted or dropped."""
+    return llvm.inline_asm(
+        result_types, operands, text, constraints, has_side_effects=side_effects,
+        is_align_stack=False, asm_dialect=llvm.AsmDialect.AD_ATT, loc=loc, ip=ip,
+    )
+
+
 class Asm:
     """Collects operands and PTX lines for one inline-asm block."""
 
@@ -70,17 +80,8 @@ class Asm:
 
     def build(self, *, loc=None, ip=None):
         text = "{\n" + "\n".join(self.lines) + "\n}"
-        llvm.inline_asm(
-            None,
-            self.operands,
-            text,
-            ",".join(self.constraints + ["~{memory}"]),
-            has_side_effects=True,
-            is_align_stack=False,
-            asm_dialect=llvm.AsmDialect.AD_ATT,
-            loc=loc,
-            ip=ip,
-        )
+        inline_asm(None, self.operands, text, ",".join(self.constraints + ["~{memory}"]),
+                   loc=loc, ip=ip)
 
 
 # On sm_90 a CTA barrier is issued as BAR.SYNC.DEFER_BLOCKING: the warp keeps issuing
@@ -92,19 +93,8 @@ ORDER_AFTER_BARRIERS = "activemask.b32 om; bar.warp.sync om;"
 
 
 def read_special_u64(register: str, *, loc=None, ip=None) -> Int64:
-    return Int64(
-        llvm.inline_asm(
-            T.i64(),
-            [],
-            f"{{ .reg .b32 om; {ORDER_AFTER_BARRIERS} mov.u64 $0, {register}; }}",
-            "=l,~{memory}",
-            has_side_effects=True,
-            is_align_stack=False,
-            asm_dialect=llvm.AsmDialect.AD_ATT,
-            loc=loc,
-            ip=ip,
-        )
-    )
+    text = f"{{ .reg .b32 om; {ORDER_AFTER_BARRIERS} mov.u64 $0, {register}; }}"
+    return Int64(inline_asm(T.i64(), [], text, "=l,~{memory}", loc=loc, ip=ip))
 
 
 @dsl_user_op
@@ -356,25 +346,6 @@ def sampling_flag(every_cta, warp_mask, *, loc=None, ip=None) -> Int32:
             "}",
         ]
     )
-    return Int32(
-        llvm.inline_asm(
-            T.i32(),
-            [Int32(every_cta).ir_value(loc=loc, ip=ip), Int32(warp_mask).ir_value(loc=loc, ip=ip)],
-            asm_text,
-            "=r,r,r",
-            has_side_effects=False,
-            is_align_stack=False,
-            asm_dialect=llvm.AsmDialect.AD_ATT,
-            loc=loc,
-            ip=ip,
-        )
-    )
-
-
-
-def inline_asm(result_types, operands, text: str, constraints: str, *, loc=None, ip=None):
-    return llvm.inline_asm(
-        result_types, operands, text, constraints, has_side_effects=True, is_align_stack=False,
-        asm_dialect=llvm.AsmDialect.AD_ATT, loc=loc, ip=ip,
-    )
-
+    operands = [Int32(every_cta).ir_value(loc=loc, ip=ip), Int32(warp_mask).ir_value(loc=loc, ip=ip)]
+    return Int32(inline_asm(T.i32(), operands, asm_text, "=r,r,r", side_effects=False,
+                            loc=loc, ip=ip))
