@@ -282,7 +282,10 @@ def read_iket(path: str | os.PathLike, *, lifetimes_as_spans: bool = False) -> I
         return _read(path, data, msgspec, capture_type, launch_type, lifetimes_as_spans)
     finally:
         if isinstance(data, mmap.mmap):
-            data.close()
+            try:
+                data.close()
+            except BufferError:  # raw slices still held by an error's traceback: GC closes it
+                pass
 
 
 def _bad(path: Path, what: str, err: Exception) -> ProfileBufferError:
