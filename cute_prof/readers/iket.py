@@ -69,30 +69,30 @@ def _schema():
     """The msgspec structs of the format, built on first use (msgspec is imported lazily)."""
     import msgspec
 
-    class Meta(msgspec.Struct):
+    class Meta(msgspec.Struct, gc=False):
         version: int
 
-    class Location(msgspec.Struct):
+    class Location(msgspec.Struct, gc=False):
         ctaId: list[int]
         smId: int
         warpId: int
         gpcId: int = -1
         tpcId: int = -1
 
-    class Capture(msgspec.Struct):  # launches stay raw bytes until decoded one by one
+    class Capture(msgspec.Struct, gc=False):  # launches stay raw bytes until decoded one by one
         meta: Meta
         stringTable: list[str]
         locationTable: list[Location]
         launches: list[msgspec.Raw] = []
         graphLaunches: dict[str, list[msgspec.Raw]] = {}
 
-    class Internal(msgspec.Struct):
+    class Internal(msgspec.Struct, gc=False):
         timestamp: int
         eventId: int = 0
         payloadType: int = 0
         payloadVal: Union[int, float] = 0
 
-    class Range(msgspec.Struct):
+    class Range(msgspec.Struct, gc=False):
         startTs: int
         endTs: int
         rangeNameIdx: int
@@ -102,19 +102,19 @@ def _schema():
         rangeScope: int = 0
         rangeType: int = 0
 
-    class Marker(msgspec.Struct):
+    class Marker(msgspec.Struct, gc=False):
         timestamp: int
         markerNameIdx: int
         locIdx: int
         payloadType: int = 0
         payloadVal: Union[int, float] = 0
 
-    class Lifetime(msgspec.Struct):
+    class Lifetime(msgspec.Struct, gc=False):
         startTs: int
         endTs: int
         locIdx: int
 
-    class Launch(msgspec.Struct):
+    class Launch(msgspec.Struct, gc=False):
         kernelName: str
         gridDimX: int
         gridDimY: int
