@@ -158,3 +158,29 @@ def test_foreign_and_unknown_version(capture_json, tmp_path):
     bad_loc.write_bytes(capture_json.read_bytes().replace(b'"locIdx":0,', b'"locIdx":999,', 1))
     with pytest.raises(ProfileBufferError, match="outside the location table"):
         cute_prof.load_trace(bad_loc)
+
+
+def test_payload_edge_cases_are_kept_or_counted(capture_json, tmp_path):
+    data = json.loads(capture_json.read_bytes())
+    launch = data["launches"][0]
+    first, third = launch["ranges"][0], launch["ranges"][2]  # "short", iterations 0 and 1
+    assert first["rangeNameIdx"] == 0 and third["rangeNameIdx"] == 0
+    first["internalEvents"][1]["payloadVal"] = 7  # end payload differs from the start's 0
+    for event in third["internalEvents"]:  # a 64-bit payload: low 32 bits kept, counted
+        event.update(payloadType=7, payloadVal=2**40 + 5)
+    marker = launch["markers"][0]
+    marker.update(payloadType=13, payloadVal=1.5)  # FP32: kept as its float32 bits
+    first["warpLocIdxs"][1] = first["warpLocIdxs"][0] + 1  # an inter-warp range
+    edited = tmp_path / "edited.trace.json"
+    edited.write_text(json.dumps(data, separators=(",", ":")))
+    trace = cute_prof.load_trace(edited)
+    meta = trace.metadata["iket"]
+    assert meta["end_payloads_differing"] == 1 and meta["payloads_wider_than_32_bits"] == 1
+    assert meta["ranges_ending_on_another_warp"] == 1 and meta["inner_events_not_kept"] == 0
+    assert first["warpLocIdxs"][0] == third["warpLocIdxs"][0] == marker["locIdx"] == 0
+    ev = trace.events[(trace.events["launch"] == 0) & (trace.events["tid"] == 0)]  # location 0
+    by_start = {(int(r["start_ns"]), int(r["kind"])): int(r["payload"]) for r in ev}
+    assert by_start[(third["startTs"], layout.KIND_SPAN)] == 5
+    assert by_start[(first["startTs"], layout.KIND_SPAN)] == 0
+    bits = int(np.array([1.5], dtype=np.float32).view(np.int32)[0])
+    assert by_start[(marker["timestamp"], layout.KIND_INSTANT)] == bits

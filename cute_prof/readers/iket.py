@@ -33,6 +33,7 @@ import re
 from dataclasses import dataclass
 from operator import attrgetter, itemgetter
 from pathlib import Path
+from types import SimpleNamespace
 from typing import Any, Union
 
 import numpy as np
@@ -60,6 +61,7 @@ LIFETIME_DTYPE = np.dtype([("start_ns", np.int64), ("dur_ns", np.int64), ("tid",
 
 # IKET's PayloadType codes (iket.PayloadType) that carry a floating-point value
 _FLOAT_PAYLOAD_TYPES = (9, 10, 11, 12, 13, 14)
+_NO_EVENT = SimpleNamespace(payloadType=0, payloadVal=0)
 # nlohmann::json writes keys in sorted order: an IKET capture opens with one of these
 _HEAD = re.compile(rb'\A\s*\{\s*"(graphLaunches|launches|locationTable)"\s*:')
 _GZIP_MAGIC = b"\x1f\x8b"
@@ -191,6 +193,7 @@ _get_start = attrgetter("startTs")
 _get_end = attrgetter("endTs")
 _get_name = attrgetter("rangeNameIdx")
 _get_first = itemgetter(0)
+_get_last = itemgetter(-1)
 _get_warp_locs = attrgetter("warpLocIdxs")
 _get_internal = attrgetter("internalEvents")
 _get_timestamp = attrgetter("timestamp")
@@ -220,25 +223,30 @@ def _payload_words(types: np.ndarray, values: np.ndarray) -> tuple[np.ndarray, i
     return out, wide
 
 
-def _range_payloads(ranges: list) -> tuple[np.ndarray, int]:
+def _range_payloads(ranges: list) -> tuple[np.ndarray, dict[str, int]]:
+    """Payload column of ranges (start payload, else end payload) and what it cannot hold:
+    integers wider than 32 bits, end payloads that differ from the start's, and the inner
+    events of multi-event ranges (counted, not kept)."""
     count = len(ranges)
     internals = list(map(_get_internal, ranges))
-    if all(internals):  # the normal case: every range has its start (and end) event
-        starts = list(map(_get_first, internals))
-        types = _column(_get_payload_type, starts, np.int16, count)
-        if np.any(types == 0):  # a start without payload: take the end event's
-            ends = list(map(itemgetter(-1), internals))
-            end_types = _column(_get_payload_type, ends, np.int16, count)
-            use_end = (types == 0) & (end_types != 0)
-            if use_end.any():
-                starts = [e if u else s for s, e, u in zip(starts, ends, use_end.tolist())]
-                types = np.where(use_end, end_types, types)
-        values = np.fromiter(map(_get_payload_val, starts), dtype=object, count=count)
-        return _payload_words(types, values)
-    events = [e[0] if e else None for e in internals]
-    types = np.array([e.payloadType if e else 0 for e in events], dtype=np.int16)
-    values = np.array([e.payloadVal if e else 0 for e in events], dtype=object)
-    return _payload_words(types, values)
+    sizes = np.fromiter(map(len, internals), dtype=np.int64, count=count)
+    if sizes.all():
+        starts, ends = list(map(_get_first, internals)), list(map(_get_last, internals))
+    else:  # ranges without internal events: rare, so a plain loop
+        starts = [e[0] if e else _NO_EVENT for e in internals]
+        ends = [e[-1] if e else _NO_EVENT for e in internals]
+    start_types = _column(_get_payload_type, starts, np.int16, count)
+    end_types = _column(_get_payload_type, ends, np.int16, count)
+    start_values = np.fromiter(map(_get_payload_val, starts), dtype=object, count=count)
+    end_values = np.fromiter(map(_get_payload_val, ends), dtype=object, count=count)
+    use_end = (start_types == 0) & (end_types != 0)
+    payload, wide = _payload_words(np.where(use_end, end_types, start_types),
+                                   np.where(use_end, end_values, start_values))
+    end_words, _ = _payload_words(end_types, end_values)
+    differing = (start_types != 0) & (end_types != 0) & (end_words != payload)
+    return payload, {"payloads_wider_than_32_bits": wide,
+                     "end_payloads_differing": int(np.count_nonzero(differing)),
+                     "inner_events_not_kept": int(np.maximum(sizes - 2, 0).sum())}
 
 
 @dataclass
@@ -317,7 +325,8 @@ def _read(path, data, msgspec, capture_type, launch_type, lifetimes_as_spans) ->
 
     parts, lifetime_parts, launches = [], [], []
     range_ids: dict[str, int] = {}
-    wide_payloads = 0
+    losses = dict.fromkeys(("payloads_wider_than_32_bits", "end_payloads_differing",
+                            "inner_events_not_kept", "ranges_ending_on_another_warp"), 0)
     for index, (raw, graph_key, graph_node) in enumerate(sources):
         sources[index] = None  # the raw slice is not needed once decoded
         try:
@@ -335,8 +344,13 @@ def _read(path, data, msgspec, capture_type, launch_type, lifetimes_as_spans) ->
             block["tag"][:n_r] = _column(_get_name, ranges, np.int32, n_r)
             loc[:n_r] = np.fromiter(map(_get_first, map(_get_warp_locs, ranges)),
                                     dtype=np.int64, count=n_r)
-            block["payload"][:n_r], wide = _range_payloads(ranges)
-            wide_payloads += wide
+            block["payload"][:n_r], counts = _range_payloads(ranges)
+            for key, value in counts.items():
+                losses[key] += value
+            ends_elsewhere = np.fromiter(map(_get_last, map(_get_warp_locs, ranges)),
+                                         dtype=np.int64, count=n_r)
+            losses["ranges_ending_on_another_warp"] += int(np.count_nonzero(
+                ends_elsewhere != loc[:n_r]))
             block["kind"][:n_r] = layout.KIND_SPAN
             for r in _first_of_each_name(ranges, block["tag"][:n_r]):
                 range_ids.setdefault(_name(names, r.rangeNameIdx), int(r.rangeId))
@@ -347,7 +361,7 @@ def _read(path, data, msgspec, capture_type, launch_type, lifetimes_as_spans) ->
             types = _column(_get_payload_type, markers, np.int16, n_m)
             values = np.fromiter(map(_get_payload_val, markers), dtype=object, count=n_m)
             block["payload"][n_r:], wide = _payload_words(types, values)
-            wide_payloads += wide
+            losses["payloads_wider_than_32_bits"] += wide
             block["kind"][n_r:] = layout.KIND_INSTANT
         life = np.zeros(n_l, dtype=LIFETIME_DTYPE)
         life_loc = np.empty(0, dtype=np.int64)
@@ -413,7 +427,8 @@ def _read(path, data, msgspec, capture_type, launch_type, lifetimes_as_spans) ->
             "warp_lifetimes": int(lifetimes_all.shape[0]),
             "lifetimes_as_spans": bool(lifetimes_as_spans),
             "locations": locations.table,
-            "payloads_wider_than_32_bits": wide_payloads,
+            # what a Trace row cannot hold, counted (a range is drawn on its start warp)
+            **losses,
         },
     }
     trace = Trace(events=events, tag_names=tuple(tag_names), capacity=n_events,
