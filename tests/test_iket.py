@@ -184,3 +184,10 @@ def test_payload_edge_cases_are_kept_or_counted(capture_json, tmp_path):
     assert by_start[(first["startTs"], layout.KIND_SPAN)] == 0
     bits = int(np.array([1.5], dtype=np.float32).view(np.int32)[0])
     assert by_start[(marker["timestamp"], layout.KIND_INSTANT)] == bits
+
+
+def test_newer_version_with_another_structure(tmp_path):
+    newer = tmp_path / "v2.trace.json"
+    newer.write_text(json.dumps({"launches": {"renamed": []}, "meta": {"version": 2}}))
+    with pytest.raises(ProfileBufferError, match="version 2 is not supported"):
+        cute_prof.load_trace(newer)

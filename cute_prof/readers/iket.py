@@ -132,7 +132,10 @@ def _schema():
         markers: list[Marker] = []
         warpLifetimes: list[Lifetime] = []
 
-    return msgspec, Capture, Launch
+    class VersionProbe(msgspec.Struct, gc=False):  # only the version, everything else skipped
+        meta: Union[Meta, None] = None
+
+    return msgspec, Capture, Launch, VersionProbe
 
 
 @dataclass
@@ -144,9 +147,11 @@ class IketCapture:
     version: int
 
     def launch_spans(self) -> np.ndarray:
-        """``(start_ns, end_ns)`` per launch in ``%globaltimer`` ns (for the timeline merge)."""
-        return np.array([(l["start_ns"], l["end_ns"]) for l in self.trace.launches],
-                        dtype=np.int64).reshape(-1, 2)
+        """``(start_ns, end_ns)`` per launch in ``%globaltimer`` ns, from its first to its
+        last warp entry/exit or record (for the timeline merge); -1 for a launch with none."""
+        return np.array([(-1 if l["start_ns"] is None else l["start_ns"],
+                          -1 if l["end_ns"] is None else l["end_ns"])
+                         for l in self.trace.launches], dtype=np.int64).reshape(-1, 2)
 
 
 # ------------------------------------------------------------------ opening
@@ -284,10 +289,11 @@ def read_iket(path: str | os.PathLike, *, lifetimes_as_spans: bool = False) -> I
     Raises :class:`ProfileBufferError` for a file that is not an IKET capture, one cut short,
     or one of a format version this reader does not know."""
     path = Path(path)
-    msgspec, capture_type, launch_type = _schema()
+    msgspec, capture_type, launch_type, probe_type = _schema()
     data = _open_bytes(path)
     try:
-        return _read(path, data, msgspec, capture_type, launch_type, lifetimes_as_spans)
+        return _read(path, data, msgspec, capture_type, launch_type, probe_type,
+                     lifetimes_as_spans)
     finally:
         if isinstance(data, mmap.mmap):
             try:
@@ -300,20 +306,31 @@ def _bad(path: Path, what: str, err: Exception) -> ProfileBufferError:
     return ProfileBufferError(f"{str(path)!r}: {what} ({err})")
 
 
-def _read(path, data, msgspec, capture_type, launch_type, lifetimes_as_spans) -> IketCapture:
-    try:
-        top = msgspec.json.decode(data, type=capture_type)
-    except msgspec.ValidationError as err:
-        raise _bad(path, "not an IKET capture: its JSON lacks IKET's structure", err) from None
-    except msgspec.DecodeError as err:
-        raise _bad(path, "not an IKET capture, or one cut short: its JSON does not parse",
-                   err) from None
-    version = top.meta.version
+def _check_version(path: Path, version) -> None:
     if version not in SUPPORTED_VERSIONS:
         raise ProfileBufferError(
             f"{str(path)!r}: IKET capture format version {version} is not supported (this "
             f"cute_prof reads version {', '.join(map(str, SUPPORTED_VERSIONS))}); decode it "
             "with the nvidia-cutlass-dsl that matches, or update cute_prof")
+
+
+def _read(path, data, msgspec, capture_type, launch_type, probe_type,
+          lifetimes_as_spans) -> IketCapture:
+    try:
+        top = msgspec.json.decode(data, type=capture_type)
+    except msgspec.ValidationError as err:
+        try:  # a newer format may differ in structure: say so by its version if it has one
+            probe = msgspec.json.decode(data, type=probe_type)
+        except (msgspec.ValidationError, msgspec.DecodeError):
+            probe = None
+        if probe is not None and probe.meta is not None:
+            _check_version(path, probe.meta.version)
+        raise _bad(path, "not an IKET capture: its JSON lacks IKET's structure", err) from None
+    except msgspec.DecodeError as err:
+        raise _bad(path, "not an IKET capture, or one cut short: its JSON does not parse",
+                   err) from None
+    version = top.meta.version
+    _check_version(path, version)
     names = list(top.stringTable)
     locations = _locations(top.locationTable, path)
     n_locations = len(locations.table)
