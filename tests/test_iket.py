@@ -123,6 +123,8 @@ def test_every_cli_verb(capture_json, tmp_path):
     assert result.returncode == 0, result.stderr
     back = cute_prof.load_trace(tmp_path / "t.json")  # our JSON of it reads back
     assert len(back.events) == 4608
+    gz = run_cli("-q", "summary", CAPTURE_GZ, "--json")  # the compressed capture too
+    assert gz.returncode == 0 and json.loads(gz.stdout) == data
 
 
 def test_truncated_capture(capture_json, tmp_path):
