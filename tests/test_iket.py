@@ -124,7 +124,10 @@ def test_every_cli_verb(capture_json, tmp_path):
     back = cute_prof.load_trace(tmp_path / "t.json")  # our JSON of it reads back
     assert len(back.events) == 4608
     gz = run_cli("-q", "summary", CAPTURE_GZ, "--json")  # the compressed capture too
-    assert gz.returncode == 0 and json.loads(gz.stdout) == data
+    assert gz.returncode == 0
+    from_gz = json.loads(gz.stdout)
+    from_gz["metadata"]["source_file"] = data["metadata"]["source_file"]
+    assert from_gz == data
 
 
 def test_truncated_capture(capture_json, tmp_path):
