@@ -210,7 +210,7 @@ def merge_rank_payloads(payloads: list, *, world_size: int | None = None, base_r
     parts, launches, track_names, ranks = [], [], {}, []
     base = clocks[base_rank] if aligned else None
     for rank, (trace, payload) in enumerate(zip(traces, payloads)):
-        ev = trace.events.copy()
+        ev = trace.events  # decoded for this merge only: adjusted in place
         remap = np.array([names[n] for n in trace.tag_names] or [0], dtype=np.int32)
         known = ev["tag"] < len(trace.tag_names)
         ev["tag"] = np.where(known, remap[np.minimum(ev["tag"], len(remap) - 1)], ev["tag"])
@@ -227,11 +227,11 @@ def merge_rank_payloads(payloads: list, *, world_size: int | None = None, base_r
                 if entry.get(key) is not None:
                     entry[key] = int(entry[key]) - shift
             launches.append(entry)
-        ev["launch"] = ev["launch"] + first
-        ev["tid"] = ev["tid"] + rank * tid_stride
+        ev["launch"] += first
         label = f"rank {rank} {payload.get('host', '?')} GPU {payload.get('gpu', '?')}"
-        for tid in np.unique(trace.events["tid"]).tolist():
+        for tid in np.unique(ev["tid"]).tolist():
             track_names[rank * tid_stride + tid] = f"{label}: {trace.track_name(tid)}"
+        ev["tid"] += rank * tid_stride
         status = "ok"
         if trace.attempted == 0:
             status = "empty"
