@@ -108,7 +108,7 @@ def main(argv=None) -> int:
     trace = gather_trace(prof, list(TAGS), clock=clock,
                          metadata={"clock_after": clock_after})
     if rank == 0:
-        export_trace(trace, args.output)
+        export_trace(trace, args.output, group_by="rank")  # one process per rank
         result = causality(trace)
         clocks = [{"rank": r["rank"], "offset_ns": r["clock"]["offset_ns"],
                    "residual_ns": r["clock"]["residual_ns"],

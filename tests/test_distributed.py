@@ -162,3 +162,20 @@ def test_gather_over_gloo_two_processes():
     assert starts == [BASE + 1000, BASE + 1000, BASE + 2000, BASE + 2000]
     assert sorted(names[:2]) == ["setup", "work"] and sorted(names[2:]) == ["other", "work"]
     assert gpus == ["cpu0", "cpu1"]
+
+
+def test_chrome_json_one_process_per_rank(tmp_path):
+    import json
+
+    from cute_prof.export.chrome_json import events_to_perfetto
+
+    payloads = [rank_payload(buffer([10, 20], [0, 0], [0, 1]), ["a"], rank=r, clock=clock(0),
+                             gpu=f"{r} (H200)") for r in range(3)]
+    trace = merge_rank_payloads(payloads)
+    out = json.loads(events_to_perfetto(trace, tmp_path / "r.json", group_by="rank").read_text())
+    names = {e["pid"]: e["args"]["name"] for e in out["traceEvents"]
+             if e.get("name") == "process_name"}
+    assert len(names) == 3 and all(f"rank {r} " in names[r + 1] for r in range(3))
+    assert all(names[r + 1].endswith(f"GPU {r} (H200)") for r in range(3))
+    spans = [e for e in out["traceEvents"] if e.get("ph") == "X"]
+    assert sorted(e["pid"] for e in spans) == [1, 1, 2, 2, 3, 3]
