@@ -8,7 +8,8 @@
 
 TRACE is a file cute_prof wrote: a saved buffer (``.npz`` / ``.pt`` from
 ``cute_prof.storage.save_buffer``) or a Chrome JSON trace (``.json`` from
-``events_to_perfetto``). Progress goes to stderr (``--quiet`` silences it); results go to
+``events_to_perfetto``), or an NVIDIA IKET capture (``run-iket --postprocess json``
+output, ``.json`` or ``.json.gz``). Progress goes to stderr (``--quiet`` silences it); results go to
 stdout. Unreadable or foreign files end with exit status 2 and one line on stderr.
 Also runs as ``python -m cute_prof.cli``.
 """
@@ -28,7 +29,7 @@ __all__ = ["main", "load_any"]
 
 EXIT_OK = 0
 EXIT_BAD_INPUT = 2
-TRACE_SUFFIXES = (".npz", ".pt", ".json")
+TRACE_SUFFIXES = (".npz", ".pt", ".json", ".gz")  # .gz: a gzip-compressed IKET capture
 
 
 class _Progress:
@@ -60,7 +61,8 @@ def load_any(path: str | Path):
     if suffix not in TRACE_SUFFIXES:
         raise ProfileBufferError(
             f"{str(path)!r}: cannot read {suffix or 'files without a suffix'}; TRACE must be a "
-            f"saved buffer (.npz, .pt) or a cute_prof Chrome trace (.json)"
+            f"saved buffer (.npz, .pt), a cute_prof Chrome trace (.json) or an NVIDIA IKET "
+            "capture (.json, .json.gz)"
         )
     return load_trace(path)
 

@@ -246,9 +246,15 @@ def load_trace(path: str | os.PathLike, *, clock_hz: float | None = None):
       else with the rate recorded at save time.
     * ``.json`` Chrome traces from :func:`cute_prof.export.chrome_json.events_to_perfetto` are read
       back from the exact nanoseconds and fields they keep in each event's ``args``.
+    * ``.json`` (or ``.json.gz``) NVIDIA IKET captures are read by
+      :func:`cute_prof.readers.iket.load_iket`.
     """
     path = Path(path)
-    if path.suffix.lower() == ".json":
+    if path.suffix.lower() in (".json", ".gz"):
+        from .readers import iket
+
+        if iket.is_iket_capture(path):  # NVIDIA IKET decoded JSON (plain or gzip)
+            return iket.load_iket(path)
         return load_chrome_json(path)
     from .decode import decode_buffer
     from .errors import ClockRateError

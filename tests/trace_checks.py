@@ -20,12 +20,14 @@ def json_nesting_violations(trace) -> list[str]:
     by_track: dict[tuple, list[tuple[float, float]]] = {}
     for event in events:
         if event.get("ph") == "X":
+            # timestamps are microseconds with ns decimals: compare in whole ns, so that
+            # back-to-back slices (132.576 + 0.032 vs 132.608) do not cross by rounding
             key = (event.get("pid"), event.get("tid"))
-            start = float(event["ts"])
-            by_track.setdefault(key, []).append((start, start + float(event.get("dur", 0))))
+            start = round(float(event["ts"]) * 1000)
+            by_track.setdefault(key, []).append((start, start + round(float(event.get("dur", 0)) * 1000)))
     problems = []
     for key, spans in by_track.items():
-        array = np.array(spans, dtype=np.float64)
+        array = np.array(spans, dtype=np.int64)
         order = np.lexsort((-(array[:, 1] - array[:, 0]), array[:, 0]))
         stack: list[float] = []
         for start, end in array[order].tolist():

@@ -46,7 +46,7 @@ from ..trace import Event, Trace, kind_name
 
 __all__ = ["events_to_perfetto", "GROUP_BY_CHOICES"]
 
-GROUP_BY_CHOICES = ("device", "sm")
+GROUP_BY_CHOICES = ("device", "sm", "rank")
 _CHUNK_EVENTS = 32_768
 _SEPARATOR = ",\n"
 
@@ -187,7 +187,8 @@ def events_to_perfetto(
 ) -> Path:
     """Write ``events`` (a Trace, or a list of Event) as Chrome Trace Event JSON.
 
-    ``group_by``: ``"device"`` (one process for the GPU) or ``"sm"`` (one per SM).
+    ``group_by``: ``"device"`` (one process for the GPU), ``"sm"`` (one per SM) or
+    ``"rank"`` (one per rank of a :mod:`cute_prof.distributed` trace, from its launches).
     ``process_name`` overrides the GPU process name (default: the trace's device).
     ``metadata`` is added to the file's ``otherData``. Returns the path written.
     """
@@ -209,6 +210,14 @@ def events_to_perfetto(
     if group_by == "sm":
         sm_ids, process_index = np.unique(ev["sm"], return_inverse=True)
         process_names = [f"SM {sm}" for sm in sm_ids.tolist()]
+    elif group_by == "rank":  # a gathered multi-GPU trace: one process per rank
+        launch_rank = np.array([int(l.get("rank", 0)) for l in trace.launches] or [0])
+        rank_of_row = launch_rank[np.minimum(ev["launch"], len(launch_rank) - 1)]
+        rank_ids, process_index = np.unique(rank_of_row, return_inverse=True)
+        ranks = {r.get("rank"): r for r in
+                 (trace.metadata.get("distributed") or {}).get("ranks", [])}
+        process_names = [f"rank {r} {ranks.get(r, {}).get('host', '')} GPU "
+                         f"{ranks.get(r, {}).get('gpu', '?')}" for r in rank_ids.tolist()]
     else:
         process_index = np.zeros(count, dtype=np.int64)
         process_names = [process_name or device]
