@@ -142,6 +142,7 @@ assert max(_EVENT_KINDS + (layout.KIND_CLOCK_SYNC,)) < 4, "valid kinds must fit 
 # releases the GIL inside each call).
 _BLOCK = 1 << 16
 _PARALLEL_ABOVE = 1 << 20
+_RANK_BASE = np.arange(_BLOCK, dtype=np.uint64)
 
 
 def _workers() -> int:
@@ -285,6 +286,7 @@ def decode_buffer(
         clock_slots = np.flatnonzero(codes == layout.KIND_CLOCK_SPAN)
         clock = records[clock_slots]
         clock_start, _, ok = _clock_to_ns(clock[:, layout.WORD_START], clock[:, layout.WORD_DUR], rate)
+        del clock
         if not ok.all():
             overflow_code = _INVALID_CODE["clock_overflow"]
             codes[clock_slots[~ok]] = overflow_code
@@ -321,39 +323,62 @@ def _sorted_event_slots(records, codes, counts, clock_slots, clock_start) -> np.
     Sorting is the cost that dominates decoding, so where the span of start times allows
     (range * count < 2**64, true for any real kernel) each start is packed with its rank
     into one uint64 and sorted by value: unique keys make it stable without a stable sort,
-    and numpy's SIMD sort does it several times faster than ``argsort(kind="stable")``."""
+    numpy's SIMD sort does it several times faster than ``argsort(kind="stable")``, and the
+    halves sort in parallel before one linear merge."""
     n_events = int(counts[layout.KIND_SPAN] + counts[layout.KIND_INSTANT]
                    + counts[layout.KIND_CLOCK_SPAN])
-    if n_events == records.shape[0]:
-        slots = None  # every slot is an event: no index array needed
-        key = records[:, layout.WORD_START].copy()
-        key[clock_slots] = clock_start
-    else:
-        slots = np.flatnonzero(codes <= layout.KIND_CLOCK_SPAN)
-        key = records[slots, layout.WORD_START]
-        if clock_slots.shape[0]:
-            key[np.searchsorted(slots, clock_slots)] = clock_start
     if n_events == 0:
         return np.zeros(0, dtype=np.int64)
-    low = int(key.min())
+    every_slot = n_events == records.shape[0]
+    slots = None if every_slot else np.flatnonzero(codes <= layout.KIND_CLOCK_SPAN)
+    clock_positions = clock_slots if every_slot else np.searchsorted(slots, clock_slots)
+    key = np.empty(n_events, dtype=np.int64)
+
+    def fill_key(lo: int, hi: int) -> tuple[int, int]:
+        part = key[lo:hi]
+        if slots is None:
+            part[...] = records[lo:hi, layout.WORD_START]
+        else:
+            np.take(records[:, layout.WORD_START], slots[lo:hi], out=part)
+        first, last = np.searchsorted(clock_positions, [lo, hi])
+        key[clock_positions[first:last]] = clock_start[first:last]
+        return int(part.min()), int(part.max())
+
+    bounds = _run_blocks(fill_key, n_events)
+    low = min(b[0] for b in bounds)
+    high = max(b[1] for b in bounds)
     rank_bits = max(1, (n_events - 1).bit_length())
-    if (int(key.max()) - low) >> (64 - rank_bits) == 0:
-        np.subtract(key, low, out=key)
-        packed = key.view(np.uint64)
-        packed <<= np.uint64(rank_bits)
-        for first in range(0, n_events, _BLOCK * 16):
-            last = min(first + _BLOCK * 16, n_events)
-            packed[first:last] |= np.arange(first, last, dtype=np.uint64)
-        packed.sort()
-        packed &= np.uint64((1 << rank_bits) - 1)
-        order = packed.view(np.int64)
-    else:
+    if (high - low) >> (64 - rank_bits):  # start times too far apart to pack: plain sort
         order = np.argsort(key, kind="stable")
         del key
+    else:
+        packed = key.view(np.uint64)
+
+        def pack(lo: int, hi: int) -> None:
+            ranks = np.empty(min(_BLOCK, hi - lo), dtype=np.uint64)
+            for first in range(lo, hi, _BLOCK):
+                part = key[first : min(first + _BLOCK, hi)]
+                np.subtract(part, low, out=part)
+                view = packed[first : first + part.shape[0]]
+                np.left_shift(view, np.uint64(rank_bits), out=view)
+                ranks_part = ranks[: part.shape[0]]
+                np.add(_RANK_BASE[: part.shape[0]], np.uint64(first), out=ranks_part)
+                view |= ranks_part
+
+        _run_blocks(pack, n_events)
+        parts = _run_blocks(lambda lo, hi: packed[lo:hi].sort(), n_events)
+        if len(parts) > 1:
+            packed.sort(kind="stable")  # sorted runs: timsort merges them in linear time
+        mask = np.uint64((1 << rank_bits) - 1)
+        _run_blocks(lambda lo, hi: np.bitwise_and(packed[lo:hi], mask, out=packed[lo:hi]),
+                    n_events)
+        order = key  # the low bits now hold the ranks, in sorted order
     if slots is not None:
-        for first in range(0, n_events, _BLOCK * 16):
-            part = order[first : first + _BLOCK * 16]
+        def to_slots(lo: int, hi: int) -> None:
+            part = order[lo:hi]
             np.take(slots, part, out=part)
+
+        _run_blocks(to_slots, n_events)
     return order
 
 
@@ -361,10 +386,19 @@ def _gather_events(records: np.ndarray, order: np.ndarray, clock_hz: float | Non
     """The EVENT_DTYPE table of the records at slots ``order`` (already in output order),
     built block by block in cache and copied into place once."""
     events = np.empty(order.shape[0], dtype=EVENT_DTYPE)
+    # Whole rows move as raw bytes: assigning structured arrays copies field by field.
+    raw_events = events.view(np.dtype((np.void, EVENT_DTYPE.itemsize)))
+    # start_ns and dur_ns are adjacent in both the record and EVENT_DTYPE: copy them as one
+    time_words = np.dtype((np.void, 16))
+    assert EVENT_DTYPE.fields["dur_ns"][1] == EVENT_DTYPE.fields["start_ns"][1] + 8 == 8
+    assert layout.WORD_DUR == layout.WORD_START + 1 == 1
 
     def work(lo: int, hi: int) -> None:
         size = min(_BLOCK, hi - lo)
         block_events = np.zeros(size, dtype=EVENT_DTYPE)  # launch stays 0: one launch
+        block_events["dur_cycles"] = -1  # only clock rows change it (and are reset below)
+        raw_block = block_events.view(raw_events.dtype)
+        out_times = np.ndarray(size, time_words, block_events, 0, (EVENT_DTYPE.itemsize,))
         rows = np.empty((size, layout.WORDS_PER_RECORD), dtype=np.int64)
         scratch = np.empty(size, dtype=np.int64)
         for first in range(lo, hi, _BLOCK):
@@ -373,9 +407,9 @@ def _gather_events(records: np.ndarray, order: np.ndarray, clock_hz: float | Non
             out, rec, a = block_events[:n], rows[:n], scratch[:n]
             np.take(records, slots, axis=0, out=rec)
             tag, tid = rec[:, layout.WORD_TAG], rec[:, layout.WORD_TID]
-            out["start_ns"] = rec[:, layout.WORD_START]
-            out["dur_ns"] = rec[:, layout.WORD_DUR]
-            out["tag"] = tag & layout.field_mask(layout.TAG_BITS)
+            out_times[:n] = rec.view(time_words)[:, 0]  # start_ns and dur_ns in one copy
+            np.bitwise_and(tag, layout.field_mask(layout.TAG_BITS), out=a)
+            out["tag"] = a
             np.right_shift(tag, layout.PAYLOAD_SHIFT, out=a)
             out["payload"] = a.astype(np.uint32).view(np.int32)
             np.right_shift(tag, layout.KIND_SHIFT, out=a)
@@ -389,17 +423,18 @@ def _gather_events(records: np.ndarray, order: np.ndarray, clock_hz: float | Non
             np.right_shift(tid, layout.WARP_SHIFT, out=a)
             np.bitwise_and(a, layout.field_mask(layout.WARP_BITS), out=a)
             out["warp"] = a
-            out["dur_cycles"] = -1
             out["slot"] = slots
-            if is_clock.any():
-                where = np.flatnonzero(is_clock)
+            where = np.flatnonzero(is_clock)
+            if where.shape[0]:
                 start, dur, _ = _clock_to_ns(
                     rec[where, layout.WORD_START], rec[where, layout.WORD_DUR], clock_hz
                 )
                 out["dur_cycles"][where] = rec[where, layout.WORD_DUR]
                 out["start_ns"][where] = start
                 out["dur_ns"][where] = dur
-            events[first : first + n] = out
+            raw_events[first : first + n] = raw_block[:n]
+            if where.shape[0]:
+                out["dur_cycles"][where] = -1
 
     _run_blocks(work, order.shape[0])
     return events
