@@ -266,6 +266,7 @@ def load_trace(path: str | os.PathLike, *, clock_hz: float | None = None):
 
 # Keys of the JSON ``otherData`` that are Trace fields, not free-form metadata.
 _JSON_TRACE_KEYS = ("producer", "capacity", "attempted", "overflow", "incomplete", "invalid",
+                    "invalid_reasons",
                     "events", "origin_ns", "tag_names", "group_by")
 _JSON_ARG_FIELDS = ("start_ns", "dur_ns", "tid", "payload", "sm", "warp")
 
@@ -341,6 +342,11 @@ def load_chrome_json(path: str | os.PathLike):
     metadata["source_file"] = str(path)
     capacity = count("capacity", n)
     attempted = count("attempted", n)
+    reasons = other.get("invalid_reasons")
+    if not isinstance(reasons, dict) or not all(
+        isinstance(k, str) and isinstance(v, int) for k, v in reasons.items()
+    ):
+        reasons = {}
     return Trace(
         events=events,
         tag_names=tuple(table),
@@ -350,6 +356,7 @@ def load_chrome_json(path: str | os.PathLike):
         incomplete=count("incomplete", 0),
         metadata=metadata,
         invalid=count("invalid", 0),
+        invalid_reasons=reasons,
     )
 
 
@@ -358,8 +365,9 @@ def trace_to_buffer(trace) -> np.ndarray:
     capacity), so :func:`save_trace` can store a Trace that no longer has its buffer.
 
     Clock spans go back to their raw form (end %globaltimer, cycles) when the trace kept
-    the cycle count; records that were invalid in the original buffer come back as
-    never-written (incomplete) slots."""
+    the cycle count. Invalid records come back as records that break the same validity rule
+    (``trace.invalid_reasons``), in free slots below the counter; the other free slots there
+    are never-written (incomplete) ones."""
     from . import layout
 
     events = trace.events
@@ -403,7 +411,40 @@ def trace_to_buffer(trace) -> np.ndarray:
         records[sync_slots, layout.WORD_TID] = layout.encode_tid_words(
             syncs["tid"], sm=syncs["sm"]
         )
+    _write_invalid_records(records, slots, min(int(words[layout.COUNTER_INDEX]), capacity),
+                           getattr(trace, "invalid_reasons", None) or {})
     return words
+
+
+def _invalid_record(reason: str) -> list[int] | None:
+    """``[start, dur, tag word, tid word]`` of a record the decoder rejects for ``reason``."""
+    from . import layout
+
+    span = layout.tag_word_constant(0)
+    clock = layout.tag_word_constant(0, kind=layout.KIND_CLOCK_SPAN)
+    int64_max = np.iinfo(np.int64).max
+    return {
+        "reserved_bits": [0, 0, span, layout.TID_RESERVED_MASK],
+        "unknown_kind": [0, 0, layout.tag_word_constant(0, kind=layout.field_mask(layout.KIND_BITS)), 0],
+        "negative_start": [-1, 0, span, 0],
+        "negative_duration": [0, -1, span, 0],
+        "end_overflow": [int64_max, 1, span, 0],
+        # ends at 0 after more cycles than any clock rate turns into 0 ns
+        "clock_overflow": [0, int64_max, clock, 0],
+    }.get(reason)
+
+
+def _write_invalid_records(records: np.ndarray, used_slots: np.ndarray, recorded: int,
+                           reasons: dict) -> None:
+    free = np.setdiff1d(np.arange(recorded, dtype=np.int64), used_slots)
+    first = 0
+    for reason, count in reasons.items():
+        record = _invalid_record(reason)
+        if record is None or not isinstance(count, int) or count <= 0:
+            continue
+        chosen = free[first : first + count]
+        records[chosen] = np.array(record, dtype=np.int64)
+        first += chosen.shape[0]
 
 
 def save_trace(

@@ -208,15 +208,17 @@ def busy_union(track: np.ndarray, start: np.ndarray, end: np.ndarray) -> _UnionR
     cluster_first = np.flatnonzero(opens_cluster)
     cluster_last = np.r_[cluster_first[1:], n] - 1
     cluster_length = running_end[cluster_last] - rel_start[cluster_first]
-    n_groups = group_starts.shape[0]
-    busy = np.bincount(group_index[cluster_first], weights=cluster_length, minlength=n_groups)
+    # Exact int64 sums (float weights round ends near 2**63 past the int64 range); every
+    # track opens at least one cluster and clusters of one track are disjoint, so a track's
+    # sum stays within its time range.
+    busy = np.add.reduceat(cluster_length, np.searchsorted(cluster_first, group_starts))
 
     is_gap = opens_cluster & ~first_in_group
     gap_ns = rel_start[is_gap] - previous_end[is_gap]
     group_last = group_starts + group_lengths - 1
     return _UnionResult(
         tracks=tracks,
-        busy_ns=np.rint(busy).astype(np.int64),
+        busy_ns=busy.astype(np.int64),
         first_ns=start[group_starts],
         last_ns=running_end[group_last] + t0,
         regions=group_lengths.astype(np.int64),
