@@ -40,6 +40,7 @@ __all__ = [
     "warn_about_losses",
     "MIN_SYNC_SPAN_NS",
     "INVALID_REASONS",
+    "screen_events",
 ]
 
 # Calibration pairs on one SM must span at least this long to give a usable slope: the
@@ -222,6 +223,25 @@ def _classify(records: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
 
     counts = np.sum(_run_blocks(work, records.shape[0]), axis=0, dtype=np.int64)
     return codes, counts
+
+
+def screen_events(events: np.ndarray) -> tuple[np.ndarray, dict[str, int]]:
+    """The time rules of :data:`INVALID_REASONS` for events that did not come from a buffer
+    (a JSON trace read back): ``(mask of rows that pass, count per reason of the rest)``."""
+    start, dur = events["start_ns"], events["dur_ns"]
+    rules = [
+        ("negative_start", start < 0),
+        ("negative_duration", dur < 0),
+        ("end_overflow", start > _INT64_MAX - np.maximum(dur, 0)),
+    ]
+    keep = np.ones(events.shape[0], dtype=bool)
+    reasons = {}
+    for reason, broken in rules:
+        hit = broken & keep
+        if hit.any():
+            reasons[reason] = int(np.count_nonzero(hit))
+            keep &= ~hit
+    return keep, reasons
 
 
 def _clock_to_ns(end_word: np.ndarray, cycles: np.ndarray, clock_hz: float):

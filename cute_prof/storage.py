@@ -284,10 +284,9 @@ def load_chrome_json(path: str | os.PathLike):
     try:
         with open(path, "rb") as handle:
             data = json.load(handle)
-    except (UnicodeDecodeError, ValueError) as err:
-        raise ProfileBufferError(
-            f"{str(path)!r} is not a JSON trace ({type(err).__name__}: {err})"
-        ) from None
+    except (UnicodeDecodeError, ValueError, RecursionError) as err:
+        why = "nested too deeply" if isinstance(err, RecursionError) else f"{type(err).__name__}: {err}"
+        raise ProfileBufferError(f"{str(path)!r} is not a JSON trace ({why})") from None
     other = data.get("otherData") if isinstance(data, dict) else None
     if not isinstance(other, dict) or other.get("producer") != "cute_prof":
         raise ProfileBufferError(
@@ -297,30 +296,42 @@ def load_chrome_json(path: str | os.PathLike):
     raw_events = data.get("traceEvents")
     if not isinstance(raw_events, list):
         raise ProfileBufferError(f"{str(path)!r}: traceEvents is missing or not a list")
-    tag_names = [str(n) for n in other.get("tag_names") or []]
+    tag_names = other.get("tag_names") or []
+    if not isinstance(tag_names, list) or not all(isinstance(n, str) for n in tag_names):
+        raise ProfileBufferError(f"{str(path)!r}: otherData.tag_names is not a list of strings")
     tag_ids = {name: i for i, name in enumerate(tag_names)}
     kinds = {name: code for code, name in layout.KIND_NAMES.items()}
     records = [e for e in raw_events if isinstance(e, dict) and e.get("ph") in ("X", "i", "I")]
     events = np.zeros(len(records), dtype=EVENT_DTYPE)
+
+    def integers(values: list, field: str) -> list:
+        if not all(type(v) is int for v in values):  # no floats, bools, strings or nulls
+            raise TypeError(f"{field} must be integers")
+        return values
+
     try:
         args = [e["args"] for e in records]
         for field in _JSON_ARG_FIELDS:
-            events[field] = [a[field] for a in args]
-        events["dur_cycles"] = [a.get("dur_cycles", -1) for a in args]
+            events[field] = integers([a[field] for a in args], field)
+        events["dur_cycles"] = integers([a.get("dur_cycles", -1) for a in args], "dur_cycles")
         events["kind"] = [
             kinds.get(e.get("cat"), layout.KIND_INSTANT if e["ph"] != "X" else layout.KIND_SPAN)
+            if isinstance(e.get("cat", ""), str) else layout.KIND_SPAN
             for e in records
         ]
         names = [e["name"] for e in records]
+        if not all(isinstance(name, str) for name in names):
+            raise TypeError("event names must be strings")
     except (KeyError, TypeError, ValueError, OverflowError) as err:
         raise ProfileBufferError(
             f"{str(path)!r}: an event lacks the cute_prof fields in its args ({err!r}); "
             "the file was edited or written by an older cute_prof"
         ) from None
     tags = np.empty(len(records), dtype=np.int32)
-    for name in set(names) - set(tag_ids):
+    for name in sorted(set(names) - set(tag_ids)):
         unknown = name[len("<unknown tag "):-1] if name.startswith("<unknown tag ") else ""
-        if unknown.isdigit() and int(unknown) not in tag_ids.values():
+        if (unknown.isascii() and unknown.isdigit() and int(unknown) <= layout.MAX_TAG_ID
+                and int(unknown) not in tag_ids.values()):
             tag_ids[name] = int(unknown)
         else:  # a name the tag table lacks: give it the next free id
             tag_ids[name] = max(tag_ids.values(), default=-1) + 1
@@ -331,11 +342,15 @@ def load_chrome_json(path: str | os.PathLike):
     tags[:] = [tag_ids[n] for n in names] if names else []
     events["tag"] = tags
     events["slot"] = np.arange(len(records))
+    from .decode import screen_events
+
+    keep, screened = screen_events(events)
+    events = events[keep]
     events = events[np.argsort(events["start_ns"], kind="stable")]
 
     def count(key: str, default: int) -> int:
         value = other.get(key, default)
-        return int(value) if isinstance(value, (int, float)) else default
+        return value if type(value) is int and 0 <= value <= 2**62 else default
 
     n = len(records)
     metadata = {k: v for k, v in other.items() if k not in _JSON_TRACE_KEYS and v is not None}
@@ -347,6 +362,8 @@ def load_chrome_json(path: str | os.PathLike):
         isinstance(k, str) and isinstance(v, int) for k, v in reasons.items()
     ):
         reasons = {}
+    for reason, extra in screened.items():
+        reasons[reason] = reasons.get(reason, 0) + extra
     return Trace(
         events=events,
         tag_names=tuple(table),
@@ -355,7 +372,7 @@ def load_chrome_json(path: str | os.PathLike):
         overflow=count("overflow", max(0, attempted - capacity)),
         incomplete=count("incomplete", 0),
         metadata=metadata,
-        invalid=count("invalid", 0),
+        invalid=count("invalid", 0) + sum(screened.values()),
         invalid_reasons=reasons,
     )
 
