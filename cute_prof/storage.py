@@ -18,8 +18,6 @@ from __future__ import annotations
 
 import json
 import os
-import zipfile
-import zlib
 from pathlib import Path
 from typing import Any
 
@@ -137,10 +135,14 @@ def _not_ours(path: Path, why: str) -> ProfileBufferError:
     )
 
 
+def _reject_constant(name: str):
+    raise ValueError(f"{name} is not a JSON number")  # NaN / Infinity: not standard JSON
+
+
 def _parse_json(path: Path, text: str, what: str, expected: type):
     try:
-        value = json.loads(text)
-    except (TypeError, ValueError):
+        value = json.loads(text, parse_constant=_reject_constant)
+    except (TypeError, ValueError, RecursionError):
         raise _not_ours(path, f"its {what} is not valid JSON") from None
     if not isinstance(value, expected):
         raise _not_ours(path, f"its {what} is a {type(value).__name__}, not a {expected.__name__}")
@@ -160,6 +162,11 @@ def _check_header(path: Path, name, version) -> None:
 _ZIP_MAGIC = b"PK\x03\x04"
 
 
+def _first_line(error: BaseException) -> str:
+    text = str(error).strip()
+    return text.splitlines()[0][:200] if text else type(error).__name__
+
+
 def _load_npz(path: Path) -> tuple[np.ndarray, str, str]:
     with open(path, "rb") as handle:
         magic = handle.read(4)
@@ -176,29 +183,27 @@ def _load_npz(path: Path) -> tuple[np.ndarray, str, str]:
             words = archive["buffer"]
             names = str(archive["tag_names"][()])
             metadata = str(archive["metadata"][()])
-    except ProfileBufferError:
+    except (ProfileBufferError, FileNotFoundError, MemoryError):
         raise
-    except (zipfile.BadZipFile, zlib.error, EOFError, ValueError, KeyError, OSError,
-            TypeError) as err:
-        if isinstance(err, FileNotFoundError):
-            raise
-        raise _not_ours(path, f"cannot read it as .npz: {type(err).__name__}: {err}") from None
+    except Exception as err:  # noqa: BLE001
+        # zipfile and numpy raise an open-ended set of types on corrupted archives
+        # (BadZipFile, zlib.error, NotImplementedError for a garbled compression method or
+        # version, EOFError, ValueError, ...): each means the same thing to the user.
+        raise _not_ours(path, f"cannot read it as .npz: {type(err).__name__}: {_first_line(err)}") from None
     return words, names, metadata
 
 
 def _load_pt(path: Path) -> tuple[np.ndarray, str, str]:
-    import pickle
-
     import torch
 
     try:
         data = torch.load(path, map_location="cpu", weights_only=True)
-    except FileNotFoundError:
+    except (FileNotFoundError, MemoryError):
         raise
-    except (pickle.UnpicklingError, RuntimeError, EOFError, ValueError, OSError, TypeError,
-            AttributeError, ImportError, zipfile.BadZipFile) as err:
-        message = str(err).splitlines()[0] if str(err) else type(err).__name__
-        raise _not_ours(path, f"torch.load failed: {message}") from None
+    except Exception as err:  # noqa: BLE001
+        # torch.load's weights-only unpickler raises an open-ended set of types on corrupted
+        # files (UnpicklingError, RuntimeError, IndexError from a garbled stack, ...)
+        raise _not_ours(path, f"torch.load failed: {type(err).__name__}: {_first_line(err)}") from None
     if not isinstance(data, dict):
         raise _not_ours(path, f"it holds a {type(data).__name__}, not a dict")
     missing = {"format", "version", "buffer", "tag_names", "metadata"} - set(data)
@@ -283,7 +288,7 @@ def load_chrome_json(path: str | os.PathLike):
     path = Path(path)
     try:
         with open(path, "rb") as handle:
-            data = json.load(handle)
+            data = json.load(handle, parse_constant=_reject_constant)
     except (UnicodeDecodeError, ValueError, RecursionError) as err:
         why = "nested too deeply" if isinstance(err, RecursionError) else f"{type(err).__name__}: {err}"
         raise ProfileBufferError(f"{str(path)!r} is not a JSON trace ({why})") from None
