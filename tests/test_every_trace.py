@@ -210,6 +210,10 @@ def test_invalid_reasons_are_named_everywhere(tmp_path):
         "unknown_kind": 1,
     }
     assert trace.incomplete == 1 and trace.overflow == 3 and len(trace) == 5 + 2
+    summary = summarize(trace)
+    assert summary.to_dict()["invalid_reasons"] == trace.invalid_reasons
+    assert ("6 records are invalid (2 reserved_bits, 1 unknown_kind, 1 negative_start, "
+            "1 negative_duration, 1 end_overflow)") in summary.format_table()
     clock = trace.events[trace.events["kind"] == layout.KIND_CLOCK_SPAN]
     # fitted rate: 90,000 cycles in 60,000 ns = 1.5 GHz; 3000 cycles = 2000 ns
     np.testing.assert_array_equal(clock["dur_ns"], [2000, 2000])

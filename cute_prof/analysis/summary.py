@@ -309,7 +309,8 @@ class Summary:
     overflow: int
     incomplete: int
     metadata: dict[str, Any] = field(default_factory=dict)
-    invalid: int = 0  # complete records of a kind this version does not know
+    invalid: int = 0  # complete records that break a validity rule (decode.INVALID_REASONS)
+    invalid_reasons: dict[str, int] = field(default_factory=dict)
 
     @property
     def kernel_span_ns(self) -> int:
@@ -338,6 +339,7 @@ class Summary:
             "overflow": self.overflow,
             "incomplete": self.incomplete,
             "invalid": self.invalid,
+            "invalid_reasons": dict(self.invalid_reasons),
             "kernel_start_ns": self.kernel_start_ns,
             "kernel_end_ns": self.kernel_end_ns,
             "kernel_span_ns": self.kernel_span_ns,
@@ -408,6 +410,7 @@ def summarize(trace: Trace) -> Summary:
         incomplete=int(trace.incomplete),
         metadata=dict(trace.metadata or {}),
         invalid=int(getattr(trace, "invalid", 0) or 0),
+        invalid_reasons=dict(getattr(trace, "invalid_reasons", None) or {}),
     )
 
 
@@ -521,9 +524,11 @@ def _format_summary(summary: Summary, *, max_rows: int, unit: str | None) -> str
             "(kernel aborted or killed mid-record)."
         )
     if summary.invalid:
+        reasons = ", ".join(f"{n:,} {r}" for r, n in summary.invalid_reasons.items())
         lines.append(
-            f"  WARNING: {summary.invalid:,} records have an unknown kind (corrupted buffer "
-            "or a newer cute_prof) and were left out."
+            f"  WARNING: {summary.invalid:,} records are invalid"
+            + (f" ({reasons})" if reasons else "")
+            + ": corrupted buffer or a newer cute_prof; they were left out."
         )
     device = summary.metadata.get("device") or summary.metadata.get("device_name")
     if device:
