@@ -136,6 +136,39 @@ def measure_one(records: int, repeat: int, order: str) -> dict:
     }
 
 
+def stage_breakdown(records: int, repeat: int) -> dict:
+    """Runs in a child: median seconds of each decode stage, and the memory-speed floor (one
+    read of the buffer, one write of the Trace's bytes) on this machine."""
+    from cute_prof import decode
+    from cute_prof.trace import EVENT_DTYPE
+
+    buf = build_buffer(records)
+    rows = buf[1:].reshape(records, 4)
+    stages: dict[str, list] = {}
+
+    def timed(name, fn):
+        start = time.perf_counter()
+        result = fn()
+        stages.setdefault(name, []).append(time.perf_counter() - start)
+        return result
+
+    for _ in range(repeat + 1):
+        codes, counts = timed("classify (validity rules)", lambda: decode._classify(rows))
+        clock_slots = timed("clock spans: find", lambda: np.flatnonzero(codes == 2))
+        clock_start = timed("clock spans: convert", lambda: decode._clock_to_ns(
+            rows[clock_slots, 0], rows[clock_slots, 1], CLOCK_HZ)[0])
+        order = timed("sort by start (packed keys)", lambda: decode._sorted_event_slots(
+            rows, codes, counts, clock_slots, clock_start))
+        del codes
+        events = timed("gather into EVENT_DTYPE", lambda: decode._gather_events(rows, order, CLOCK_HZ))
+        del events, order
+        timed("floor: read the buffer once (sum of the words)", lambda: buf.sum())
+        floor = timed("floor: allocate and fill the Trace's bytes once (memset)",
+                      lambda: np.empty(records * EVENT_DTYPE.itemsize, np.uint8).fill(1))
+        del floor
+    return {name: round(statistics.median(times[1:]), 4) for name, times in stages.items()}
+
+
 def cpu_model() -> str:
     try:
         with open("/proc/cpuinfo") as handle:
@@ -156,7 +189,12 @@ def main(argv=None) -> int:
     parser.add_argument("--no-write", action="store_true", help="print only")
     parser.add_argument("--child", nargs=3, metavar=("RECORDS", "REPEAT", "ORDER"),
                         help=argparse.SUPPRESS)
+    parser.add_argument("--breakdown", type=int, metavar="RECORDS", default=50_000_000,
+                        help="per-stage times at this size (0: skip)")
     args = parser.parse_args(argv)
+    if args.child and args.child[2] == "breakdown":
+        print(json.dumps(stage_breakdown(int(args.child[0]), int(args.child[1]))))
+        return 0
     if args.child:
         row = measure_one(int(args.child[0]), int(args.child[1]), args.child[2])
         print(json.dumps(row))
@@ -173,6 +211,15 @@ def main(argv=None) -> int:
             print(f"{order:6s} {records:>11,} records: {row['median_decode_s']:.3f} s "
                   f"({row['records_per_s'] / 1e6:.1f} M/s), peak {row['peak_bytes'] / 2**30:.2f} "
                   f"GiB = {row['peak_over_buffer']:.2f}x the buffer", flush=True)
+    breakdown = {}
+    if args.breakdown:
+        done = subprocess.run(
+            [sys.executable, __file__, "--child", str(args.breakdown), str(args.repeat), "breakdown"],
+            capture_output=True, text=True, check=True,
+        )
+        breakdown = json.loads(done.stdout.strip().splitlines()[-1])
+        for name, seconds in breakdown.items():
+            print(f"  {args.breakdown:,} records, {name}: {seconds:.3f} s")
     import numpy
 
     result = {
@@ -184,6 +231,8 @@ def main(argv=None) -> int:
         "numpy": numpy.__version__,
         "targets": {"records_per_s": 50_000_000, "peak_over_buffer": 3.0},
         "rows": rows,
+        "breakdown_records": args.breakdown,
+        "breakdown_s": breakdown,
     }
     if not args.no_write:
         out = ROOT / "bench" / "results"
@@ -206,6 +255,10 @@ def main(argv=None) -> int:
                 f"| {row['median_decode_s']:.3f} s | {row['records_per_s'] / 1e6:.1f} M "
                 f"| {row['peak_bytes'] / 2**30:.2f} GiB | {row['peak_over_buffer']:.2f} |"
             )
+        if breakdown:
+            lines += ["", f"Stages at {args.breakdown:,} records (end order, median of "
+                      f"{args.repeat} after one warm-up):", "", "| stage | seconds |", "|---|---:|"]
+            lines += [f"| {name} | {seconds:.3f} |" for name, seconds in breakdown.items()]
         (out / "decode_speed_cpu.md").write_text("\n".join(lines) + "\n")
     return 0
 

@@ -284,7 +284,8 @@ def decode_buffer(
     records = records.reshape(claimed, layout.WORDS_PER_RECORD)
 
     codes, counts = _classify(records)
-    sync_slots = np.flatnonzero(codes == layout.KIND_CLOCK_SYNC) if counts[3] else np.zeros(0, np.int64)
+    sync_slots = (np.flatnonzero(codes == layout.KIND_CLOCK_SYNC) if counts[layout.KIND_CLOCK_SYNC]
+                  else np.zeros(0, np.int64))
     syncs = _clock_syncs(records, sync_slots)
 
     meta: dict[str, Any] = source_metadata(buf)
