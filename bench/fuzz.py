@@ -429,12 +429,34 @@ def _work(cases: range) -> tuple[collections.Counter, collections.Counter, dict,
     return outcomes, problems, examples, slowest
 
 
+def _cpu_model() -> str:
+    try:
+        with open("/proc/cpuinfo") as handle:
+            for line in handle:
+                if line.startswith("model name"):
+                    return line.split(":", 1)[1].strip()
+    except OSError:
+        pass
+    return platform.processor() or platform.machine()
+
+
+def _commit() -> str:
+    import subprocess
+
+    try:
+        return subprocess.run(["git", "rev-parse", "--short", "HEAD"], cwd=ROOT, check=True,
+                              capture_output=True, text=True).stdout.strip()
+    except (OSError, subprocess.CalledProcessError):
+        return "unknown"
+
+
 def markdown(result: dict) -> str:
     """The committed summary of a run (``bench/results/fuzz_result.md``)."""
     lines = [
         "# Fuzzing the host pipeline (`bench/fuzz.py`)",
         "",
-        f"{result['date']}, {result['machine']}; `{result['command'].strip()}`: "
+        f"{result['date']}, {result['machine']}, code at commit {result.get('commit', '?')}; "
+        f"`{result['command'].strip()}`: "
         f"{result['cases']:,} cases in {result['seconds']:,.0f} s (slowest case "
         f"{result['slowest_case_s']} s, limit {result['time_limit_s']} s per case).",
         "",
@@ -512,8 +534,9 @@ def main(argv=None) -> int:
     result = {
         "command": "python bench/fuzz.py " + " ".join(argv if argv is not None else sys.argv[1:]),
         "date": datetime.datetime.now(datetime.timezone.utc).isoformat(timespec="seconds"),
-        "machine": f"{platform.processor() or platform.machine()}, {os.cpu_count()} cores, "
+        "machine": f"{_cpu_model()}, {os.cpu_count()} cores, "
                    f"Python {platform.python_version()}, numpy {np.__version__}",
+        "commit": _commit(),
         "cases": sum(outcomes.values()),
         "seconds": round(seconds, 1),
         "slowest_case_s": round(slowest, 2),
