@@ -146,26 +146,32 @@ def stage_breakdown(records: int, repeat: int) -> dict:
     rows = buf[1:].reshape(records, 4)
     stages: dict[str, list] = {}
 
-    def timed(name, fn):
+    def timed(name, fn, *args):
         start = time.perf_counter()
-        result = fn()
+        result = fn(*args)
         stages.setdefault(name, []).append(time.perf_counter() - start)
         return result
 
+    def find_clock_spans(codes):
+        return np.flatnonzero(codes == 2)
+
+    def convert(clock_slots):
+        return decode._clock_to_ns(rows[clock_slots, 0], rows[clock_slots, 1], CLOCK_HZ)[0]
+
+    def write_floor():
+        np.empty(records * EVENT_DTYPE.itemsize, np.uint8).fill(1)
+
     for _ in range(repeat + 1):
-        codes, counts = timed("classify (validity rules)", lambda: decode._classify(rows))
-        clock_slots = timed("clock spans: find", lambda: np.flatnonzero(codes == 2))
-        clock_start = timed("clock spans: convert", lambda: decode._clock_to_ns(
-            rows[clock_slots, 0], rows[clock_slots, 1], CLOCK_HZ)[0])
-        order = timed("sort by start (packed keys)", lambda: decode._sorted_event_slots(
-            rows, codes, counts, clock_slots, clock_start))
+        codes, counts = timed("classify (validity rules)", decode._classify, rows)
+        clock_slots = timed("clock spans: find", find_clock_spans, codes)
+        clock_start = timed("clock spans: convert", convert, clock_slots)
+        order = timed("sort by start (packed keys)", decode._sorted_event_slots,
+                      rows, codes, counts, clock_slots, clock_start)
         del codes
-        events = timed("gather into EVENT_DTYPE", lambda: decode._gather_events(rows, order, CLOCK_HZ))
+        events = timed("gather into EVENT_DTYPE", decode._gather_events, rows, order, CLOCK_HZ)
         del events, order
-        timed("floor: read the buffer once (sum of the words)", lambda: buf.sum())
-        floor = timed("floor: allocate and fill the Trace's bytes once (memset)",
-                      lambda: np.empty(records * EVENT_DTYPE.itemsize, np.uint8).fill(1))
-        del floor
+        timed("floor: read the buffer once (sum of the words)", buf.sum)
+        timed("floor: allocate and fill the Trace's bytes once (memset)", write_floor)
     return {name: round(statistics.median(times[1:]), 4) for name, times in stages.items()}
 
 

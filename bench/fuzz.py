@@ -45,7 +45,6 @@ import signal
 import sys
 import tempfile
 import time
-import traceback
 import warnings
 from pathlib import Path
 
@@ -55,7 +54,7 @@ ROOT = Path(__file__).resolve().parents[1]
 sys.path.insert(0, str(ROOT))
 sys.path.insert(0, str(ROOT / "tests"))
 
-from cute_prof import ProfileBufferError, ProfileWarning, decode_buffer, layout  # noqa: E402
+from cute_prof import ProfileBufferError, decode_buffer, layout  # noqa: E402
 from cute_prof.analysis import summarize  # noqa: E402
 from cute_prof.export import export_trace  # noqa: E402
 from cute_prof.storage import load_buffer, load_trace, save_buffer  # noqa: E402
@@ -120,7 +119,7 @@ def mutate_buffer(rng, buf: np.ndarray):
         n = buf.shape[0]
         choice = int(rng.integers(0, 13))
         index = int(rng.integers(0, n))
-        record_word = lambda word: 1 + 4 * int(rng.integers(0, max(1, (n - 1) // 4))) + word  # noqa: E731
+        records = max(1, (n - 1) // 4)
         if choice == 0:
             for _ in range(int(rng.integers(1, 21))):
                 i, bit = int(rng.integers(0, n)), int(rng.integers(0, 64))
@@ -140,26 +139,25 @@ def mutate_buffer(rng, buf: np.ndarray):
             buf[index] = rng.integers(INT64_MIN, INT64_MAX, dtype=np.int64, endpoint=True)
             names.append("random_word")
         elif choice == 5 and n >= 5:
-            buf[record_word(layout.WORD_DUR)] = rng.choice(
+            buf[1 + 4 * int(rng.integers(0, records)) + layout.WORD_DUR] = rng.choice(
                 [-5, -1, INT64_MAX, INT64_MAX // 2, INT64_MIN, 2**40])
             names.append("extreme_duration")
         elif choice == 6 and n >= 5:
-            buf[record_word(layout.WORD_START)] = rng.choice(
+            buf[1 + 4 * int(rng.integers(0, records)) + layout.WORD_START] = rng.choice(
                 [-1000, -1, 0, INT64_MAX, INT64_MAX - 10, INT64_MIN, 2**62])
             names.append("extreme_start")
         elif choice == 7 and n >= 5:
-            i = record_word(layout.WORD_TAG if rng.random() < 0.5 else layout.WORD_TID)
+            i = 1 + 4 * int(rng.integers(0, records)) + (layout.WORD_TAG if rng.random() < 0.5 else layout.WORD_TID)
             bit = int(rng.integers(48, 64))
             buf[i : i + 1].view(np.uint64)[0] |= np.uint64(1) << np.uint64(bit)
             names.append("high_bits")
         elif choice == 8 and n >= 5:
-            i = record_word(layout.WORD_TAG)
+            i = 1 + 4 * int(rng.integers(0, records)) + layout.WORD_TAG
             kind = int(rng.integers(0, 16))
             buf[i] = (int(buf[i]) & ~(0xF << layout.KIND_SHIFT)) | (kind << layout.KIND_SHIFT)
             names.append("kind")
         elif choice == 9 and n >= 9:
-            records = buf[1 : 1 + 4 * ((n - 1) // 4)].reshape(-1, 4)
-            rng.shuffle(records)
+            rng.shuffle(buf[1 : 1 + 4 * ((n - 1) // 4)].reshape(-1, 4))
             names.append("shuffle")
         elif choice == 10:
             target = rng.choice(["int32", "uint64", "float64", "2d", "empty", "bool", "list"])
@@ -178,7 +176,7 @@ def mutate_buffer(rng, buf: np.ndarray):
                 return buf.astype(bool), names
             return buf.tolist(), names
         elif choice == 11 and n >= 5:
-            i = record_word(0)
+            i = 1 + 4 * int(rng.integers(0, records))
             buf[i : i + 4] = 0  # a claimed slot never written
             names.append("unwritten_slot")
         else:

@@ -104,7 +104,6 @@ def as_int64(value: int) -> int:
 
 MAGIC_FIELD = COMPLETE_MAGIC << MAGIC_SHIFT
 MAGIC_MASK = field_mask(MAGIC_BITS) << MAGIC_SHIFT
-SIGN_BIT = as_int64(1 << 63)
 # Bits that must be zero in a complete record (as int64 bit patterns, for ``words & MASK``).
 TAG_RESERVED_MASK = as_int64((field_mask(TAG_RESERVED_BITS) << TAG_RESERVED_SHIFT) | (1 << 63))
 TID_RESERVED_MASK = as_int64(field_mask(TID_RESERVED_BITS) << TID_RESERVED_SHIFT)
