@@ -9,8 +9,11 @@
 TRACE is a file cute_prof wrote: a saved buffer (``.npz`` / ``.pt`` from
 ``cute_prof.storage.save_buffer``) or a Chrome JSON trace (``.json`` from
 ``events_to_perfetto``), or an NVIDIA IKET capture (``run-iket --postprocess json``
-output, ``.json`` or ``.json.gz``). Progress goes to stderr (``--quiet`` silences it); results go to
-stdout. Unreadable or foreign files end with exit status 2 and one line on stderr.
+output, ``.json`` or ``.json.gz``). Progress goes to stderr (``--quiet`` silences it);
+results go to stdout. Unreadable or foreign files end with exit status 2 and one line on
+stderr; an input file is only ever read (an output path naming it is refused). A bug in
+cute_prof ends with exit status 1 and one line too (``CUTE_PROF_TRACEBACK=1`` shows the
+traceback).
 Also runs as ``python -m cute_prof.cli``.
 """
 
@@ -18,6 +21,7 @@ from __future__ import annotations
 
 import argparse
 import json
+import os
 import sys
 import time
 from pathlib import Path
@@ -28,7 +32,9 @@ from .errors import ProfileBufferError
 __all__ = ["main", "load_any"]
 
 EXIT_OK = 0
+EXIT_INTERNAL_ERROR = 1
 EXIT_BAD_INPUT = 2
+TRACEBACK_ENV_VAR = "CUTE_PROF_TRACEBACK"
 TRACE_SUFFIXES = (".npz", ".pt", ".json", ".gz")  # .gz: a gzip-compressed IKET capture
 
 
@@ -94,9 +100,20 @@ def _cmd_summary(args, progress: _Progress) -> int:
     return EXIT_OK
 
 
+def _check_output_is_not_input(args) -> None:
+    """Writing the output over the input file would destroy the only copy of the trace."""
+    output, source = Path(args.output), Path(args.trace)
+    if output.exists() and source.exists() and os.path.samefile(output, source):
+        raise ProfileBufferError(
+            f"output {args.output!r} is the input trace; pick another file name (the input is "
+            "never overwritten)"
+        )
+
+
 def _cmd_export(args, progress: _Progress) -> int:
     from .export import export_trace, format_of
 
+    _check_output_is_not_input(args)
     output = Path(args.output)
     fmt = format_of(output, args.format)  # fail on a bad suffix before loading anything
     trace = _load(args, progress)
@@ -115,6 +132,7 @@ def _cmd_export(args, progress: _Progress) -> int:
 def _cmd_plot(args, progress: _Progress) -> int:
     from .export.picture import picture_format_of, plot_timeline
 
+    _check_output_is_not_input(args)
     output = Path(args.output)
     fmt = picture_format_of(output, args.format)
     trace = _load(args, progress)
@@ -178,17 +196,26 @@ def main(argv: Sequence[str] | None = None) -> int:
     try:
         return args.run(args, progress)
     except BrokenPipeError:  # the reader stopped early (``| head``): not our error
-        import os
-
         devnull = os.open(os.devnull, os.O_WRONLY)
         os.dup2(devnull, sys.stdout.fileno())
         return EXIT_OK
     except (ProfileBufferError, OSError) as error:
         print(f"cute-prof: error: {_one_line(error)}", file=sys.stderr)
         return EXIT_BAD_INPUT
+    except MemoryError:
+        print("cute-prof: error: not enough memory for this trace; export a smaller part of it "
+              "or use a machine with more memory", file=sys.stderr)
+        return EXIT_BAD_INPUT
     except KeyboardInterrupt:
         print("cute-prof: interrupted", file=sys.stderr)
         return 130
+    except Exception as error:  # a bug: still one line, the traceback only on request
+        if os.environ.get(TRACEBACK_ENV_VAR):
+            raise
+        print(f"cute-prof: internal error: {type(error).__name__}: {_one_line(error)} (a bug "
+              f"in cute_prof; please report it, with the traceback {TRACEBACK_ENV_VAR}=1 shows)",
+              file=sys.stderr)
+        return EXIT_INTERNAL_ERROR
 
 
 if __name__ == "__main__":

@@ -9,7 +9,10 @@ What the decoder guarantees (and the fuzz tests check):
 * ``overflow == max(0, counter - capacity)`` exactly.
 * A claimed slot whose tag word lacks the completion magic is counted in ``incomplete`` and
   never decoded (a zero slot would otherwise look like tag 0 at time 0).
-* A complete slot with a record kind this decoder does not know is counted in ``invalid``.
+* A complete slot that breaks a validity rule (:data:`INVALID_REASONS`: reserved bits set,
+  unknown kind, negative start or duration, an end beyond int64, a clock conversion that
+  overflows) is counted in ``invalid`` and ``invalid_reasons[reason]`` and never decoded, so
+  every event has ``start_ns >= 0``, ``dur_ns >= 0`` and ``start_ns + dur_ns <= 2**63 - 1``.
 * ``len(events) + len(clock_syncs) + incomplete + invalid == min(counter, capacity)``.
 * Anything that is not a profile buffer raises :class:`ProfileBufferError`, nothing else.
 """
@@ -17,7 +20,9 @@ What the decoder guarantees (and the fuzz tests check):
 from __future__ import annotations
 
 import math
+import os
 import warnings
+from concurrent.futures import ThreadPoolExecutor
 from typing import Any
 
 import numpy as np
@@ -34,6 +39,8 @@ __all__ = [
     "fit_clock_rate",
     "warn_about_losses",
     "MIN_SYNC_SPAN_NS",
+    "INVALID_REASONS",
+    "screen_events",
 ]
 
 # Calibration pairs on one SM must span at least this long to give a usable slope: the
@@ -112,6 +119,141 @@ def fit_clock_rate(syncs: np.ndarray, *, min_span_ns: int = MIN_SYNC_SPAN_NS) ->
 
 
 # ----------------------------------------------------------------------------- decode
+# Validity rules, the one place they live (the README's layout section mirrors this list).
+# A claimed slot is classified as exactly one of: an event (span, instant, clock span), a
+# clock_sync pair, incomplete (no magic), or invalid for the FIRST reason that applies:
+INVALID_REASONS = (
+    "reserved_bits",  # a bit layout.TAG_RESERVED_MASK / TID_RESERVED_MASK says is zero is set
+    "unknown_kind",  # a record kind this decoder does not know (newer format or corruption)
+    "negative_start",  # start word < 0 (clock spans: the end %globaltimer word)
+    "negative_duration",  # dur word < 0 (ns for spans and instants, cycles for clock kinds)
+    "end_overflow",  # span or instant whose start + dur is beyond int64
+    "clock_overflow",  # clock span whose cycles -> ns conversion leaves int64 or starts < 0
+)
+# Per-slot class codes: record kinds 0..3 for valid records, then incomplete, then reasons.
+_INCOMPLETE = 4
+_FIRST_INVALID = 5
+_CODES = _FIRST_INVALID + len(INVALID_REASONS)
+_INVALID_CODE = {reason: _FIRST_INVALID + i for i, reason in enumerate(INVALID_REASONS)}
+_INT64_MAX = np.iinfo(np.int64).max
+# One test decides "valid and of kind 0..3": magic present, reserved bits zero, kind < 4.
+_VALID_TAG_MASK = layout.MAGIC_MASK | layout.TAG_RESERVED_MASK | (0b1100 << layout.KIND_SHIFT)
+assert max(_EVENT_KINDS + (layout.KIND_CLOCK_SYNC,)) < 4, "valid kinds must fit in 2 bits"
+# Records are processed in blocks that stay in cache, spread over a few threads (numpy
+# releases the GIL inside each call).
+_BLOCK = 1 << 16
+_PARALLEL_ABOVE = 1 << 20
+_RANK_BASE = np.arange(_BLOCK, dtype=np.uint64)
+
+
+def _workers() -> int:
+    return max(1, min(4, os.cpu_count() or 1))
+
+
+def _run_blocks(function, count: int) -> list:
+    """``function(lo, hi)`` over ``[0, count)``: in one thread for small inputs, else split
+    into one contiguous range per worker. Returns the per-range results."""
+    if count <= _PARALLEL_ABOVE or _workers() == 1:
+        return [function(0, count)]
+    bounds = np.linspace(0, count, _workers() + 1).astype(np.int64).tolist()
+    with ThreadPoolExecutor(max_workers=_workers()) as pool:
+        return list(pool.map(function, bounds[:-1], bounds[1:]))
+
+
+def _classify_exactly(records: np.ndarray) -> np.ndarray:
+    """Class codes of ``records`` by the full rules (used where the fast test failed)."""
+    start, dur = records[:, layout.WORD_START], records[:, layout.WORD_DUR]
+    tag, tid = records[:, layout.WORD_TAG], records[:, layout.WORD_TID]
+    kind = (tag >> layout.KIND_SHIFT) & layout.field_mask(layout.KIND_BITS)
+    is_event_kind = (kind == layout.KIND_SPAN) | (kind == layout.KIND_INSTANT)
+    with np.errstate(over="ignore"):
+        end_room = _INT64_MAX - np.maximum(dur, 0)
+    rules = [  # (condition, code), the first that holds wins
+        ((tag & layout.MAGIC_MASK) != layout.MAGIC_FIELD, _INCOMPLETE),
+        (((tag & layout.TAG_RESERVED_MASK) | (tid & layout.TID_RESERVED_MASK)) != 0,
+         _INVALID_CODE["reserved_bits"]),
+        (kind > layout.KIND_CLOCK_SYNC, _INVALID_CODE["unknown_kind"]),
+        (start < 0, _INVALID_CODE["negative_start"]),
+        (dur < 0, _INVALID_CODE["negative_duration"]),
+        (is_event_kind & (start > end_room), _INVALID_CODE["end_overflow"]),
+    ]
+    return np.select([c for c, _ in rules], [code for _, code in rules], kind).astype(np.uint8)
+
+
+def _classify(records: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
+    """``(class code per slot (uint8), count per code)``, before clock-span conversion.
+
+    The fast test covers the common case (every rule passes) with a few in-place ops per
+    block; only blocks with a failing record run :func:`_classify_exactly` on those."""
+    codes = np.empty(records.shape[0], dtype=np.uint8)
+
+    def work(lo: int, hi: int) -> np.ndarray:
+        counts = np.zeros(_CODES, dtype=np.int64)
+        size = min(_BLOCK, hi - lo)
+        a = np.empty(size, dtype=np.int64)
+        b = np.empty(size, dtype=np.int64)
+        good = np.empty(size, dtype=bool)
+        test = np.empty(size, dtype=bool)
+        for first in range(lo, hi, _BLOCK):
+            block = records[first : min(first + _BLOCK, hi)]
+            n = block.shape[0]
+            a_, b_, good_, test_ = a[:n], b[:n], good[:n], test[:n]
+            start, dur = block[:, layout.WORD_START], block[:, layout.WORD_DUR]
+            tag, tid = block[:, layout.WORD_TAG], block[:, layout.WORD_TID]
+            np.bitwise_and(tag, _VALID_TAG_MASK, out=a_)
+            np.equal(a_, layout.MAGIC_FIELD, out=good_)
+            np.bitwise_and(tid, layout.TID_RESERVED_MASK, out=a_)
+            np.equal(a_, 0, out=test_)
+            good_ &= test_
+            np.bitwise_or(start, dur, out=a_)
+            np.greater_equal(a_, 0, out=test_)
+            good_ &= test_
+            np.subtract(_INT64_MAX, dur, out=a_)  # no wrap where dur >= 0, which good_ needs
+            np.less_equal(start, a_, out=test_)
+            good_ &= test_
+            np.right_shift(tag, layout.KIND_SHIFT, out=b_)
+            np.bitwise_and(b_, 0b11, out=b_)
+            out = codes[first : first + n]
+            out[...] = b_
+            if not good_.all():
+                bad = np.flatnonzero(~good_)
+                out[bad] = _classify_exactly(block[bad])
+            counts += np.bincount(out, minlength=_CODES)
+        return counts
+
+    counts = np.sum(_run_blocks(work, records.shape[0]), axis=0, dtype=np.int64)
+    return codes, counts
+
+
+def screen_events(events: np.ndarray) -> tuple[np.ndarray, dict[str, int]]:
+    """The time rules of :data:`INVALID_REASONS` for events that did not come from a buffer
+    (a JSON trace read back): ``(mask of rows that pass, count per reason of the rest)``."""
+    start, dur = events["start_ns"], events["dur_ns"]
+    rules = [
+        ("negative_start", start < 0),
+        ("negative_duration", dur < 0),
+        ("end_overflow", start > _INT64_MAX - np.maximum(dur, 0)),
+    ]
+    keep = np.ones(events.shape[0], dtype=bool)
+    reasons = {}
+    for reason, broken in rules:
+        hit = broken & keep
+        if hit.any():
+            reasons[reason] = int(np.count_nonzero(hit))
+            keep &= ~hit
+    return keep, reasons
+
+
+def _clock_to_ns(end_word: np.ndarray, cycles: np.ndarray, clock_hz: float):
+    """Clock spans: ``(start_ns, dur_ns, ok)``; ``ok`` is False where the conversion leaves
+    int64 or would start before 0 (those are invalid: ``clock_overflow``)."""
+    dur_float = np.rint(cycles.astype(np.float64) * (1e9 / clock_hz))
+    ok = dur_float < _NS_LIMIT
+    dur_ns = np.where(ok, dur_float, 0).astype(np.int64)
+    ok &= dur_ns <= end_word
+    return end_word - np.where(ok, dur_ns, 0), dur_ns, ok
+
+
 def decode_buffer(
     buf,
     tag_table=None,
@@ -125,6 +267,7 @@ def decode_buffer(
     ``tag_table``: a TagTable, a list of names, or None for ``default_tag_table()``.
     ``clock_hz``: SM clock for clock-mode records; by default it is fitted from the
     buffer's ``clock_sync`` pairs. ``metadata`` is merged into ``Trace.metadata``.
+    Records that break a rule of :data:`INVALID_REASONS` are counted, never decoded.
     """
     table = as_tag_table(tag_table)
     words = host_words(buf)
@@ -140,23 +283,12 @@ def decode_buffer(
     records = words[layout.HEADER_WORDS : layout.HEADER_WORDS + layout.WORDS_PER_RECORD * claimed]
     records = records.reshape(claimed, layout.WORDS_PER_RECORD)
 
-    tag_fields = layout.decode_tag_words(records[:, layout.WORD_TAG])
-    complete = tag_fields["complete"]
-    kind = tag_fields["kind"]
-    is_event = complete & np.isin(kind, _EVENT_KINDS)
-    is_sync = complete & (kind == layout.KIND_CLOCK_SYNC)
-    incomplete = claimed - int(np.count_nonzero(complete))
-    invalid = int(np.count_nonzero(complete)) - int(np.count_nonzero(is_event | is_sync))
-
-    tid_fields = layout.decode_tid_words(records[:, layout.WORD_TID])
-    syncs = _clock_syncs(records, tid_fields, np.flatnonzero(is_sync))
+    codes, counts = _classify(records)
+    sync_slots = (np.flatnonzero(codes == layout.KIND_CLOCK_SYNC) if counts[layout.KIND_CLOCK_SYNC]
+                  else np.zeros(0, np.int64))
+    syncs = _clock_syncs(records, sync_slots)
 
     meta: dict[str, Any] = source_metadata(buf)
-    slots = np.flatnonzero(is_event)
-    start_ns = records[:, layout.WORD_START][slots]
-    dur_ns = records[:, layout.WORD_DUR][slots]
-    event_kind = kind[slots]
-    clock_span = event_kind == layout.KIND_CLOCK_SPAN
     fit = fit_clock_rate(syncs, min_span_ns=min_sync_span_ns) if syncs.shape[0] else None
     if fit is not None:
         meta.update(fit)
@@ -165,69 +297,180 @@ def decode_buffer(
             meta["clock_hz_fit"] = fit["clock_hz"]
         meta["clock_hz"] = _check_clock_hz(clock_hz)
         meta["clock_hz_source"] = "argument"
-    dur_cycles = None
-    if clock_span.any():
-        rate = meta.get("clock_hz")
+    rate = meta.get("clock_hz")
+    clock_slots = np.zeros(0, np.int64)
+    if counts[layout.KIND_CLOCK_SPAN]:
         if rate is None:
-            count = int(np.count_nonzero(clock_span))
-            raise ClockRateError(_no_clock_rate_message(count, fit, min_sync_span_ns))
-        start_ns, dur_ns, dur_cycles = _convert_clock_spans(start_ns, dur_ns, clock_span, rate)
+            raise ClockRateError(
+                _no_clock_rate_message(int(counts[layout.KIND_CLOCK_SPAN]), fit, min_sync_span_ns)
+            )
+        clock_slots = np.flatnonzero(codes == layout.KIND_CLOCK_SPAN)
+        clock = records[clock_slots]
+        clock_start, _, ok = _clock_to_ns(clock[:, layout.WORD_START], clock[:, layout.WORD_DUR], rate)
+        del clock
+        if not ok.all():
+            overflow_code = _INVALID_CODE["clock_overflow"]
+            codes[clock_slots[~ok]] = overflow_code
+            counts[overflow_code] += np.count_nonzero(~ok)
+            counts[layout.KIND_CLOCK_SPAN] -= np.count_nonzero(~ok)
+            clock_slots, clock_start = clock_slots[ok], clock_start[ok]
+    else:
+        clock_start = np.zeros(0, np.int64)
 
-    # Sort once, then gather every column straight into place (no structured-array shuffle).
-    order = np.argsort(start_ns, kind="stable")
-    source_slots = slots[order]
-    events = np.empty(slots.shape[0], dtype=EVENT_DTYPE)
-    events["start_ns"] = start_ns[order]
-    events["dur_ns"] = dur_ns[order]
-    events["tag"] = tag_fields["tag"][source_slots]
-    events["payload"] = tag_fields["payload"][source_slots]
-    events["kind"] = event_kind[order]
-    events["tid"] = tid_fields["tid"][source_slots]
-    events["sm"] = tid_fields["sm"][source_slots]
-    events["warp"] = tid_fields["warp"][source_slots]
-    events["dur_cycles"] = -1 if dur_cycles is None else dur_cycles[order]
-    events["slot"] = source_slots
-    events["launch"] = 0  # one launch until the launch identity of the records is decoded
+    order = _sorted_event_slots(records, codes, counts, clock_slots, clock_start)
+    del codes
+    events = _gather_events(records, order, rate)
     meta["capacity"] = capacity
     if metadata:
         meta.update(metadata)
+    reasons = {r: int(counts[_INVALID_CODE[r]]) for r in INVALID_REASONS if counts[_INVALID_CODE[r]]}
     return Trace(
         events=events,
         tag_names=table.names,
         capacity=capacity,
         attempted=counter,
         overflow=max(0, counter - capacity),
-        incomplete=incomplete,
+        incomplete=int(counts[_INCOMPLETE]),
         metadata=meta,
-        invalid=invalid,
+        invalid=sum(reasons.values()),
         clock_syncs=syncs,
+        invalid_reasons=reasons,
     )
 
 
-def _clock_syncs(records: np.ndarray, tid_fields: dict, slots: np.ndarray) -> np.ndarray:
+def _sorted_event_slots(records, codes, counts, clock_slots, clock_start) -> np.ndarray:
+    """Slots of the valid events in (start_ns, slot) order.
+
+    Sorting is the cost that dominates decoding, so where the span of start times allows
+    (range * count < 2**64, true for any real kernel) each start is packed with its rank
+    into one uint64 and sorted by value: unique keys make it stable without a stable sort,
+    and numpy's in-place SIMD sort does it several times faster than
+    ``argsort(kind="stable")`` with no index array beside the keys."""
+    n_events = int(counts[layout.KIND_SPAN] + counts[layout.KIND_INSTANT]
+                   + counts[layout.KIND_CLOCK_SPAN])
+    if n_events == 0:
+        return np.zeros(0, dtype=np.int64)
+    every_slot = n_events == records.shape[0]
+    slots = None if every_slot else np.flatnonzero(codes <= layout.KIND_CLOCK_SPAN)
+    clock_positions = clock_slots if every_slot else np.searchsorted(slots, clock_slots)
+    key = np.empty(n_events, dtype=np.int64)
+
+    def fill_key(lo: int, hi: int) -> tuple[int, int]:
+        part = key[lo:hi]
+        if slots is None:
+            part[...] = records[lo:hi, layout.WORD_START]
+        else:
+            np.take(records[:, layout.WORD_START], slots[lo:hi], out=part)
+        first, last = np.searchsorted(clock_positions, [lo, hi])
+        key[clock_positions[first:last]] = clock_start[first:last]
+        return int(part.min()), int(part.max())
+
+    bounds = _run_blocks(fill_key, n_events)
+    low = min(b[0] for b in bounds)
+    high = max(b[1] for b in bounds)
+    rank_bits = max(1, (n_events - 1).bit_length())
+    if (high - low) >> (64 - rank_bits):  # start times too far apart to pack: plain sort
+        order = np.argsort(key, kind="stable")
+        del key
+    else:
+        packed = key.view(np.uint64)
+
+        def pack(lo: int, hi: int) -> None:
+            ranks = np.empty(min(_BLOCK, hi - lo), dtype=np.uint64)
+            for first in range(lo, hi, _BLOCK):
+                part = key[first : min(first + _BLOCK, hi)]
+                np.subtract(part, low, out=part)
+                view = packed[first : first + part.shape[0]]
+                np.left_shift(view, np.uint64(rank_bits), out=view)
+                ranks_part = ranks[: part.shape[0]]
+                np.add(_RANK_BASE[: part.shape[0]], np.uint64(first), out=ranks_part)
+                view |= ranks_part
+
+        _run_blocks(pack, n_events)
+        # One in-place SIMD sort: splitting it over threads and merging the runs gains
+        # little on two cores and needs a merge buffer of half the keys.
+        packed.sort()
+        mask = np.uint64((1 << rank_bits) - 1)
+        _run_blocks(lambda lo, hi: np.bitwise_and(packed[lo:hi], mask, out=packed[lo:hi]),
+                    n_events)
+        order = key  # the low bits now hold the ranks, in sorted order
+    if slots is not None:
+        def to_slots(lo: int, hi: int) -> None:
+            part = order[lo:hi]
+            np.take(slots, part, out=part)
+
+        _run_blocks(to_slots, n_events)
+    return order
+
+
+def _gather_events(records: np.ndarray, order: np.ndarray, clock_hz: float | None) -> np.ndarray:
+    """The EVENT_DTYPE table of the records at slots ``order`` (already in output order),
+    built block by block in cache and copied into place once."""
+    events = np.empty(order.shape[0], dtype=EVENT_DTYPE)
+    # Whole rows move as raw bytes: assigning structured arrays copies field by field.
+    raw_events = events.view(np.dtype((np.void, EVENT_DTYPE.itemsize)))
+    # start_ns and dur_ns are adjacent in both the record and EVENT_DTYPE: copy them as one
+    time_words = np.dtype((np.void, 16))
+    assert EVENT_DTYPE.fields["dur_ns"][1] == EVENT_DTYPE.fields["start_ns"][1] + 8 == 8
+    assert layout.WORD_DUR == layout.WORD_START + 1 == 1
+
+    def work(lo: int, hi: int) -> None:
+        size = min(_BLOCK, hi - lo)
+        block_events = np.zeros(size, dtype=EVENT_DTYPE)  # launch stays 0: one launch
+        block_events["dur_cycles"] = -1  # only clock rows change it (and are reset below)
+        raw_block = block_events.view(raw_events.dtype)
+        out_times = np.ndarray(size, time_words, block_events, 0, (EVENT_DTYPE.itemsize,))
+        rows = np.empty((size, layout.WORDS_PER_RECORD), dtype=np.int64)
+        scratch = np.empty(size, dtype=np.int64)
+        for first in range(lo, hi, _BLOCK):
+            slots = order[first : min(first + _BLOCK, hi)]
+            n = slots.shape[0]
+            out, rec, a = block_events[:n], rows[:n], scratch[:n]
+            np.take(records, slots, axis=0, out=rec)
+            tag, tid = rec[:, layout.WORD_TAG], rec[:, layout.WORD_TID]
+            out_times[:n] = rec.view(time_words)[:, 0]  # start_ns and dur_ns in one copy
+            np.bitwise_and(tag, layout.field_mask(layout.TAG_BITS), out=a)
+            out["tag"] = a
+            np.right_shift(tag, layout.PAYLOAD_SHIFT, out=a)
+            out["payload"] = a.astype(np.uint32).view(np.int32)
+            np.right_shift(tag, layout.KIND_SHIFT, out=a)
+            np.bitwise_and(a, layout.field_mask(layout.KIND_BITS), out=a)
+            out["kind"] = a
+            is_clock = a == layout.KIND_CLOCK_SPAN
+            out["tid"] = tid.astype(np.uint32).view(np.int32)
+            np.right_shift(tid, layout.SM_SHIFT, out=a)
+            np.bitwise_and(a, layout.field_mask(layout.SM_BITS), out=a)
+            out["sm"] = a
+            np.right_shift(tid, layout.WARP_SHIFT, out=a)
+            np.bitwise_and(a, layout.field_mask(layout.WARP_BITS), out=a)
+            out["warp"] = a
+            out["slot"] = slots
+            where = np.flatnonzero(is_clock)
+            if where.shape[0]:
+                start, dur, _ = _clock_to_ns(
+                    rec[where, layout.WORD_START], rec[where, layout.WORD_DUR], clock_hz
+                )
+                out["dur_cycles"][where] = rec[where, layout.WORD_DUR]
+                out["start_ns"][where] = start
+                out["dur_ns"][where] = dur
+            raw_events[first : first + n] = raw_block[:n]
+            if where.shape[0]:
+                out["dur_cycles"][where] = -1
+
+    _run_blocks(work, order.shape[0])
+    return events
+
+
+def _clock_syncs(records: np.ndarray, slots: np.ndarray) -> np.ndarray:
+    rows = records[slots]
+    tid_fields = layout.decode_tid_words(rows[:, layout.WORD_TID])
     syncs = np.empty(slots.shape[0], dtype=CLOCK_SYNC_DTYPE)
-    syncs["globaltimer_ns"] = records[slots, layout.WORD_START]
-    syncs["clock_cycles"] = records[slots, layout.WORD_DUR]
-    syncs["sm"] = tid_fields["sm"][slots]
-    syncs["tid"] = tid_fields["tid"][slots]
+    syncs["globaltimer_ns"] = rows[:, layout.WORD_START]
+    syncs["clock_cycles"] = rows[:, layout.WORD_DUR]
+    syncs["sm"] = tid_fields["sm"]
+    syncs["tid"] = tid_fields["tid"]
     syncs["slot"] = slots
     return syncs
-
-
-def _convert_clock_spans(start_ns, dur_word, mask, clock_hz: float):
-    """Clock spans: dur word = cycles, start word = END %globaltimer. Make them ordinary.
-
-    Returns new (start_ns, dur_ns, dur_cycles) columns; dur_cycles is -1 for other kinds."""
-    cycles = dur_word[mask]
-    dur_ns = np.rint(cycles.astype(np.float64) * 1e9 / clock_hz)
-    dur_ns = np.clip(dur_ns, -_NS_LIMIT, _NS_LIMIT).astype(np.int64)
-    dur_cycles = np.full(dur_word.shape[0], -1, dtype=np.int64)
-    dur_cycles[mask] = cycles
-    new_dur = dur_word.copy()
-    new_dur[mask] = dur_ns
-    new_start = start_ns.copy()
-    new_start[mask] = start_ns[mask] - dur_ns
-    return new_start, new_dur, dur_cycles
 
 
 def _no_clock_rate_message(count: int, fit: dict | None, min_span_ns: int) -> str:
@@ -267,10 +510,13 @@ def warn_about_losses(trace: Trace, *, include_overflow: bool = True, stacklevel
             stacklevel=stacklevel + 1,
         )
     if trace.invalid > 0:
+        reasons = getattr(trace, "invalid_reasons", None) or {}
+        named = ", ".join(f"{count} {reason.replace('_', ' ')}" for reason, count in reasons.items())
         warnings.warn(
-            f"{trace.invalid} of {trace.recorded} records have a record kind this version of "
-            "cute_prof does not know (corrupted buffer, or written by a newer cute_prof); "
-            "they were left out",
+            f"{trace.invalid} of {trace.recorded} records are invalid"
+            + (f" ({named})" if named else "")
+            + ": the buffer was corrupted or written by a newer cute_prof (see the validity "
+            "rules in the README's layout section); they were left out",
             ProfileWarning,
             stacklevel=stacklevel + 1,
         )

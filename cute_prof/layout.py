@@ -15,11 +15,11 @@ Tag word (word 2)::
     bits  0..15  tag id (0..65535)
     bits 16..47  payload: the 32-bit pattern of a user int32 (loop index, tile id)
     bits 48..51  record kind (KIND_*)
-    bits 52..55  reserved, zero
+    bits 52..55  reserved, zero (TAG_RESERVED_MASK)
     bits 56..62  COMPLETE_MAGIC: written in the same store as the rest of the record, so a
                  slot that was claimed but never written (kernel trapped, or was killed)
                  reads back as zero here and is reported as incomplete
-    bit  63      zero: a valid tag word is never negative
+    bit  63      zero: a valid tag word is never negative (also in TAG_RESERVED_MASK)
 
 Tid word (word 3)::
 
@@ -27,7 +27,11 @@ Tid word (word 3)::
     bits 32..43  SM id (``%smid``)
     bits 44..49  warp index inside the CTA
     bits 50..62  reserved, zero
-    bit  63      zero
+    bit  63      zero (bits 50..63 form TID_RESERVED_MASK)
+
+A record whose magic is present but whose reserved bits are not zero is *invalid*, not
+incomplete (see the validity rules in ``cute_prof.decode``). Giving reserved bits a meaning
+means shrinking ``TAG_RESERVED_*`` / ``TID_RESERVED_*`` here; the decoder reads only these.
 
 Kinds: ``KIND_SPAN`` (start_ns, dur_ns from ``%globaltimer``); ``KIND_INSTANT`` (dur_ns = 0);
 ``KIND_CLOCK_SPAN`` (dur word holds SM cycles from ``clock64``; start word holds the
@@ -67,6 +71,7 @@ COMPLETE_MAGIC = 0x5A
 TID_SHIFT, TID_BITS = 0, 32
 SM_SHIFT, SM_BITS = 32, 12
 WARP_SHIFT, WARP_BITS = 44, 6
+TID_RESERVED_SHIFT, TID_RESERVED_BITS = 50, 14  # up to and including the sign bit 63
 
 KIND_SPAN = 0
 KIND_INSTANT = 1
@@ -91,7 +96,17 @@ def field_mask(bits: int) -> int:
     return (1 << bits) - 1
 
 
+def as_int64(value: int) -> int:
+    """The int64 whose two's-complement bit pattern is the 64-bit ``value``."""
+    value &= (1 << 64) - 1
+    return value - (1 << 64) if value >> 63 else value
+
+
 MAGIC_FIELD = COMPLETE_MAGIC << MAGIC_SHIFT
+MAGIC_MASK = field_mask(MAGIC_BITS) << MAGIC_SHIFT
+# Bits that must be zero in a complete record (as int64 bit patterns, for ``words & MASK``).
+TAG_RESERVED_MASK = as_int64((field_mask(TAG_RESERVED_BITS) << TAG_RESERVED_SHIFT) | (1 << 63))
+TID_RESERVED_MASK = as_int64(field_mask(TID_RESERVED_BITS) << TID_RESERVED_SHIFT)
 
 
 def buffer_words(max_events: int) -> int:
@@ -139,24 +154,26 @@ def _as_int32(values: np.ndarray) -> np.ndarray:
 
 
 def decode_tag_words(words: np.ndarray) -> dict:
-    """Split tag words into fields: tag, payload (int32), kind, complete (bool)."""
+    """Split tag words into fields: tag, payload (int32), kind, complete (bool: the magic
+    is there, so the record was written), reserved_ok (bool: the must-be-zero bits are)."""
     words = np.asarray(words, dtype=np.int64)
     return {
         "tag": _field(words, TAG_SHIFT, TAG_BITS).astype(np.int32),
         "payload": _as_int32(_field(words, PAYLOAD_SHIFT, PAYLOAD_BITS)),
         "kind": _field(words, KIND_SHIFT, KIND_BITS).astype(np.uint8),
-        "complete": (words >= 0) & (_field(words, MAGIC_SHIFT, MAGIC_BITS) == COMPLETE_MAGIC)
-        & (_field(words, TAG_RESERVED_SHIFT, TAG_RESERVED_BITS) == 0),
+        "complete": _field(words, MAGIC_SHIFT, MAGIC_BITS) == COMPLETE_MAGIC,
+        "reserved_ok": (words & TAG_RESERVED_MASK) == 0,
     }
 
 
 def decode_tid_words(words: np.ndarray) -> dict:
-    """Split tid words into fields: tid (int32), sm, warp."""
+    """Split tid words into fields: tid (int32), sm, warp, reserved_ok (bool)."""
     words = np.asarray(words, dtype=np.int64)
     return {
         "tid": _as_int32(_field(words, TID_SHIFT, TID_BITS)),
         "sm": _field(words, SM_SHIFT, SM_BITS).astype(np.int16),
         "warp": _field(words, WARP_SHIFT, WARP_BITS).astype(np.int8),
+        "reserved_ok": (words & TID_RESERVED_MASK) == 0,
     }
 
 

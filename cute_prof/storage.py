@@ -18,8 +18,6 @@ from __future__ import annotations
 
 import json
 import os
-import zipfile
-import zlib
 from pathlib import Path
 from typing import Any
 
@@ -137,10 +135,14 @@ def _not_ours(path: Path, why: str) -> ProfileBufferError:
     )
 
 
+def _reject_constant(name: str):
+    raise ValueError(f"{name} is not a JSON number")  # NaN / Infinity: not standard JSON
+
+
 def _parse_json(path: Path, text: str, what: str, expected: type):
     try:
-        value = json.loads(text)
-    except (TypeError, ValueError):
+        value = json.loads(text, parse_constant=_reject_constant)
+    except (TypeError, ValueError, RecursionError):
         raise _not_ours(path, f"its {what} is not valid JSON") from None
     if not isinstance(value, expected):
         raise _not_ours(path, f"its {what} is a {type(value).__name__}, not a {expected.__name__}")
@@ -160,6 +162,11 @@ def _check_header(path: Path, name, version) -> None:
 _ZIP_MAGIC = b"PK\x03\x04"
 
 
+def _first_line(error: BaseException) -> str:
+    text = str(error).strip()
+    return text.splitlines()[0][:200] if text else type(error).__name__
+
+
 def _load_npz(path: Path) -> tuple[np.ndarray, str, str]:
     with open(path, "rb") as handle:
         magic = handle.read(4)
@@ -176,29 +183,27 @@ def _load_npz(path: Path) -> tuple[np.ndarray, str, str]:
             words = archive["buffer"]
             names = str(archive["tag_names"][()])
             metadata = str(archive["metadata"][()])
-    except ProfileBufferError:
+    except (ProfileBufferError, FileNotFoundError, MemoryError):
         raise
-    except (zipfile.BadZipFile, zlib.error, EOFError, ValueError, KeyError, OSError,
-            TypeError) as err:
-        if isinstance(err, FileNotFoundError):
-            raise
-        raise _not_ours(path, f"cannot read it as .npz: {type(err).__name__}: {err}") from None
+    except Exception as err:  # noqa: BLE001
+        # zipfile and numpy raise an open-ended set of types on corrupted archives
+        # (BadZipFile, zlib.error, NotImplementedError for a garbled compression method or
+        # version, EOFError, ValueError, ...): each means the same thing to the user.
+        raise _not_ours(path, f"cannot read it as .npz: {type(err).__name__}: {_first_line(err)}") from None
     return words, names, metadata
 
 
 def _load_pt(path: Path) -> tuple[np.ndarray, str, str]:
-    import pickle
-
     import torch
 
     try:
         data = torch.load(path, map_location="cpu", weights_only=True)
-    except FileNotFoundError:
+    except (FileNotFoundError, MemoryError):
         raise
-    except (pickle.UnpicklingError, RuntimeError, EOFError, ValueError, OSError, TypeError,
-            AttributeError, ImportError, zipfile.BadZipFile) as err:
-        message = str(err).splitlines()[0] if str(err) else type(err).__name__
-        raise _not_ours(path, f"torch.load failed: {message}") from None
+    except Exception as err:  # noqa: BLE001
+        # torch.load's weights-only unpickler raises an open-ended set of types on corrupted
+        # files (UnpicklingError, RuntimeError, IndexError from a garbled stack, ...)
+        raise _not_ours(path, f"torch.load failed: {type(err).__name__}: {_first_line(err)}") from None
     if not isinstance(data, dict):
         raise _not_ours(path, f"it holds a {type(data).__name__}, not a dict")
     missing = {"format", "version", "buffer", "tag_names", "metadata"} - set(data)
@@ -272,6 +277,7 @@ def load_trace(path: str | os.PathLike, *, clock_hz: float | None = None):
 
 # Keys of the JSON ``otherData`` that are Trace fields, not free-form metadata.
 _JSON_TRACE_KEYS = ("producer", "capacity", "attempted", "overflow", "incomplete", "invalid",
+                    "invalid_reasons",
                     "events", "origin_ns", "tag_names", "group_by")
 _JSON_ARG_FIELDS = ("start_ns", "dur_ns", "tid", "payload", "sm", "warp")
 
@@ -288,11 +294,10 @@ def load_chrome_json(path: str | os.PathLike):
     path = Path(path)
     try:
         with open(path, "rb") as handle:
-            data = json.load(handle)
-    except (UnicodeDecodeError, ValueError) as err:
-        raise ProfileBufferError(
-            f"{str(path)!r} is not a JSON trace ({type(err).__name__}: {err})"
-        ) from None
+            data = json.load(handle, parse_constant=_reject_constant)
+    except (UnicodeDecodeError, ValueError, RecursionError) as err:
+        why = "nested too deeply" if isinstance(err, RecursionError) else f"{type(err).__name__}: {err}"
+        raise ProfileBufferError(f"{str(path)!r} is not a JSON trace ({why})") from None
     other = data.get("otherData") if isinstance(data, dict) else None
     if not isinstance(other, dict) or other.get("producer") != "cute_prof":
         raise ProfileBufferError(
@@ -302,30 +307,42 @@ def load_chrome_json(path: str | os.PathLike):
     raw_events = data.get("traceEvents")
     if not isinstance(raw_events, list):
         raise ProfileBufferError(f"{str(path)!r}: traceEvents is missing or not a list")
-    tag_names = [str(n) for n in other.get("tag_names") or []]
+    tag_names = other.get("tag_names") or []
+    if not isinstance(tag_names, list) or not all(isinstance(n, str) for n in tag_names):
+        raise ProfileBufferError(f"{str(path)!r}: otherData.tag_names is not a list of strings")
     tag_ids = {name: i for i, name in enumerate(tag_names)}
     kinds = {name: code for code, name in layout.KIND_NAMES.items()}
     records = [e for e in raw_events if isinstance(e, dict) and e.get("ph") in ("X", "i", "I")]
     events = np.zeros(len(records), dtype=EVENT_DTYPE)
+
+    def integers(values: list, field: str) -> list:
+        if not all(type(v) is int for v in values):  # no floats, bools, strings or nulls
+            raise TypeError(f"{field} must be integers")
+        return values
+
     try:
         args = [e["args"] for e in records]
         for field in _JSON_ARG_FIELDS:
-            events[field] = [a[field] for a in args]
-        events["dur_cycles"] = [a.get("dur_cycles", -1) for a in args]
+            events[field] = integers([a[field] for a in args], field)
+        events["dur_cycles"] = integers([a.get("dur_cycles", -1) for a in args], "dur_cycles")
         events["kind"] = [
             kinds.get(e.get("cat"), layout.KIND_INSTANT if e["ph"] != "X" else layout.KIND_SPAN)
+            if isinstance(e.get("cat", ""), str) else layout.KIND_SPAN
             for e in records
         ]
         names = [e["name"] for e in records]
+        if not all(isinstance(name, str) for name in names):
+            raise TypeError("event names must be strings")
     except (KeyError, TypeError, ValueError, OverflowError) as err:
         raise ProfileBufferError(
             f"{str(path)!r}: an event lacks the cute_prof fields in its args ({err!r}); "
             "the file was edited or written by an older cute_prof"
         ) from None
     tags = np.empty(len(records), dtype=np.int32)
-    for name in set(names) - set(tag_ids):
+    for name in sorted(set(names) - set(tag_ids)):
         unknown = name[len("<unknown tag "):-1] if name.startswith("<unknown tag ") else ""
-        if unknown.isdigit() and int(unknown) not in tag_ids.values():
+        if (unknown.isascii() and unknown.isdigit() and int(unknown) <= layout.MAX_TAG_ID
+                and int(unknown) not in tag_ids.values()):
             tag_ids[name] = int(unknown)
         else:  # a name the tag table lacks: give it the next free id
             tag_ids[name] = max(tag_ids.values(), default=-1) + 1
@@ -336,17 +353,28 @@ def load_chrome_json(path: str | os.PathLike):
     tags[:] = [tag_ids[n] for n in names] if names else []
     events["tag"] = tags
     events["slot"] = np.arange(len(records))
+    from .decode import screen_events
+
+    keep, screened = screen_events(events)
+    events = events[keep]
     events = events[np.argsort(events["start_ns"], kind="stable")]
 
     def count(key: str, default: int) -> int:
         value = other.get(key, default)
-        return int(value) if isinstance(value, (int, float)) else default
+        return value if type(value) is int and 0 <= value <= 2**62 else default
 
     n = len(records)
     metadata = {k: v for k, v in other.items() if k not in _JSON_TRACE_KEYS and v is not None}
     metadata["source_file"] = str(path)
     capacity = count("capacity", n)
     attempted = count("attempted", n)
+    reasons = other.get("invalid_reasons")
+    if not isinstance(reasons, dict) or not all(
+        isinstance(k, str) and isinstance(v, int) for k, v in reasons.items()
+    ):
+        reasons = {}
+    for reason, extra in screened.items():
+        reasons[reason] = reasons.get(reason, 0) + extra
     return Trace(
         events=events,
         tag_names=tuple(table),
@@ -355,7 +383,8 @@ def load_chrome_json(path: str | os.PathLike):
         overflow=count("overflow", max(0, attempted - capacity)),
         incomplete=count("incomplete", 0),
         metadata=metadata,
-        invalid=count("invalid", 0),
+        invalid=count("invalid", 0) + sum(screened.values()),
+        invalid_reasons=reasons,
     )
 
 
@@ -364,8 +393,9 @@ def trace_to_buffer(trace) -> np.ndarray:
     capacity), so :func:`save_trace` can store a Trace that no longer has its buffer.
 
     Clock spans go back to their raw form (end %globaltimer, cycles) when the trace kept
-    the cycle count; records that were invalid in the original buffer come back as
-    never-written (incomplete) slots."""
+    the cycle count. Invalid records come back as records that break the same validity rule
+    (``trace.invalid_reasons``), in free slots below the counter; the other free slots there
+    are never-written (incomplete) ones."""
     from . import layout
 
     events = trace.events
@@ -409,7 +439,40 @@ def trace_to_buffer(trace) -> np.ndarray:
         records[sync_slots, layout.WORD_TID] = layout.encode_tid_words(
             syncs["tid"], sm=syncs["sm"]
         )
+    _write_invalid_records(records, slots, min(int(words[layout.COUNTER_INDEX]), capacity),
+                           getattr(trace, "invalid_reasons", None) or {})
     return words
+
+
+def _invalid_record(reason: str) -> list[int] | None:
+    """``[start, dur, tag word, tid word]`` of a record the decoder rejects for ``reason``."""
+    from . import layout
+
+    span = layout.tag_word_constant(0)
+    clock = layout.tag_word_constant(0, kind=layout.KIND_CLOCK_SPAN)
+    int64_max = np.iinfo(np.int64).max
+    return {
+        "reserved_bits": [0, 0, span, layout.TID_RESERVED_MASK],
+        "unknown_kind": [0, 0, layout.tag_word_constant(0, kind=layout.field_mask(layout.KIND_BITS)), 0],
+        "negative_start": [-1, 0, span, 0],
+        "negative_duration": [0, -1, span, 0],
+        "end_overflow": [int64_max, 1, span, 0],
+        # ends at 0 after more cycles than any clock rate turns into 0 ns
+        "clock_overflow": [0, int64_max, clock, 0],
+    }.get(reason)
+
+
+def _write_invalid_records(records: np.ndarray, used_slots: np.ndarray, recorded: int,
+                           reasons: dict) -> None:
+    free = np.setdiff1d(np.arange(recorded, dtype=np.int64), used_slots)
+    first = 0
+    for reason, count in reasons.items():
+        record = _invalid_record(reason)
+        if record is None or not isinstance(count, int) or count <= 0:
+            continue
+        chosen = free[first : first + count]
+        records[chosen] = np.array(record, dtype=np.int64)
+        first += chosen.shape[0]
 
 
 def save_trace(

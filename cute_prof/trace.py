@@ -98,7 +98,7 @@ class Trace:
     overflow: int  # attempted - capacity when positive: records that did not fit
     incomplete: int  # slots claimed (below min(attempted, capacity)) but never written
     metadata: dict[str, Any] = field(default_factory=dict)  # device, clock_hz, ...
-    # complete records whose kind this decoder does not know (newer format or corruption)
+    # complete records that break a validity rule (decode.INVALID_REASONS); never decoded
     invalid: int = 0
     # KIND_CLOCK_SYNC calibration pairs (CLOCK_SYNC_DTYPE), in slot order
     clock_syncs: np.ndarray = field(default_factory=_empty_clock_syncs)
@@ -108,6 +108,9 @@ class Trace:
     # display names of tracks, tid -> name ("producer", "consumer wg1 warp 5"); tids not
     # named here are shown as "tid N"
     track_names: dict[int, str] = field(default_factory=dict)
+    # invalid records per reason (keys from decode.INVALID_REASONS); sums to ``invalid``
+    # when the source kept the reasons
+    invalid_reasons: dict[str, int] = field(default_factory=dict)
 
     # ------------------------------------------------------------- counts
     def __len__(self) -> int:

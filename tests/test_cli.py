@@ -162,3 +162,67 @@ def test_console_script(saved):
     result = subprocess.run(["cute-prof", "-q", "summary", str(saved["npz"])],
                             capture_output=True, text=True, timeout=300)
     assert result.returncode == 0 and "mainloop" in result.stdout
+
+
+def corrupted_files(directory: Path, saved: dict) -> dict[str, Path]:
+    """Files a user might hand the CLI by mistake, each broken in a different way."""
+    good = saved["npz"].read_bytes()
+    files = {
+        "truncated.npz": good[: len(good) // 2],
+        "flipped_header.npz": bytes([good[0] ^ 0xFF]) + good[1:],
+        "flipped_middle.npz": good[:200] + bytes([good[200] ^ 0x55]) + good[201:],
+        "empty.pt": b"",
+        "garbage.pt": b"\x80\x02not a pickle at all",
+        "list.json": b"[1, 2, 3]",
+        "wrong_shape.json": json.dumps({"otherData": {"producer": "cute_prof", "tag_names": 5},
+                                        "traceEvents": []}).encode(),
+        "bad_args.json": json.dumps({"otherData": {"producer": "cute_prof"}, "traceEvents": [
+            {"ph": "X", "name": 3, "args": {"start_ns": "x"}}]}).encode(),
+        "deep.json": b"[" * 100_000 + b"]" * 100_000,
+        "not_utf8.json": b"\xff\xfe\x00garbage",
+    }
+    paths = {}
+    for name, data in files.items():
+        path = directory / name
+        path.write_bytes(data)
+        paths[name] = path
+    return paths
+
+
+@pytest.mark.parametrize("verb", [["summary"], ["export", "-o", "{out}.json"],
+                                  ["plot", "-o", "{out}.png"]])
+def test_corrupted_files_give_one_line_and_stay_unchanged(saved, tmp_path, verb):
+    for name, path in corrupted_files(tmp_path, saved).items():
+        before = path.read_bytes()
+        args = [part.format(out=tmp_path / "out") for part in verb]
+        result = run(args[0], path, *args[1:])
+        assert result.returncode == 2, (name, result.stderr)
+        lines = result.stderr.strip().splitlines()
+        assert lines[-1].startswith("cute-prof: error: "), (name, result.stderr)
+        assert "Traceback" not in result.stderr, name
+        assert len([l for l in lines if "error" in l]) == 1, (name, result.stderr)
+        assert path.read_bytes() == before, f"{name} was modified"
+
+
+def test_output_over_the_input_is_refused(saved, tmp_path, capsys):
+    copy = tmp_path / "t.json"
+    assert main(["-q", "export", str(saved["npz"]), "-o", str(copy)]) == 0
+    before = copy.read_bytes()
+    assert main(["-q", "export", str(copy), "-o", str(copy)]) == 2
+    assert "is the input trace" in capsys.readouterr().err
+    assert copy.read_bytes() == before
+
+
+def test_a_bug_still_ends_with_one_line(saved, monkeypatch, capsys):
+    import cute_prof.analysis as analysis
+
+    def broken(trace):
+        raise RuntimeError("boom\nsecond line")
+
+    monkeypatch.setattr(analysis, "summarize", broken)
+    assert main(["-q", "summary", str(saved["npz"])]) == 1
+    err = capsys.readouterr().err
+    assert err.count("\n") == 1 and "internal error: RuntimeError: boom second line" in err
+    monkeypatch.setenv("CUTE_PROF_TRACEBACK", "1")
+    with pytest.raises(RuntimeError):
+        main(["-q", "summary", str(saved["npz"])])

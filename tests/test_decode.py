@@ -183,7 +183,7 @@ def test_complete_records_of_unknown_kind_are_counted_invalid():
     layout.write_records(buf, [1, 2, 3], 1, tag=0, tid=0, kind=[0, 9, 1])
     trace = decode_buffer(buf, ["a"])
     assert trace.invalid == 1 and len(trace) == 2
-    with pytest.warns(ProfileWarning, match="1 of 3 records have a record kind"):
+    with pytest.warns(ProfileWarning, match=r"1 of 3 records are invalid \(1 unknown kind\)"):
         decode_events(buf, ["a"])
 
 
@@ -359,3 +359,64 @@ def test_trace_from_events_renumbers_when_ids_clash():
     events = [Event("x", 0, 0, 10, 1), Event("y", 0, 0, 5, 1)]
     trace = Trace.from_events(events)
     assert [trace.tag_name(t) for t in trace.events["tag"]] == ["y", "x"]
+
+
+def reference_decode(buf, clock_hz):
+    """Slot-by-slot Python decode by the README's rules: the oracle for the fast paths."""
+    counter, capacity = int(buf[0]), (buf.shape[0] - 1) // 4
+    rows, invalid = [], 0
+    for slot in range(min(counter, capacity)):
+        start, dur, tag, tid = (int(w) for w in buf[1 + 4 * slot : 5 + 4 * slot])
+        kind = (tag >> 48) & 0xF
+        if (tag >> 56) & 0x7F != layout.COMPLETE_MAGIC:
+            continue
+        if tag & layout.TAG_RESERVED_MASK or tid & layout.TID_RESERVED_MASK or kind > 3 \
+                or start < 0 or dur < 0 or (kind < 2 and start + dur > 2**63 - 1):
+            invalid += 1
+            continue
+        if kind == layout.KIND_CLOCK_SYNC:
+            continue
+        if kind == layout.KIND_CLOCK_SPAN:
+            ns = round(dur * 1e9 / clock_hz)
+            if ns > start:
+                invalid += 1
+                continue
+            start, dur = start - ns, ns
+        rows.append((start, slot, dur))
+    return sorted(rows), invalid
+
+
+@pytest.mark.parametrize("spread", [10**6, 2**62], ids=["packed_sort", "wide_range_argsort"])
+def test_blocked_threaded_decode_matches_a_slot_by_slot_reference(monkeypatch, spread):
+    """Small blocks and a low threshold send 3,000 records through every threaded,
+    multi-block path (and, with a 2**62 spread of starts, the plain argsort fallback)."""
+    import cute_prof.decode as decode_module
+
+    monkeypatch.setattr(decode_module, "_BLOCK", 64)
+    monkeypatch.setattr(decode_module, "_PARALLEL_ABOVE", 100)
+    rng = np.random.default_rng(5)
+    count = 3000
+    buf = empty(count + 10)
+    start = rng.integers(0, spread, count)
+    start[::7] = start[3]  # many ties: order must fall back to the slot
+    kind = rng.choice([0, 1, 2, 3], count, p=[0.6, 0.1, 0.25, 0.05])
+    layout.write_records(buf, start, rng.integers(0, 10**5, count), rng.integers(0, 5, count),
+                         rng.integers(-50, 50, count), kind=kind, payload=rng.integers(-9, 9, count))
+    records = buf[1 : 1 + 4 * count].reshape(count, 4)
+    bad = rng.choice(count, 300, replace=False)
+    records[bad[:100], 1] = -1
+    records[bad[100:200], 2] = 0  # incomplete
+    records[bad[200:], 3] |= 1 << 55
+    buf[0] = count + 4  # four claimed slots never written
+    clock_hz = 1.25e9
+    trace = decode_buffer(buf, TAGS, clock_hz=clock_hz)
+    expected, invalid = reference_decode(buf, clock_hz)
+    got = list(zip(trace.events["start_ns"].tolist(), trace.events["slot"].tolist(),
+                   trace.events["dur_ns"].tolist()))
+    assert got == expected
+    assert trace.invalid == invalid and trace.incomplete == 104
+    clock = trace.events["kind"] == layout.KIND_CLOCK_SPAN
+    np.testing.assert_array_equal(trace.events["dur_cycles"][clock],
+                                  records[trace.events["slot"][clock], 1])
+    assert (trace.events["dur_cycles"][~clock] == -1).all()
+    np.testing.assert_array_equal(trace.events["tid"], records[trace.events["slot"], 3] << 32 >> 32)

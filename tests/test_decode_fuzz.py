@@ -47,6 +47,10 @@ def check_accounting(buf: np.ndarray, trace) -> None:
     assert (slots < claimed).all() and (slots >= 0).all()
     starts = trace.events["start_ns"]
     assert (starts[1:] >= starts[:-1]).all(), "events must be sorted by start"
+    durations = trace.events["dur_ns"]
+    assert (starts >= 0).all() and (durations >= 0).all(), "the validity rules were bypassed"
+    assert (starts <= np.iinfo(np.int64).max - durations).all(), "an end beyond int64"
+    assert sum(trace.invalid_reasons.values()) == trace.invalid
 
 
 @st.composite

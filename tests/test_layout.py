@@ -67,23 +67,47 @@ def test_zero_word_is_incomplete_and_magic_makes_it_complete():
     assert layout.decode_tag_words(only_magic)["complete"][0]
 
 
-@pytest.mark.parametrize(
-    "corruption",
-    [
-        1 << layout.TAG_RESERVED_SHIFT,  # reserved bits must be zero
-        1 << layout.MAGIC_SHIFT,  # one magic bit flipped
-    ],
-)
-def test_corrupted_tag_words_are_not_complete(corruption):
+def test_flipped_magic_bit_makes_tag_word_incomplete():
     good = layout.encode_tag_words(5, payload=9, kind=layout.KIND_SPAN)
-    bad = np.asarray(good ^ corruption, dtype=np.int64)
+    bad = np.asarray(good ^ (1 << layout.MAGIC_SHIFT), dtype=np.int64)
     assert not bool(layout.decode_tag_words(bad)["complete"])
 
 
-def test_sign_bit_makes_tag_word_incomplete():
+@pytest.mark.parametrize(
+    "bit", [layout.TAG_RESERVED_SHIFT, layout.TAG_RESERVED_SHIFT + layout.TAG_RESERVED_BITS - 1, 63]
+)
+def test_reserved_tag_bits_leave_the_record_complete_but_not_reserved_ok(bit):
     good = int(layout.encode_tag_words(5, payload=9, kind=layout.KIND_SPAN))
-    negative = np.array([good | (1 << 63)], dtype=np.uint64).view(np.int64)
-    assert not layout.decode_tag_words(negative)["complete"][0]
+    bad = np.array([good | (1 << bit)], dtype=np.uint64).view(np.int64)
+    fields = layout.decode_tag_words(bad)
+    assert fields["complete"][0] and not fields["reserved_ok"][0]
+    assert layout.decode_tag_words(np.array([good]))["reserved_ok"][0]
+
+
+@pytest.mark.parametrize("bit", [layout.TID_RESERVED_SHIFT, 62, 63])
+def test_reserved_tid_bits_are_flagged(bit):
+    good = int(layout.encode_tid_words(-1, sm=layout.MAX_SM_ID, warp=layout.MAX_WARP_ID))
+    assert layout.decode_tid_words(np.array([good]))["reserved_ok"][0]
+    bad = np.array([good | (1 << bit)], dtype=np.uint64).view(np.int64)
+    assert not layout.decode_tid_words(bad)["reserved_ok"][0]
+
+
+def test_reserved_masks_cover_exactly_the_bits_no_field_uses():
+    tag_used = (
+        (layout.field_mask(layout.TAG_BITS) << layout.TAG_SHIFT)
+        | (layout.field_mask(layout.PAYLOAD_BITS) << layout.PAYLOAD_SHIFT)
+        | (layout.field_mask(layout.KIND_BITS) << layout.KIND_SHIFT)
+        | layout.MAGIC_MASK
+    )
+    assert tag_used | (layout.TAG_RESERVED_MASK & (2**64 - 1)) == 2**64 - 1
+    assert tag_used & layout.TAG_RESERVED_MASK == 0
+    tid_used = (
+        (layout.field_mask(layout.TID_BITS) << layout.TID_SHIFT)
+        | (layout.field_mask(layout.SM_BITS) << layout.SM_SHIFT)
+        | (layout.field_mask(layout.WARP_BITS) << layout.WARP_SHIFT)
+    )
+    assert tid_used | (layout.TID_RESERVED_MASK & (2**64 - 1)) == 2**64 - 1
+    assert tid_used & layout.TID_RESERVED_MASK == 0
 
 
 def test_scalar_constant_matches_vectorised_encoder():

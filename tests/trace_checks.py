@@ -5,7 +5,6 @@ from __future__ import annotations
 import json
 from pathlib import Path
 
-import numpy as np
 
 
 def json_nesting_violations(trace) -> list[str]:
@@ -27,10 +26,8 @@ def json_nesting_violations(trace) -> list[str]:
             by_track.setdefault(key, []).append((start, start + round(float(event.get("dur", 0)) * 1000)))
     problems = []
     for key, spans in by_track.items():
-        array = np.array(spans, dtype=np.int64)
-        order = np.lexsort((-(array[:, 1] - array[:, 0]), array[:, 0]))
-        stack: list[float] = []
-        for start, end in array[order].tolist():
+        stack: list[int] = []  # Python ints: timestamps near the int64 limit stay exact
+        for start, end in sorted(spans, key=lambda span: (span[0], span[0] - span[1])):
             while stack and stack[-1] <= start:
                 stack.pop()
             if stack and end > stack[-1]:

@@ -208,15 +208,17 @@ def busy_union(track: np.ndarray, start: np.ndarray, end: np.ndarray) -> _UnionR
     cluster_first = np.flatnonzero(opens_cluster)
     cluster_last = np.r_[cluster_first[1:], n] - 1
     cluster_length = running_end[cluster_last] - rel_start[cluster_first]
-    n_groups = group_starts.shape[0]
-    busy = np.bincount(group_index[cluster_first], weights=cluster_length, minlength=n_groups)
+    # Exact int64 sums (float weights round ends near 2**63 past the int64 range); every
+    # track opens at least one cluster and clusters of one track are disjoint, so a track's
+    # sum stays within its time range.
+    busy = np.add.reduceat(cluster_length, np.searchsorted(cluster_first, group_starts))
 
     is_gap = opens_cluster & ~first_in_group
     gap_ns = rel_start[is_gap] - previous_end[is_gap]
     group_last = group_starts + group_lengths - 1
     return _UnionResult(
         tracks=tracks,
-        busy_ns=np.rint(busy).astype(np.int64),
+        busy_ns=busy.astype(np.int64),
         first_ns=start[group_starts],
         last_ns=running_end[group_last] + t0,
         regions=group_lengths.astype(np.int64),
@@ -307,7 +309,8 @@ class Summary:
     overflow: int
     incomplete: int
     metadata: dict[str, Any] = field(default_factory=dict)
-    invalid: int = 0  # complete records of a kind this version does not know
+    invalid: int = 0  # complete records that break a validity rule (decode.INVALID_REASONS)
+    invalid_reasons: dict[str, int] = field(default_factory=dict)
 
     @property
     def kernel_span_ns(self) -> int:
@@ -336,6 +339,7 @@ class Summary:
             "overflow": self.overflow,
             "incomplete": self.incomplete,
             "invalid": self.invalid,
+            "invalid_reasons": dict(self.invalid_reasons),
             "kernel_start_ns": self.kernel_start_ns,
             "kernel_end_ns": self.kernel_end_ns,
             "kernel_span_ns": self.kernel_span_ns,
@@ -406,6 +410,7 @@ def summarize(trace: Trace) -> Summary:
         incomplete=int(trace.incomplete),
         metadata=dict(trace.metadata or {}),
         invalid=int(getattr(trace, "invalid", 0) or 0),
+        invalid_reasons=dict(getattr(trace, "invalid_reasons", None) or {}),
     )
 
 
@@ -519,9 +524,11 @@ def _format_summary(summary: Summary, *, max_rows: int, unit: str | None) -> str
             "(kernel aborted or killed mid-record)."
         )
     if summary.invalid:
+        reasons = ", ".join(f"{n:,} {r}" for r, n in summary.invalid_reasons.items())
         lines.append(
-            f"  WARNING: {summary.invalid:,} records have an unknown kind (corrupted buffer "
-            "or a newer cute_prof) and were left out."
+            f"  WARNING: {summary.invalid:,} records are invalid"
+            + (f" ({reasons})" if reasons else "")
+            + ": corrupted buffer or a newer cute_prof; they were left out."
         )
     device = summary.metadata.get("device") or summary.metadata.get("device_name")
     if device:
