@@ -25,6 +25,7 @@ import numpy as np
 from . import layout
 from .buffer import host_words, source_metadata
 from .errors import ClockRateError, ProfileBufferError, ProfileWarning
+from .launches import launch_identity
 from .tags import as_tag_table
 from .trace import CLOCK_SYNC_DTYPE, EVENT_DTYPE, Event, Trace
 
@@ -129,7 +130,7 @@ def decode_buffer(
     table = as_tag_table(tag_table)
     words = host_words(buf)
     capacity = (words.shape[0] - layout.HEADER_WORDS) // layout.WORDS_PER_RECORD
-    counter = int(words[layout.COUNTER_INDEX])
+    counter, counter_epoch = layout.split_counter_word(words[layout.COUNTER_INDEX])
     if counter < 0 or counter > layout.MAX_PLAUSIBLE_COUNTER:
         raise ProfileBufferError(
             f"record counter is {counter}, which no kernel can produce (valid: 0.."
@@ -187,7 +188,12 @@ def decode_buffer(
     events["warp"] = tid_fields["warp"][source_slots]
     events["dur_cycles"] = -1 if dur_cycles is None else dur_cycles[order]
     events["slot"] = source_slots
-    events["launch"] = 0  # one launch until the launch identity of the records is decoded
+    # which launch (epoch, grid id) wrote each row; slots are in claiming order here
+    launch, launches = launch_identity(
+        records[slots, layout.WORD_TID], start_ns, start_ns + dur_ns, slots,
+        counter_epoch=counter_epoch,
+    )
+    events["launch"] = launch[order]
     meta["capacity"] = capacity
     if metadata:
         meta.update(metadata)
@@ -201,6 +207,7 @@ def decode_buffer(
         metadata=meta,
         invalid=invalid,
         clock_syncs=syncs,
+        launches=launches,
     )
 
 

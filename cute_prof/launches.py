@@ -1,0 +1,103 @@
+"""Which kernel launch wrote each record: the launch column of a decoded trace.
+
+Every record's tid word carries the low bits of the buffer's launch epoch (bumped by the
+host, ``ProfileBuffer.next_launch()``, before a launch or a CUDA-graph replay) and of the
+kernel's ``%gridid`` (different for every direct launch and for every kernel node of a graph,
+the same on every replay of that graph). A launch is one (epoch, grid id) pair.
+
+Epochs are unwrapped in slot order: a launch claims its slots after the epoch bump that
+precedes it (both are stream-ordered), so the epoch never decreases from one claimed slot to
+the next and a step of ``d`` modulo 256 is a step of ``d``. The counter word's full epoch
+anchors the result, so ``Trace.launches[i]["epoch"]`` is the value the host bumped to.
+Limits (documented in the README): more than 255 bumps between two recorded slots, or 32
+launches of one epoch whose grid ids agree in their low 5 bits, cannot be told apart.
+"""
+
+from __future__ import annotations
+
+from typing import Any
+
+import numpy as np
+
+from . import layout
+
+__all__ = ["launch_identity", "launch_keys"]
+
+_EPOCH_MODULUS = 1 << layout.EPOCH_BITS
+_GRID_MODULUS = 1 << layout.GRID_BITS
+
+
+def launch_keys(tid_words: np.ndarray, counter_epoch: int) -> tuple[np.ndarray, np.ndarray]:
+    """``(epoch, grid)`` per record, for tid words given in slot order.
+
+    ``epoch`` is the full launch epoch (unwrapped, anchored at ``counter_epoch``, the
+    epoch in the counter word when the buffer was read); ``grid`` the low grid id bits."""
+    fields = layout.decode_launch_bits(np.asarray(tid_words, dtype=np.int64))
+    low, grid = fields["epoch"], fields["grid"]
+    if low.shape[0] == 0:
+        return low, grid
+    steps = np.diff(low) % _EPOCH_MODULUS
+    unwrapped = np.concatenate(([0], np.cumsum(steps)))
+    last_low = int(low[-1])
+    anchor = int(counter_epoch) - ((int(counter_epoch) - last_low) % _EPOCH_MODULUS)
+    if anchor < 0:  # counter word lost its epoch (reset between the launch and the read)
+        anchor = last_low
+    epoch = unwrapped - unwrapped[-1] + anchor
+    return epoch, grid
+
+
+def launch_identity(
+    tid_words: np.ndarray,
+    start_ns: np.ndarray,
+    end_ns: np.ndarray,
+    slots: np.ndarray,
+    *,
+    counter_epoch: int = 0,
+) -> tuple[np.ndarray, list[dict[str, Any]]]:
+    """Launch index per record and one dict per launch, launches ordered by first slot.
+
+    Inputs are per record, in slot order. Each dict: ``index``, ``epoch``, ``grid_id`` (low
+    5 bits of ``%gridid``), ``first_ns`` (earliest start), ``last_ns`` (latest end),
+    ``records``, ``first_slot``, ``last_slot``, ``kernel`` (None; set by whoever knows the
+    name, e.g. the torch.profiler merge)."""
+    slots = np.asarray(slots, dtype=np.int64)
+    epoch, grid = launch_keys(tid_words, counter_epoch)
+    if slots.shape[0] == 0:
+        return np.zeros(0, dtype=np.int32), []
+    keys = epoch * _GRID_MODULUS + grid
+    unique_keys, first_index, inverse = np.unique(keys, return_index=True, return_inverse=True)
+    inverse = inverse.reshape(-1)
+    # launches numbered by the slot of their first record (order of claiming)
+    order = np.argsort(slots[first_index], kind="stable")
+    rank = np.empty_like(order)
+    rank[order] = np.arange(order.shape[0])
+    launch = rank[inverse].astype(np.int32)
+    count = unique_keys.shape[0]
+    records = np.bincount(launch, minlength=count)
+    first_ns = np.full(count, np.iinfo(np.int64).max, dtype=np.int64)
+    last_ns = np.full(count, np.iinfo(np.int64).min, dtype=np.int64)
+    first_slot = np.full(count, np.iinfo(np.int64).max, dtype=np.int64)
+    last_slot = np.full(count, -1, dtype=np.int64)
+    np.minimum.at(first_ns, launch, np.asarray(start_ns, dtype=np.int64))
+    np.maximum.at(last_ns, launch, np.asarray(end_ns, dtype=np.int64))
+    np.minimum.at(first_slot, launch, slots)
+    np.maximum.at(last_slot, launch, slots)
+    launch_epoch = np.empty(count, dtype=np.int64)
+    launch_grid = np.empty(count, dtype=np.int64)
+    launch_epoch[launch] = epoch
+    launch_grid[launch] = grid
+    launches = [
+        {
+            "index": i,
+            "epoch": int(launch_epoch[i]),
+            "grid_id": int(launch_grid[i]),
+            "first_ns": int(first_ns[i]),
+            "last_ns": int(last_ns[i]),
+            "records": int(records[i]),
+            "first_slot": int(first_slot[i]),
+            "last_slot": int(last_slot[i]),
+            "kernel": None,
+        }
+        for i in range(count)
+    ]
+    return launch, launches
