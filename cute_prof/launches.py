@@ -21,7 +21,7 @@ import numpy as np
 
 from . import layout
 
-__all__ = ["launch_identity", "launch_keys"]
+__all__ = ["launch_identity", "launch_keys", "launch_tag_stats", "LAUNCH_STATS_DTYPE"]
 
 _EPOCH_MODULUS = 1 << layout.EPOCH_BITS
 _GRID_MODULUS = 1 << layout.GRID_BITS
@@ -101,3 +101,48 @@ def launch_identity(
         for i in range(count)
     ]
     return launch, launches
+
+
+# per (launch, tag) duration statistics; launch -1 holds the pooled rows over every launch
+LAUNCH_STATS_DTYPE = np.dtype(
+    [
+        ("launch", np.int32),
+        ("tag", np.int32),
+        ("count", np.int64),
+        ("total_ns", np.int64),
+        ("mean_ns", np.float64),
+        ("median_ns", np.float64),
+        ("min_ns", np.int64),
+        ("max_ns", np.int64),
+    ]
+)
+
+
+def _grouped_stats(keys: np.ndarray, dur: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
+    order = np.lexsort((dur, keys))
+    keys, dur = keys[order], dur[order]
+    unique, starts, counts = np.unique(keys, return_index=True, return_counts=True)
+    stats = np.zeros(unique.shape[0], dtype=LAUNCH_STATS_DTYPE)
+    stats["count"] = counts
+    stats["total_ns"] = np.add.reduceat(dur, starts) if dur.shape[0] else 0
+    stats["mean_ns"] = stats["total_ns"] / np.maximum(counts, 1)
+    stats["median_ns"] = (dur[starts + (counts - 1) // 2] + dur[starts + counts // 2]) / 2
+    stats["min_ns"] = dur[starts]
+    stats["max_ns"] = dur[starts + counts - 1]
+    return unique, stats
+
+
+def launch_tag_stats(trace) -> np.ndarray:
+    """Per-tag duration statistics for every launch, then pooled over launches (launch -1):
+    how one iteration of a loop differs from the others, and what all of them add up to.
+    Rows are ``LAUNCH_STATS_DTYPE``, sorted by launch (pooled first), then tag."""
+    ev = trace.events
+    dur = ev["dur_ns"].astype(np.int64)
+    tag = ev["tag"].astype(np.int64)
+    per_key, per = _grouped_stats(ev["launch"].astype(np.int64) * (1 << 32) + tag, dur)
+    per["launch"] = per_key >> 32
+    per["tag"] = per_key & 0xFFFFFFFF
+    pooled_key, pooled = _grouped_stats(tag, dur)
+    pooled["launch"] = -1
+    pooled["tag"] = pooled_key
+    return np.concatenate([pooled, per])

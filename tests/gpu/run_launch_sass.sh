@@ -6,9 +6,9 @@ set -uo pipefail
 OUT=${OUT:-/tmp/cute_prof_launch}; mkdir -p "$OUT"
 BRANCH=$(cd "$(dirname "$0")/../.." && pwd)
 export PYTHONUNBUFFERED=1
-( cd "$BRANCH/.." && cd .. && PYTHONPATH=$PWD python bench/tools/sass_probe.py /tmp/sass_main ) > "$OUT/sass.log" 2>&1
+( cd "$BRANCH/.." && cd .. && PYTHONPATH=$PWD:${PYTHONPATH:-} python bench/tools/sass_probe.py /tmp/sass_main ) > "$OUT/sass.log" 2>&1
 echo "--- branch" >> "$OUT/sass.log"
-( cd "$BRANCH" && PYTHONPATH=$PWD python bench/tools/sass_probe.py /tmp/sass_branch ) >> "$OUT/sass.log" 2>&1
+( cd "$BRANCH" && PYTHONPATH=$PWD:${PYTHONPATH:-} python bench/tools/sass_probe.py /tmp/sass_branch ) >> "$OUT/sass.log" 2>&1
 for m in atomic staged; do
   echo "--- diff $m (main < > branch), opcodes only" >> "$OUT/sass.log"
   diff <(grep -oE '/\*[0-9a-f]{4}\*/ +[A-Z0-9_.]+' /tmp/sass_main/probe_$m.sass | awk '{print $2}') \
