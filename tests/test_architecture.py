@@ -24,7 +24,7 @@ STAGES = {
     "readers": 3, "storage": 3,
     "analysis": 4,
     "export": 5,
-    "merge": 6, "distributed": 6, "flight": 6, "session": 6, "report": 6,
+    "merge": 6, "loops": 6, "distributed": 6, "flight": 6, "session": 6, "report": 6,
     "cli": 7, "example": 7, "__init__": 8,
 }
 
