@@ -135,6 +135,16 @@ class InstrumentedStep:
     def launch_direct(self):
         self.direct(self.buf_arg, self.data_arg, self.max_events, self.work, current_stream())
 
+    def run_into(self, buffer):
+        """Both kernels, recording into ``buffer`` (e.g. ``profile_loop``'s ``target``)."""
+        from cutlass import Int32
+
+        from cute_prof.device import buffer_arg
+
+        arg, cap = buffer_arg(buffer), Int32(buffer.max_events)
+        self.staged(arg, self.data_arg, cap, self.work, current_stream())
+        self.direct(arg, self.data_arg, cap, self.work, current_stream())
+
     def __call__(self):
         self.data.mul_(0.5).add_(0.25)  # an ordinary torch kernel between ours
         self.launch_staged()

@@ -142,3 +142,18 @@ def test_merged_torch_trace_holds_every_launch_inside_its_kernel_slice(tmp_path)
     figure(f"  start margins ns: {report.start_margin_ns.tolist()}")
     figure(f"  end margins ns: {report.end_margin_ns.tolist()}")
     figure(f"  offset ns: {report.offset_ns}; first record (profiler clock) {first.min()}")
+
+
+def test_profile_loop_records_every_second_iteration(step):
+    with cute_prof.profile_loop(8 * (L.STAGED_RECORDS + L.DIRECT_RECORDS), L.TAGS, every=2) as loop:
+        for _ in loop.iterations(6):
+            step.run_into(loop.target)
+    trace = loop.trace
+    assert loop.recorded_iterations == [0, 2, 4]
+    assert [l["iteration"] for l in trace.launches] == [0, 0, 2, 2, 4, 4]
+    assert [l["records"] for l in trace.launches] == [L.STAGED_RECORDS, L.DIRECT_RECORDS] * 3
+    assert trace.attempted == 3 * (L.STAGED_RECORDS + L.DIRECT_RECORDS)
+    pooled = loop.stats[loop.stats["launch"] == -1]
+    assert int(pooled[pooled["tag"] == 0]["count"][0]) == 3 * L.STAGED_RECORDS
+    figure(f"profile_loop every=2 over 6 iterations: launches {len(trace.launches)}, "
+           f"iterations {[l['iteration'] for l in trace.launches]}")
