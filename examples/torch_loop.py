@@ -209,7 +209,12 @@ def run(out_dir: Path, *, eager_steps: int = EAGER_STEPS, replays: int = GRAPH_R
 def main(argv=None) -> int:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("--out-dir", default="torch_loop_out", type=Path)
+    parser.add_argument("--draw", nargs=2, metavar=("MERGED_JSON", "PNG"),
+                        help="only draw the picture of a merged trace (no GPU needed)")
     args = parser.parse_args(argv)
+    if args.draw:
+        draw_merged(*args.draw)
+        return 0
     trace, report = run(args.out_dir)
     print(f"{len(trace)} records from {len(trace.launches)} launches "
           f"(expected {EAGER_STEPS * 2 + GRAPH_REPLAYS * 2})")
@@ -218,6 +223,66 @@ def main(argv=None) -> int:
               f"records {launch['records']:4d}  {launch.get('kernel')}")
     print(report.describe())
     return 0
+
+
+
+def draw_merged(merged_path, picture_path, *, zoom_launch: int = -2):
+    """A picture of a merged trace: the whole loop (CPU annotations, CUDA API calls, kernels)
+    and a zoom on the instrumented kernel ``zoom_launch`` (by cute_prof launch index; -2:
+    the staged kernel of the last graph replay) with our warps' regions inside its slice."""
+    import json
+
+    import matplotlib
+
+    matplotlib.use("Agg")
+    import matplotlib.pyplot as plt
+
+    events = json.loads(Path(merged_path).read_text())["traceEvents"]
+    spans = [e for e in events if e.get("ph") == "X" and "dur" in e]
+    rows = [("CPU: record_function", lambda e: e.get("cat") == "user_annotation", "tab:blue"),
+            ("CPU: CUDA API", lambda e: e.get("cat") == "cuda_runtime", "tab:gray"),
+            ("GPU stream: torch kernels", lambda e: e.get("cat") == "kernel"
+             and "cute_prof_launch" not in e.get("args", {}), "tab:green"),
+            ("GPU stream: instrumented CuTe kernels", lambda e: e.get("cat") == "kernel"
+             and "cute_prof_launch" in e.get("args", {}), "tab:red")]
+    fig, (whole, zoom) = plt.subplots(2, 1, figsize=(13, 8), gridspec_kw={"height_ratios": [1, 2]})
+    for y, (label, keep, colour) in enumerate(rows):
+        bars = [(float(e["ts"]), max(float(e["dur"]), 0.5)) for e in spans if keep(e)]
+        whole.broken_barh(bars, (len(rows) - 1 - y + 0.1, 0.8), color=colour)
+    whole.set_yticks(range(len(rows)), [r[0] for r in rows][::-1], fontsize=8)
+    whole.set_xlabel("us (profiler clock, rebased)")
+    whole.set_title("torch.profiler trace of 5 eager steps and 3 CUDA-graph replays, merged with cute_prof")
+    kernels = sorted((e for e in spans if "cute_prof_launch" in e.get("args", {})),
+                     key=lambda e: e["args"]["cute_prof_launch"])
+    kernel = kernels[zoom_launch]
+    launch = kernel["args"]["cute_prof_launch"]
+    ours = [e for e in spans if e.get("cat") == "cute_prof" and e["args"]["launch"] == launch]
+    tracks = sorted({e["tid"] for e in ours})
+    names = {e["tid"]: e["args"]["name"] for e in events
+             if e.get("ph") == "M" and e.get("name") == "thread_name"}
+    colours = {}
+    for e in ours:
+        colours.setdefault(e["name"], f"C{len(colours)}")
+    k0, k1 = float(kernel["ts"]), float(kernel["ts"]) + float(kernel["dur"])
+    zoom.broken_barh([(k0, k1 - k0)], (len(tracks) + 0.1, 0.8), color="tab:red")
+    for y, track in enumerate(tracks):
+        for e in (e for e in ours if e["tid"] == track):
+            zoom.broken_barh([(float(e["ts"]), float(e["dur"]))], (len(tracks) - 1 - y + 0.15, 0.7),
+                             color=colours[e["name"]], edgecolor="white", linewidth=0.3)
+    zoom.axvline(k0, color="tab:red", lw=0.8, ls="--")
+    zoom.axvline(k1, color="tab:red", lw=0.8, ls="--")
+    labels = [names.get(t, str(t)).split("cute_prof ")[-1] for t in tracks][::-1]
+    zoom.set_yticks(range(len(tracks) + 1), labels + ["CUPTI kernel slice"], fontsize=7)
+    zoom.set_xlim(k0 - 0.05 * (k1 - k0), k1 + 0.05 * (k1 - k0))
+    zoom.set_xlabel("us")
+    zoom.set_title(f"zoom: launch {launch} ({kernel['name'][:40]}...): each warp's regions inside "
+                   f"the CUPTI slice", fontsize=9)
+    zoom.legend(handles=[plt.Rectangle((0, 0), 1, 1, color=c) for c in colours.values()],
+                labels=list(colours), fontsize=7, loc="lower right")
+    whole.axvline(k0, color="black", lw=0.6)
+    fig.tight_layout()
+    fig.savefig(picture_path, dpi=110)
+    plt.close(fig)
 
 
 if __name__ == "__main__":
