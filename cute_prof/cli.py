@@ -5,6 +5,7 @@
     cute-prof summary TRACE [--json] [--max-rows N] [--unit ns|us|ms]
     cute-prof export  TRACE -o OUT.pftrace|OUT.json|OUT.png|OUT.svg [--group-by G]
     cute-prof plot    TRACE -o OUT.png|OUT.svg [--group-by tid|sm] [--width PX] ...
+    cute-prof merge   TORCH_TRACE.json TRACE -o MERGED.json [--kernel REGEX]
 
 TRACE is a file cute_prof wrote: a saved buffer (``.npz`` / ``.pt`` from
 ``cute_prof.storage.save_buffer``) or a Chrome JSON trace (``.json`` from
