@@ -65,27 +65,35 @@ def launch_identity(
     if slots.shape[0] == 0:
         return np.zeros(0, dtype=np.int32), []
     keys = epoch * _GRID_MODULUS + grid
-    unique_keys, first_index, inverse = np.unique(keys, return_index=True, return_inverse=True)
-    inverse = inverse.reshape(-1)
+    start_ns = np.asarray(start_ns, dtype=np.int64)
+    end_ns = np.asarray(end_ns, dtype=np.int64)
+    # In slot order a launch's records form a few long runs (launches interleave only where
+    # kernels run concurrently), so work on runs: O(n) passes, then tiny per-run arrays.
+    run_starts = np.concatenate(([0], np.flatnonzero(keys[1:] != keys[:-1]) + 1))
+    run_lengths = np.diff(np.concatenate((run_starts, [keys.shape[0]])))
+    run_keys = keys[run_starts]
+    unique_keys, first_run, run_inverse = np.unique(run_keys, return_index=True, return_inverse=True)
+    run_inverse = run_inverse.reshape(-1)
     # launches numbered by the slot of their first record (order of claiming)
-    order = np.argsort(slots[first_index], kind="stable")
+    order = np.argsort(slots[run_starts[first_run]], kind="stable")
     rank = np.empty_like(order)
     rank[order] = np.arange(order.shape[0])
-    launch = rank[inverse].astype(np.int32)
+    run_launch = rank[run_inverse]
+    launch = np.repeat(run_launch, run_lengths).astype(np.int32)
     count = unique_keys.shape[0]
-    records = np.bincount(launch, minlength=count)
+    records = np.bincount(run_launch, weights=run_lengths, minlength=count).astype(np.int64)
     first_ns = np.full(count, np.iinfo(np.int64).max, dtype=np.int64)
     last_ns = np.full(count, np.iinfo(np.int64).min, dtype=np.int64)
     first_slot = np.full(count, np.iinfo(np.int64).max, dtype=np.int64)
     last_slot = np.full(count, -1, dtype=np.int64)
-    np.minimum.at(first_ns, launch, np.asarray(start_ns, dtype=np.int64))
-    np.maximum.at(last_ns, launch, np.asarray(end_ns, dtype=np.int64))
-    np.minimum.at(first_slot, launch, slots)
-    np.maximum.at(last_slot, launch, slots)
+    np.minimum.at(first_ns, run_launch, np.minimum.reduceat(start_ns, run_starts))
+    np.maximum.at(last_ns, run_launch, np.maximum.reduceat(end_ns, run_starts))
+    np.minimum.at(first_slot, run_launch, np.minimum.reduceat(slots, run_starts))
+    np.maximum.at(last_slot, run_launch, np.maximum.reduceat(slots, run_starts))
     launch_epoch = np.empty(count, dtype=np.int64)
     launch_grid = np.empty(count, dtype=np.int64)
-    launch_epoch[launch] = epoch
-    launch_grid[launch] = grid
+    launch_epoch[run_launch] = epoch[run_starts]
+    launch_grid[run_launch] = grid[run_starts]
     launches = [
         {
             "index": i,
