@@ -17,6 +17,7 @@ in its metadata holds the base.
 
 from __future__ import annotations
 
+import copy
 import json
 import re
 from dataclasses import dataclass, field
@@ -74,7 +75,7 @@ class MergeReport:
 def load_torch_trace(source) -> dict:
     """A torch.profiler Chrome trace (path or already-loaded dict, floats as ``Decimal``)."""
     if isinstance(source, dict):
-        return source
+        return copy.deepcopy(source)  # the merge annotates slices; leave the caller's alone
     try:
         with open(source, encoding="utf-8") as handle:
             data = json.load(handle, parse_float=Decimal)
@@ -130,7 +131,8 @@ def merge_torch_trace(
 
     Every launch in ``trace.launches`` must correspond to one kernel slice whose name
     matches ``kernel_pattern``; the profiler may hold more such slices (the launches are
-    matched to the consecutive run of slices that fits best)."""
+    matched to the consecutive run of slices that fits best). When a file is written, each
+    launch dict of ``trace`` gets its CUPTI kernel name under ``"kernel"``."""
     target = check_output_path(output) if output is not None else None
     data = load_torch_trace(torch_trace)
     events = data["traceEvents"]

@@ -108,3 +108,20 @@ def test_per_launch_and_pooled_tag_statistics():
     pooled = rows[(-1, 0)]
     assert pooled["count"] == 4 and pooled["total_ns"] == 80 and pooled["min_ns"] == 10
     assert rows[(-1, 1)]["count"] == 1
+
+
+def test_saved_traces_keep_their_launches(tmp_path):
+    from cute_prof.storage import load_trace, save_trace
+
+    buf = empty(100)
+    for replay in range(2):
+        next_launch(buf)
+        launch(buf, 3, grid=9, start=100_000 * replay)
+        launch(buf, 2, grid=10, start=100_000 * replay + 50_000)
+    trace = decode_buffer(buf, TAGS)
+    save_trace(tmp_path / "t.npz", trace)
+    again = load_trace(tmp_path / "t.npz")
+    keys = ("epoch", "grid_id", "records", "first_ns", "last_ns")
+    assert [[l[k] for k in keys] for l in again.launches] == [[l[k] for k in keys] for l in trace.launches]
+    assert np.array_equal(again.events["launch"], trace.events["launch"])
+    assert again.attempted == trace.attempted == 10

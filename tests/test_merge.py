@@ -121,3 +121,17 @@ def test_cli_merge(tmp_path):
     assert sum(e.get("cat") == "cute_prof" for e in merged["traceEvents"]) == 1824
     bad = run_cli("merge", RECORDING, RECORDING, "-o", tmp_path / "x.json")
     assert bad.returncode != 0 and "cute-prof: error" in bad.stderr
+
+
+def test_caller_dict_is_left_alone_and_example_draws_the_merge(tmp_path):
+    trace, torch_trace = synthetic(0)
+    before = copy.deepcopy(torch_trace)
+    merge_torch_trace(torch_trace, trace, tmp_path / "m.json")
+    assert torch_trace == before
+    assert all(l["kernel"] == "kernel_cutlass_work_0" for l in trace.launches)
+    from examples.torch_loop import draw_merged
+
+    recorded = load_trace(RECORDING)
+    merge_torch_trace(TORCH_TRACE, recorded, tmp_path / "rec.json")
+    draw_merged(tmp_path / "rec.json", tmp_path / "rec.png")
+    assert (tmp_path / "rec.png").read_bytes()[:8] == b"\x89PNG\r\n\x1a\n"
