@@ -5,6 +5,8 @@ milliseconds, so decoding is never the reason to profile fewer events.
 
 What the decoder guarantees (and the fuzz tests check):
 
+* ``counter`` is the record count in the low 40 bits of word 0 (the bits above are the
+  launch epoch, see ``cute_prof.launches``); only a negative word 0 is rejected.
 * Only ``min(counter, capacity)`` slots are read; slots at or above the counter are ignored.
 * ``overflow == max(0, counter - capacity)`` exactly.
 * A claimed slot whose tag word lacks the completion magic is counted in ``incomplete`` and

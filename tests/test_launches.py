@@ -125,3 +125,30 @@ def test_saved_traces_keep_their_launches(tmp_path):
     assert [[l[k] for k in keys] for l in again.launches] == [[l[k] for k in keys] for l in trace.launches]
     assert np.array_equal(again.events["launch"], trace.events["launch"])
     assert again.attempted == trace.attempted == 10
+
+
+from hypothesis import given, strategies as st  # noqa: E402
+
+
+@given(st.lists(st.tuples(st.integers(0, 300), st.integers(0, 40), st.integers(1, 4)),
+                min_size=1, max_size=12))
+def test_any_sequence_of_launches_decodes_to_its_launches(plan):
+    """plan: per launch (epoch bumps before it, %gridid, records). Launches of one epoch
+    whose grid ids agree in the low 5 bits are one launch (the documented limit)."""
+    buf = empty(sum(n for _, _, n in plan))
+    expected: dict = {}
+    epoch = 0
+    for i, (bumps, grid, n) in enumerate(plan):
+        # a jump of 256 or more bumps between two recorded slots is the documented limit
+        bumps = bumps % 256
+        buf[layout.COUNTER_INDEX] += bumps * layout.LAUNCH_EPOCH_INCREMENT
+        epoch += bumps
+        launch(buf, n, grid=grid, start=1000 * i)
+        key = (epoch, grid % 32)
+        expected[key] = expected.get(key, 0) + n
+    trace = decode_buffer(buf, TAGS)
+    got = {(l["epoch"], l["grid_id"]): l["records"] for l in trace.launches}
+    assert got == expected
+    assert len(trace) == sum(expected.values())
+    first_slots = [l["first_slot"] for l in trace.launches]
+    assert first_slots == sorted(first_slots)
