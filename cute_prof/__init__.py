@@ -18,6 +18,8 @@ from .buffer import MAX_EVENTS_LIMIT, ProfileBuffer, allocate_profile_buffer
 from .decode import decode_buffer, decode_events, fit_clock_rate, warn_about_losses
 from .errors import ClockRateError, ProfileBufferError, ProfileWarning
 from .export.chrome_json import events_to_perfetto
+from .loops import profile_loop
+from .merge import merge_torch_trace
 from .session import (
     export_enabled,
     profile_session,
@@ -85,6 +87,8 @@ __all__ = [
     "fit_clock_rate",
     "layout",
     "profile_session",
+    "profile_loop",
+    "merge_torch_trace",
     "set_export_enabled",
     "set_export_trace_off",
     "set_export_trace_on",

@@ -127,7 +127,21 @@ class ProfileBuffer:
 
     def counter(self) -> int:
         """Records the kernel attempted to write (the device counter; reads the device)."""
-        return int(self.tensor[layout.COUNTER_INDEX].item())
+        return layout.split_counter_word(self.tensor[layout.COUNTER_INDEX].item())[0]
+
+    def launch_epoch(self) -> int:
+        """The launch epoch in the counter word (reads the device)."""
+        return layout.split_counter_word(self.tensor[layout.COUNTER_INDEX].item())[1]
+
+    def next_launch(self) -> None:
+        """Start a new launch epoch: records written after this carry the next epoch, so
+        the decoder tells launches (and CUDA-graph replays) apart. One ``add_`` on the
+        counter word, queued on the current stream: call it inside a graph capture, before
+        each instrumented kernel (or once per replay), and it replays with the graph.
+        Records and the overflow count keep accumulating across epochs."""
+        self.tensor[layout.COUNTER_INDEX : layout.COUNTER_INDEX + 1].add_(
+            layout.LAUNCH_EPOCH_INCREMENT
+        )
 
     def remember(self, trace) -> None:
         """Keep ``trace`` (decoded from this buffer) for ``.trace``, ``.events``, ``.overflow``."""

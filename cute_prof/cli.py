@@ -5,6 +5,7 @@
     cute-prof summary TRACE [--json] [--max-rows N] [--unit ns|us|ms]
     cute-prof export  TRACE -o OUT.pftrace|OUT.json|OUT.png|OUT.svg [--group-by G]
     cute-prof plot    TRACE -o OUT.png|OUT.svg [--group-by tid|sm] [--width PX] ...
+    cute-prof merge   TORCH_TRACE.json TRACE -o MERGED.json [--kernel REGEX]
 
 TRACE is a file cute_prof wrote: a saved buffer (``.npz`` / ``.pt`` from
 ``cute_prof.storage.save_buffer``) or a Chrome JSON trace (``.json`` from
@@ -146,6 +147,19 @@ def _cmd_plot(args, progress: _Progress) -> int:
     return EXIT_OK
 
 
+def _cmd_merge(args, progress: _Progress) -> int:
+    from .merge import DEFAULT_KERNEL_PATTERN, merge_torch_trace
+
+    output = Path(args.output)
+    trace = _load(args, progress)
+    progress(f"aligning {len(trace.launches)} launches with {args.torch_trace}")
+    report = merge_torch_trace(args.torch_trace, trace, output,
+                               kernel_pattern=args.kernel or DEFAULT_KERNEL_PATTERN)
+    progress(report.describe())
+    print(output)
+    return EXIT_OK
+
+
 def _parser() -> argparse.ArgumentParser:
     parser = argparse.ArgumentParser(
         prog="cute-prof",
@@ -181,6 +195,16 @@ def _parser() -> argparse.ArgumentParser:
                       help="rows drawn; more tids/SMs share rows (64)")
     plot.add_argument("--title", help="picture title")
     plot.set_defaults(run=_cmd_plot)
+
+    merge = commands.add_parser(
+        "merge", help="put our tracks inside a torch.profiler trace (one Chrome JSON file)")
+    merge.add_argument("torch_trace", metavar="TORCH_TRACE",
+                       help="torch.profiler export_chrome_trace output (.json)")
+    merge.add_argument("trace", metavar="TRACE", help="our saved buffer (.npz/.pt)")
+    merge.add_argument("-o", "--output", required=True, help="merged Chrome JSON file")
+    merge.add_argument("--kernel", help="regex for the instrumented kernels' CUPTI names "
+                       "(default: ^kernel_cutlass)")
+    merge.set_defaults(run=_cmd_merge)
     return parser
 
 

@@ -5,6 +5,8 @@ milliseconds, so decoding is never the reason to profile fewer events.
 
 What the decoder guarantees (and the fuzz tests check):
 
+* ``counter`` is the record count in the low 40 bits of word 0 (the bits above are the
+  launch epoch, see ``cute_prof.launches``); only a negative word 0 is rejected.
 * Only ``min(counter, capacity)`` slots are read; slots at or above the counter are ignored.
 * ``overflow == max(0, counter - capacity)`` exactly.
 * A claimed slot whose tag word lacks the completion magic is counted in ``incomplete`` and
@@ -30,6 +32,7 @@ import numpy as np
 from . import layout
 from .buffer import host_words, source_metadata
 from .errors import ClockRateError, ProfileBufferError, ProfileWarning
+from .launches import launch_identity
 from .tags import as_tag_table
 from .trace import CLOCK_SYNC_DTYPE, EVENT_DTYPE, Event, Trace
 
@@ -272,7 +275,7 @@ def decode_buffer(
     table = as_tag_table(tag_table)
     words = host_words(buf)
     capacity = (words.shape[0] - layout.HEADER_WORDS) // layout.WORDS_PER_RECORD
-    counter = int(words[layout.COUNTER_INDEX])
+    counter, counter_epoch = layout.split_counter_word(words[layout.COUNTER_INDEX])
     if counter < 0 or counter > layout.MAX_PLAUSIBLE_COUNTER:
         raise ProfileBufferError(
             f"record counter is {counter}, which no kernel can produce (valid: 0.."
@@ -320,6 +323,8 @@ def decode_buffer(
     order = _sorted_event_slots(records, codes, counts, clock_slots, clock_start)
     del codes
     events = _gather_events(records, order, rate)
+    del order
+    events["launch"], launches = _launch_column(records, events, counter_epoch)
     meta["capacity"] = capacity
     if metadata:
         meta.update(metadata)
@@ -335,7 +340,36 @@ def decode_buffer(
         invalid=sum(reasons.values()),
         clock_syncs=syncs,
         invalid_reasons=reasons,
+        launches=launches,
     )
+
+
+def _launch_column(records: np.ndarray, events: np.ndarray, counter_epoch: int):
+    """Launch index per event row and the launch dicts (``cute_prof.launches``).
+
+    Launches are found in slot (claiming) order; when every record carries the same launch
+    bits, which is every single-launch buffer, that needs no second sort."""
+    slots = events["slot"]
+    launch_bits = records[slots, layout.WORD_TID] & layout.LAUNCH_BITS_MASK
+    if launch_bits.shape[0] and (launch_bits == launch_bits[0]).all():
+        _, launches = launch_identity(records[slots[:1], layout.WORD_TID], events["start_ns"][:1],
+                                      events["start_ns"][:1], slots[:1],
+                                      counter_epoch=counter_epoch)
+        launches[0].update(
+            records=int(slots.shape[0]), first_slot=int(slots.min()), last_slot=int(slots.max()),
+            first_ns=int(events["start_ns"].min()),
+            last_ns=int((events["start_ns"] + events["dur_ns"]).max()),
+        )
+        return np.zeros(slots.shape[0], dtype=np.int32), launches
+    by_slot = np.argsort(slots, kind="stable")
+    ordered = events[by_slot]
+    launch, launches = launch_identity(
+        records[ordered["slot"], layout.WORD_TID], ordered["start_ns"],
+        ordered["start_ns"] + ordered["dur_ns"], ordered["slot"], counter_epoch=counter_epoch,
+    )
+    column = np.empty(slots.shape[0], dtype=np.int32)
+    column[by_slot] = launch
+    return column, launches
 
 
 def _sorted_event_slots(records, codes, counts, clock_slots, clock_start) -> np.ndarray:

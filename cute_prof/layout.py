@@ -5,6 +5,11 @@ Buffer: a flat int64 array of ``1 + 4 * max_events`` words.
 * ``buf[0]`` is the record counter. Every recording thread bumps it atomically by one
   before it writes, and keeps bumping it after the buffer is full, so the host knows
   exactly how many records were attempted: ``overflow = max(0, counter - max_events)``.
+  The count lives in bits 0..39; bits 40..62 hold the **launch epoch**, which the host
+  bumps (``ProfileBuffer.next_launch()``: one ``add`` of ``1 << 40`` on the stream, so it
+  is captured into CUDA graphs too) before a launch or graph replay. The atomic that claims
+  a slot returns the whole word, so every record learns its epoch for free; the device
+  masks the low 40 bits for the slot and stores the epoch's low 8 bits in the tid word.
 * Record ``i`` occupies ``buf[1 + 4*i : 5 + 4*i]`` = ``start_ns, dur_ns, tag_word, tid_word``.
 
 The tag word and the tid word carry metadata above the 16-bit tag id and the 32-bit tid,
@@ -26,12 +31,17 @@ Tid word (word 3)::
     bits  0..31  tid: the 32-bit pattern of the user's int32 thread/track id
     bits 32..43  SM id (``%smid``)
     bits 44..49  warp index inside the CTA
-    bits 50..62  reserved, zero
-    bit  63      zero (bits 50..63 form TID_RESERVED_MASK)
+    bits 50..57  launch epoch, low 8 bits (counter word bits 40..47 when the slot was claimed)
+    bits 58..62  ``%gridid``, low 5 bits (tells apart direct launches and the kernels of one
+                 graph replay, which share an epoch when the host bumps it once per replay)
+    bit  63      zero (TID_RESERVED_MASK)
 
 A record whose magic is present but whose reserved bits are not zero is *invalid*, not
 incomplete (see the validity rules in ``cute_prof.decode``). Giving reserved bits a meaning
 means shrinking ``TAG_RESERVED_*`` / ``TID_RESERVED_*`` here; the decoder reads only these.
+
+Old buffers (epoch 0, bits 50..62 zero) decode as one launch. The decoder groups records
+by (epoch unwrapped in slot order, grid id bits): see ``cute_prof.launches``.
 
 Kinds: ``KIND_SPAN`` (start_ns, dur_ns from ``%globaltimer``); ``KIND_INSTANT`` (dur_ns = 0);
 ``KIND_CLOCK_SPAN`` (dur word holds SM cycles from ``clock64``; start word holds the
@@ -71,7 +81,17 @@ COMPLETE_MAGIC = 0x5A
 TID_SHIFT, TID_BITS = 0, 32
 SM_SHIFT, SM_BITS = 32, 12
 WARP_SHIFT, WARP_BITS = 44, 6
-TID_RESERVED_SHIFT, TID_RESERVED_BITS = 50, 14  # up to and including the sign bit 63
+EPOCH_SHIFT, EPOCH_BITS = 50, 8
+GRID_SHIFT, GRID_BITS = 58, 5
+
+# counter word: records attempted (low bits) | launch epoch (high bits)
+COUNTER_BITS = 40
+LAUNCH_EPOCH_SHIFT = COUNTER_BITS
+LAUNCH_EPOCH_INCREMENT = 1 << LAUNCH_EPOCH_SHIFT
+MAX_LAUNCH_EPOCH = (1 << (63 - LAUNCH_EPOCH_SHIFT)) - 1
+TID_RESERVED_SHIFT, TID_RESERVED_BITS = 63, 1  # the sign bit only
+# the tid-word bits that say which launch wrote a record (epoch and grid id)
+LAUNCH_BITS_MASK = ((1 << EPOCH_BITS) - 1) << EPOCH_SHIFT | ((1 << GRID_BITS) - 1) << GRID_SHIFT
 
 KIND_SPAN = 0
 KIND_INSTANT = 1
@@ -89,7 +109,16 @@ MAX_SM_ID = (1 << SM_BITS) - 1
 MAX_WARP_ID = (1 << WARP_BITS) - 1
 # A counter above this cannot come from a real launch (2**40 records at 1.5 G/s is 12 minutes
 # of nothing but recording); it means the buffer is not a profile buffer or was corrupted.
-MAX_PLAUSIBLE_COUNTER = 1 << 40
+MAX_PLAUSIBLE_COUNTER = 1 << COUNTER_BITS
+COUNTER_MASK = MAX_PLAUSIBLE_COUNTER - 1
+
+
+def split_counter_word(word: int) -> tuple[int, int]:
+    """``(records attempted, launch epoch)`` of a counter word. Old buffers: epoch 0."""
+    word = int(word)
+    if word < 0:
+        return word, 0  # not a profile buffer; the decoder reports it
+    return word & COUNTER_MASK, word >> LAUNCH_EPOCH_SHIFT
 
 
 def field_mask(bits: int) -> int:
@@ -137,12 +166,15 @@ def encode_tag_words(tag, *, payload=0, kind=KIND_SPAN) -> np.ndarray:
     return (tag << TAG_SHIFT) | (payload << PAYLOAD_SHIFT) | (kind << KIND_SHIFT) | MAGIC_FIELD
 
 
-def encode_tid_words(tid, *, sm=0, warp=0) -> np.ndarray:
+def encode_tid_words(tid, *, sm=0, warp=0, epoch=0, grid=0) -> np.ndarray:
     """Vectorised tid-word encoder (the host mirror of what the device ops emit)."""
     tid = np.asarray(tid, dtype=np.int64) & field_mask(TID_BITS)
     sm = np.asarray(sm, dtype=np.int64) & field_mask(SM_BITS)
     warp = np.asarray(warp, dtype=np.int64) & field_mask(WARP_BITS)
-    return (tid << TID_SHIFT) | (sm << SM_SHIFT) | (warp << WARP_SHIFT)
+    epoch = np.asarray(epoch, dtype=np.int64) & field_mask(EPOCH_BITS)
+    grid = np.asarray(grid, dtype=np.int64) & field_mask(GRID_BITS)
+    return ((tid << TID_SHIFT) | (sm << SM_SHIFT) | (warp << WARP_SHIFT)
+            | (epoch << EPOCH_SHIFT) | (grid << GRID_SHIFT))
 
 
 def _field(words: np.ndarray, shift: int, bits: int) -> np.ndarray:
@@ -177,6 +209,15 @@ def decode_tid_words(words: np.ndarray) -> dict:
     }
 
 
+def decode_launch_bits(words: np.ndarray) -> dict:
+    """The launch-identity fields of tid words: epoch (low 8 bits), grid (low 5 bits)."""
+    words = np.asarray(words, dtype=np.int64)
+    return {
+        "epoch": _field(words, EPOCH_SHIFT, EPOCH_BITS).astype(np.int64),
+        "grid": _field(words, GRID_SHIFT, GRID_BITS).astype(np.int64),
+    }
+
+
 def write_records(
     buf: np.ndarray,
     start_ns,
@@ -189,20 +230,24 @@ def write_records(
     sm=0,
     warp=0,
     first_slot: int | None = None,
+    grid=0,
 ) -> None:
     """Append records to a host int64 buffer exactly as the device does: bump the counter
-    by the number attempted, store only the ones that fit. Used by tests and the CPU demo."""
+    by the number attempted, store only the ones that fit, stamp the counter word's launch
+    epoch and ``grid`` (the ``%gridid``) into the tid words. Used by tests and the CPU demo."""
     start_ns = np.atleast_1d(np.asarray(start_ns, dtype=np.int64))
     n = start_ns.shape[0]
     max_events = (buf.shape[0] - HEADER_WORDS) // WORDS_PER_RECORD
-    first = int(buf[COUNTER_INDEX]) if first_slot is None else int(first_slot)
+    count, epoch = split_counter_word(buf[COUNTER_INDEX])
+    first = count if first_slot is None else int(first_slot)
     slots = first + np.arange(n)
     fits = slots < max_events
     words = np.empty((n, WORDS_PER_RECORD), dtype=np.int64)
     words[:, WORD_START] = start_ns
     words[:, WORD_DUR] = np.broadcast_to(np.asarray(dur_ns, dtype=np.int64), (n,))
     words[:, WORD_TAG] = np.broadcast_to(encode_tag_words(tag, payload=payload, kind=kind), (n,))
-    words[:, WORD_TID] = np.broadcast_to(encode_tid_words(tid, sm=sm, warp=warp), (n,))
+    tid_words = encode_tid_words(tid, sm=sm, warp=warp, epoch=epoch, grid=grid)
+    words[:, WORD_TID] = np.broadcast_to(tid_words, (n,))
     records = buf[HEADER_WORDS:HEADER_WORDS + WORDS_PER_RECORD * max_events].reshape(
         max_events, WORDS_PER_RECORD
     )

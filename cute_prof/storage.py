@@ -427,8 +427,17 @@ def trace_to_buffer(trace) -> np.ndarray:
     records[event_slots, layout.WORD_TAG] = layout.encode_tag_words(
         events["tag"], payload=events["payload"], kind=kind
     )
+    # launch identity: each row's launch epoch and grid id back into its tid word
+    launches = getattr(trace, "launches", None) or []
+    epoch = grid = 0
+    if launches and n_events:
+        launch_rows = np.clip(events["launch"].astype(np.int64), 0, len(launches) - 1)
+        epoch = np.array([launch.get("epoch", 0) for launch in launches], np.int64)[launch_rows]
+        grid = np.array([launch.get("grid_id", 0) for launch in launches], np.int64)[launch_rows]
+        last_epoch = max(int(launch.get("epoch", 0)) for launch in launches)
+        words[layout.COUNTER_INDEX] += last_epoch << layout.LAUNCH_EPOCH_SHIFT
     records[event_slots, layout.WORD_TID] = layout.encode_tid_words(
-        events["tid"], sm=events["sm"], warp=events["warp"]
+        events["tid"], sm=events["sm"], warp=events["warp"], epoch=epoch, grid=grid
     )
     if syncs.shape[0]:
         records[sync_slots, layout.WORD_START] = syncs["globaltimer_ns"]

@@ -19,12 +19,12 @@ PACKAGE_DIR = Path(cute_prof.__file__).parent
 # stage of each module or subpackage: a module may import only from stages <= its own
 STAGES = {
     "errors": 0, "layout": 0, "files": 0,
-    "tags": 1, "trace": 1, "buffer": 1,
+    "tags": 1, "trace": 1, "buffer": 1, "launches": 1,
     "device": 2, "decode": 2, "calibration": 3,
     "readers": 3, "storage": 3,
     "analysis": 4,
     "export": 5,
-    "merge": 6, "distributed": 6, "flight": 6, "session": 6, "report": 6,
+    "merge": 6, "loops": 6, "distributed": 6, "flight": 6, "session": 6, "report": 6,
     "cli": 7, "example": 7, "__init__": 8,
 }
 

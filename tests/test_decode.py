@@ -327,7 +327,7 @@ def test_user_metadata_is_merged():
         np.zeros(8, dtype=np.int64),
         np.zeros(0, dtype=np.int64),
         np.array([-1, 0, 0, 0, 0], dtype=np.int64),
-        np.array([layout.MAX_PLAUSIBLE_COUNTER + 1, 0, 0, 0, 0], dtype=np.int64),
+        np.array([np.iinfo(np.int64).min, 0, 0, 0, 0], dtype=np.int64),
         torch.zeros(9, dtype=torch.int32),
         torch.zeros(9, dtype=torch.float64),
         [0, 0, 0, 0, 0],

@@ -83,7 +83,7 @@ def with_invalid_and_clock_records():
     records[2, 1] = -5  # negative duration
     records[3, 0], records[3, 1] = INT64_MAX - 3, 4  # end beyond int64
     records[4, 2] |= 1 << layout.TAG_RESERVED_SHIFT  # reserved bit
-    records[5, 3] |= 1 << 62  # reserved tid bit
+    records[5, 3] |= layout.TID_RESERVED_MASK  # reserved tid bit (the sign bit)
     records[6, 2] = layout.encode_tag_words(0, kind=12)  # unknown kind
     records[7, 2] = 0  # never completely written
     layout.write_records(buf, [BASE + 20_000, BASE + 30_000], 3000, 1, 9,

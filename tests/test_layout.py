@@ -84,7 +84,7 @@ def test_reserved_tag_bits_leave_the_record_complete_but_not_reserved_ok(bit):
     assert layout.decode_tag_words(np.array([good]))["reserved_ok"][0]
 
 
-@pytest.mark.parametrize("bit", [layout.TID_RESERVED_SHIFT, 62, 63])
+@pytest.mark.parametrize("bit", [layout.TID_RESERVED_SHIFT, 63])
 def test_reserved_tid_bits_are_flagged(bit):
     good = int(layout.encode_tid_words(-1, sm=layout.MAX_SM_ID, warp=layout.MAX_WARP_ID))
     assert layout.decode_tid_words(np.array([good]))["reserved_ok"][0]
@@ -105,6 +105,8 @@ def test_reserved_masks_cover_exactly_the_bits_no_field_uses():
         (layout.field_mask(layout.TID_BITS) << layout.TID_SHIFT)
         | (layout.field_mask(layout.SM_BITS) << layout.SM_SHIFT)
         | (layout.field_mask(layout.WARP_BITS) << layout.WARP_SHIFT)
+        | (layout.field_mask(layout.EPOCH_BITS) << layout.EPOCH_SHIFT)
+        | (layout.field_mask(layout.GRID_BITS) << layout.GRID_SHIFT)
     )
     assert tid_used | (layout.TID_RESERVED_MASK & (2**64 - 1)) == 2**64 - 1
     assert tid_used & layout.TID_RESERVED_MASK == 0

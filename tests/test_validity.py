@@ -152,7 +152,7 @@ def test_first_rule_that_applies_names_the_record():
     buf = good_buffer()
     set_word(buf, layout.WORD_START, -1)
     set_word(buf, layout.WORD_DUR, -1)
-    or_bits(buf, layout.WORD_TID, 1 << 62)
+    or_bits(buf, layout.WORD_TID, layout.TID_RESERVED_MASK)
     trace = decode_buffer(buf, TAGS)
     assert trace.invalid_reasons == {"reserved_bits": 1}
 

@@ -152,6 +152,15 @@ def store_lines(pred, words):
     ]
 
 
+def claimed_slot_lines(slot: str, epoch: str) -> list[str]:
+    """PTX splitting the value the claiming atomic returned (the whole counter word) into
+    the slot (low ``layout.COUNTER_BITS``) and the launch epoch (the bits above), in place."""
+    return [
+        f"shr.u64 {epoch}, {slot}, {layout.LAUNCH_EPOCH_SHIFT};",
+        f"and.b64 {slot}, {slot}, {layout.COUNTER_MASK};",
+    ]
+
+
 def guard_lines(asm: Asm, guard: str, target_warp) -> None:
     """Set predicate ``p`` for the thread(s) that record under ``guard``."""
     if guard == "all":
@@ -244,7 +253,7 @@ def emit_record(
     a_tid = asm.operand(tid, 32)
     asm.emit(
         ".reg .pred p, v, q;",
-        ".reg .u64 g, t, c, s, a, d, cap, st, tw, w3, hi, al;",
+        ".reg .u64 g, t, c, s, a, d, cap, st, tw, w3, hi, al, ep, gid;",
         ".reg .u32 x, y, z, nx, ny, lin, lane, w, sm;",
     )
     asm.emit(*LINEAR_TID_LINES)  # the warp index goes into every record's tid word
@@ -268,7 +277,8 @@ def emit_record(
         asm.emit("@p mov.u64 t, %globaltimer;")
 
     asm.emit(*cap_lines(a_buf, a_max, a_words))
-    asm.emit("@p atom.global.add.u64 s, [g], 1;", "setp.lt.and.s64 p, s, cap, p;")
+    asm.emit("@p atom.global.add.u64 s, [g], 1;", *claimed_slot_lines("s", "ep"),
+             "setp.lt.and.s64 p, s, cap, p;")
 
     # words 0 and 1
     if kind == layout.KIND_SPAN:
@@ -312,6 +322,9 @@ def emit_record(
         "cvt.u64.u32 hi, w;",
         f"shl.b64 hi, hi, {layout.WARP_SHIFT};",
         "or.b64 w3, w3, hi;",
+        "mov.u64 gid, %gridid;",
+        f"bfi.b64 w3, gid, w3, {layout.GRID_SHIFT}, {layout.GRID_BITS};",
+        f"bfi.b64 w3, ep, w3, {layout.EPOCH_SHIFT}, {layout.EPOCH_BITS};",
     )
 
     asm.emit(*store_lines("p", ("st", "d", "tw", "w3")))

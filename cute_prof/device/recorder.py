@@ -15,6 +15,7 @@ from .ptx import (
     ORDER_AFTER_BARRIERS,
     buffer_address_and_words,
     cap_lines,
+    claimed_slot_lines,
     inline_asm,
     is_enabled,
     read_globaltimer,
@@ -34,6 +35,9 @@ _FLUSH_LINES = (
     "shfl.sync.idx.b32 blo, blo, 0, 31, 0xffffffff;",
     "shfl.sync.idx.b32 bhi, bhi, 0, 31, 0xffffffff;",
     "mov.b64 base, {blo, bhi};",
+    # the counter word's high bits are the launch epoch: into the tid word, out of the slot
+    *claimed_slot_lines("base", "ep"),
+    f"bfi.b64 w3, ep, w3, {layout.EPOCH_SHIFT}, {layout.EPOCH_BITS};",
     "cvt.u64.u32 s, lane;",
     "add.u64 s, s, base;",
     "setp.lt.u32 mine, lane, n;",
@@ -68,13 +72,16 @@ class WarpRecorder:
 
     @staticmethod
     def _warp_constants(tid):
-        """(lane id, tid word = tid | smid | warp), read once per recorder."""
+        """(lane id, tid word = tid | smid | warp | grid id bits), read once per recorder."""
         text = "\n".join([
-            "{", ".reg .u32 x, y, z, nx, ny, lin, w, sm;", ".reg .u64 hi, t;", *LINEAR_TID_LINES,
+            "{", ".reg .u32 x, y, z, nx, ny, lin, w, sm;", ".reg .u64 hi, t, gid;", *LINEAR_TID_LINES,
             "shr.u32 w, lin, 5;", "mov.u32 sm, %smid;", "mov.u32 $0, %laneid;",
             "cvt.u64.u32 hi, sm;", f"shl.b64 hi, hi, {layout.SM_SHIFT};",
             "cvt.u64.u32 t, w;", f"shl.b64 t, t, {layout.WARP_SHIFT};",
-            "or.b64 hi, hi, t;", "cvt.u64.u32 t, $2;", "or.b64 $1, hi, t;", "}",
+            "or.b64 hi, hi, t;", "cvt.u64.u32 t, $2;", "or.b64 hi, hi, t;",
+            # %gridid is fixed per launch: folded in once here, not per record
+            "mov.u64 gid, %gridid;",
+            f"bfi.b64 $1, gid, hi, {layout.GRID_SHIFT}, {layout.GRID_BITS};", "}",
         ])
         struct = llvm.StructType.get_literal([T.i32(), T.i64()])
         res = inline_asm(struct, [Int32(tid).ir_value()], text, "=r,=l,r")
@@ -123,7 +130,7 @@ class WarpRecorder:
         lines = [
             "{",
             ".reg .pred m, f, l0, mine, v, q;",
-            ".reg .u64 t, g, base, s, a, al, cap, n64, w0, w1, w2, w3, tw, x3;",
+            ".reg .u64 t, g, base, s, a, al, cap, n64, w0, w1, w2, w3, tw, x3, ep;",
             ".reg .u32 lane, c, n, blo, bhi;",
             f"mov.u32 c, {idx['c']};", f"mov.u64 w0, {idx['w0']};", f"mov.u64 w1, {idx['w1']};",
             f"mov.u64 w2, {idx['w2']};",
@@ -189,7 +196,7 @@ class WarpRecorder:
         text = "\n".join([
             "{",
             ".reg .pred f, l0, mine, v, q;",
-            ".reg .u64 g, base, s, a, al, cap, n64, w0, w1, w2, w3;",
+            ".reg .u64 g, base, s, a, al, cap, n64, w0, w1, w2, w3, ep;",
             ".reg .u32 lane, n, blo, bhi;",
             "mov.u32 n, $0;", "mov.u64 w0, $1;", "mov.u64 w1, $2;", "mov.u64 w2, $3;",
             "mov.u32 lane, $4;", "mov.u64 w3, $7;",
