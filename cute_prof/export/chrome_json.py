@@ -15,7 +15,10 @@ Output layout::
   and *truncates* ``value * 1000`` to integer ns, which loses 1 ns on ~1% of values. Where
   that would happen we append a ``1`` in the fourth decimal (+0.1 ns), so Perfetto lands
   on the exact nanosecond and readers that round still get it too.
-* Tracks: by default one process per GPU and one thread per kernel ``tid``; with
+* Tracks: by default one process per GPU and one thread per kernel ``tid`` (named with
+  ``Trace.track_name``); regions of one tid that overlap without nesting go to extra
+  threads of the same name, so the duration events of every thread nest strictly as the
+  format requires; with
   ``group_by="sm"`` one process per SM, threads per ``tid`` within it. JSON pids and tids
   are small positive numbers unique across the file (Perfetto ignores negative ids, treats
   pid 0 as the kernel's swapper and keys threads by tid as Linux does); the thread name
@@ -43,6 +46,7 @@ from .. import layout
 from ..errors import ProfileBufferError
 from ..files import atomic_open, check_output_path
 from ..trace import Event, Trace, kind_name
+from .regions import SPAN_KINDS, nesting_lanes
 
 __all__ = ["events_to_perfetto", "GROUP_BY_CHOICES"]
 
@@ -223,9 +227,21 @@ def events_to_perfetto(
         process_names = [process_name or device]
     process_index = process_index.reshape(-1).astype(np.int64)
     # One track per (process, tid); offsetting tid by 2**31 keeps signed order in the key.
-    track_key = (process_index << 32) | (ev["tid"].astype(np.int64) + (1 << 31))
-    track_keys, track_index = np.unique(track_key, return_inverse=True)
+    tid_key = (process_index << 32) | (ev["tid"].astype(np.int64) + (1 << 31))
+    tid_keys, tid_index = np.unique(tid_key, return_inverse=True)
+    tid_index = tid_index.reshape(-1)
+    # Duration events on one thread must nest: regions of a tid that overlap without
+    # nesting go to extra threads of the same name (the lanes the pftrace writer uses).
+    is_span = (ev["kind"] == SPAN_KINDS[0]) | (ev["kind"] == SPAN_KINDS[1])
+    lane = np.zeros(count, np.int64)
+    span_rows = np.flatnonzero(is_span)
+    span_start = ev["start_ns"][span_rows]
+    lane[span_rows] = nesting_lanes(tid_index[span_rows], span_start,
+                                    span_start + ev["dur_ns"][span_rows])
+    lanes = int(lane.max()) + 1 if count else 1
+    track_keys, track_index = np.unique(tid_index * lanes + lane, return_inverse=True)
     track_index = track_index.reshape(-1)
+    track_keys = tid_keys[track_keys // lanes]
     process_count = len(process_names)
     json_pid = process_index + 1  # pids 1..P; tids P+1.. so no id is reused anywhere
     json_tid = track_index.astype(np.int64) + process_count + 1
@@ -247,7 +263,7 @@ def events_to_perfetto(
         pid, jtid = proc + 1, track + process_count + 1
         header_events.append(
             f'{{"name":"thread_name","ph":"M","ts":0,"pid":{pid},"tid":{jtid},'
-            f'"args":{{"name":"tid {tid}"}}}}'
+            f'"args":{{"name":{_dumps(trace.track_name(tid))}}}}}'
         )
         header_events.append(
             f'{{"name":"thread_sort_index","ph":"M","ts":0,"pid":{pid},"tid":{jtid},'

@@ -20,6 +20,7 @@ __all__ = [
     "assign_lanes",
     "build_region_ops",
     "misnested_spans",
+    "nesting_lanes",
     "pack_or_lexsort",
     "pair_index",
     "split_overlaps",
@@ -194,3 +195,24 @@ def split_overlaps(
     lanes_per_pair += 1
     first_lane_track = np.r_[0, np.cumsum(lanes_per_pair)[:-1]].astype(np.int64)
     return first_lane_track[span_track] + lane, first_lane_track, lanes_per_pair
+
+
+def nesting_lanes(track: np.ndarray, start: np.ndarray, end: np.ndarray) -> np.ndarray:
+    """Lane per span so that the spans of every ``(track, lane)`` nest strictly: 0 on tracks
+    that nest already, 0.. on tracks whose regions overlap without nesting (the same lanes
+    the pftrace writer draws). ``track``: dense track index per span."""
+    n = track.shape[0]
+    lane = np.zeros(n, np.int64)
+    if n == 0:
+        return lane
+    n_tracks = int(track.max()) + 1
+    t0 = int(start.min())
+    t_range = int(end.max()) - t0 + 1
+    zeros, empty = np.zeros(n, np.int64), np.zeros(0, np.int64)
+    ops = build_region_ops(track, start, end, zeros, zeros, empty, empty, empty, empty,
+                           n_tracks, t0, t_range)
+    bad = misnested_spans(ops, n)
+    if bad.shape[0]:
+        final_track, first_lane_track, _ = split_overlaps(track, start, end, bad, n_tracks)
+        lane = final_track - first_lane_track[track]
+    return lane
