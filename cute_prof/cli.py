@@ -148,13 +148,13 @@ def _cmd_plot(args, progress: _Progress) -> int:
 
 
 def _cmd_merge(args, progress: _Progress) -> int:
-    from .merge import DEFAULT_KERNEL_PATTERN, merge_torch_trace
+    from .merge import merge_torch_trace
 
     output = Path(args.output)
     trace = _load(args, progress)
     progress(f"aligning {len(trace.launches)} launches with {args.torch_trace}")
     report = merge_torch_trace(args.torch_trace, trace, output,
-                               kernel_pattern=args.kernel or DEFAULT_KERNEL_PATTERN)
+                               kernel_pattern=args.kernel)
     progress(report.describe())
     print(output)
     return EXIT_OK
@@ -200,10 +200,12 @@ def _parser() -> argparse.ArgumentParser:
         "merge", help="put our tracks inside a torch.profiler trace (one Chrome JSON file)")
     merge.add_argument("torch_trace", metavar="TORCH_TRACE",
                        help="torch.profiler export_chrome_trace output (.json)")
-    merge.add_argument("trace", metavar="TRACE", help="our saved buffer (.npz/.pt)")
+    merge.add_argument("trace", metavar="TRACE",
+                       help="our saved buffer (.npz/.pt) or an IKET capture (.json/.json.gz)")
     merge.add_argument("-o", "--output", required=True, help="merged Chrome JSON file")
     merge.add_argument("--kernel", help="regex for the instrumented kernels' CUPTI names "
-                       "(default: ^kernel_cutlass)")
+                       "(default: the trace's kernel names where it knows them, as IKET "
+                       "captures do, else ^kernel_cutlass)")
     merge.set_defaults(run=_cmd_merge)
     return parser
 

@@ -31,7 +31,13 @@ from .errors import ProfileBufferError
 from .files import atomic_open, check_output_path
 from .trace import Trace, kind_name
 
-__all__ = ["MergeReport", "merge_torch_trace", "load_torch_trace", "DEFAULT_KERNEL_PATTERN"]
+__all__ = [
+    "MergeReport",
+    "merge_torch_trace",
+    "load_torch_trace",
+    "kernel_pattern_of",
+    "DEFAULT_KERNEL_PATTERN",
+]
 
 # CuTe DSL kernels appear in CUPTI as "kernel_cutlass_<function>_<hash>..."
 DEFAULT_KERNEL_PATTERN = r"^kernel_cutlass"
@@ -91,6 +97,15 @@ def load_torch_trace(source) -> dict:
     return data
 
 
+def kernel_pattern_of(trace: Trace) -> str:
+    """A regex for the CUPTI names of ``trace``'s kernels: their exact names when every launch
+    carries one, else :data:`DEFAULT_KERNEL_PATTERN`."""
+    names = {launch.get("kernel") for launch in trace.launches}
+    if names and None not in names and "" not in names:
+        return "^(?:" + "|".join(re.escape(str(name)) for name in sorted(names)) + ")$"
+    return DEFAULT_KERNEL_PATTERN
+
+
 def _ns(value) -> int:
     return int(Decimal(str(value)) * 1000)
 
@@ -124,15 +139,19 @@ def merge_torch_trace(
     trace: Trace,
     output=None,
     *,
-    kernel_pattern: str = DEFAULT_KERNEL_PATTERN,
+    kernel_pattern: str | None = None,
 ) -> MergeReport:
-    """Align ``trace`` (decoded from our buffer) with a torch.profiler Chrome trace and write
-    both into ``output`` (Chrome JSON; None: only compute the report).
+    """Align ``trace`` (decoded from our buffer, or an IKET capture) with a torch.profiler
+    Chrome trace and write both into ``output`` (Chrome JSON; None: only compute the report).
 
     Every launch in ``trace.launches`` must correspond to one kernel slice whose name
     matches ``kernel_pattern``; the profiler may hold more such slices (the launches are
-    matched to the consecutive run of slices that fits best). When a file is written, each
-    launch dict of ``trace`` gets its CUPTI kernel name under ``"kernel"``."""
+    matched to the consecutive run of slices that fits best). ``kernel_pattern=None``: the
+    launches' own kernel names where the trace knows them all (IKET captures do), else
+    :data:`DEFAULT_KERNEL_PATTERN`. When a file is written, each launch dict of ``trace``
+    gets its CUPTI kernel name under ``"kernel"``."""
+    if kernel_pattern is None:
+        kernel_pattern = kernel_pattern_of(trace)
     target = check_output_path(output) if output is not None else None
     data = load_torch_trace(torch_trace)
     events = data["traceEvents"]

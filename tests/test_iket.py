@@ -50,8 +50,9 @@ def test_counts_names_and_launches():
     assert np.array_equal(np.bincount(ev["launch"]), [1536] * LAUNCHES)
     for index, launch in enumerate(trace.launches):  # each launch's span holds its records
         mine = ev[ev["launch"] == index]
-        assert launch["start_ns"] <= mine["start_ns"].min()
-        assert launch["end_ns"] >= (mine["start_ns"] + mine["dur_ns"]).max()
+        assert launch["first_ns"] <= mine["start_ns"].min()
+        assert launch["last_ns"] >= (mine["start_ns"] + mine["dur_ns"]).max()
+        assert launch["records"] == mine.shape[0]
     assert trace.metadata["iket"]["version"] == 1
     assert trace.metadata["iket"]["range_ids"] == {"short": 3122818005, "long": 3270303571}
     assert trace.overflow == 0 and trace.attempted == len(ev)

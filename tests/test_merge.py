@@ -135,3 +135,35 @@ def test_caller_dict_is_left_alone_and_example_draws_the_merge(tmp_path):
     merge_torch_trace(TORCH_TRACE, recorded, tmp_path / "rec.json")
     draw_merged(tmp_path / "rec.json", tmp_path / "rec.png")
     assert (tmp_path / "rec.png").read_bytes()[:8] == b"\x89PNG\r\n\x1a\n"
+
+
+IKET_CAPTURE = Path(__file__).parent / "data" / "iket_compare.trace.json.gz"
+
+
+def test_iket_capture_merges_by_its_kernel_names(tmp_path):
+    """An IKET capture knows its kernels' CUPTI names, so it lands on exactly those slices,
+    even between other cutlass kernels, at the known offset (issue 18 item 2)."""
+    from cute_prof.readers.iket import load_iket
+
+    trace = load_iket(IKET_CAPTURE)
+    offset = -1_795_000_000_000_000_000  # %globaltimer counts from the Unix epoch
+    events = [{"ph": "X", "cat": "kernel", "name": "kernel_cutlass_other_0", "pid": 0,
+               "tid": 7, "ts": 1.0, "dur": 0.5}]
+    for launch in sorted(trace.launches, key=lambda l: l["first_ns"]):
+        start_ns = launch["first_ns"] + offset - 2000
+        end_ns = launch["last_ns"] + offset + 2000
+        events.append({"ph": "X", "cat": "kernel", "name": launch["kernel"], "pid": 0, "tid": 7,
+                       "ts": start_ns / 1e3, "dur": (end_ns - start_ns) / 1e3})
+        events.append({"ph": "X", "cat": "kernel", "name": "kernel_cutlass_other_0", "pid": 0,
+                       "tid": 7, "ts": end_ns / 1e3 + 1.0, "dur": 0.5})
+    torch_path = tmp_path / "torch.json"
+    torch_path.write_text(json.dumps({"traceEvents": events}))
+    report = merge_torch_trace(torch_path, trace)
+    assert report.matched == len(trace.launches) == 3
+    assert abs(report.offset_ns - offset) <= 1 and report.max_abs_residual_ns <= 1
+    assert report.worst_margin_ns >= 1999
+    out = tmp_path / "merged.json"
+    result = run_cli("merge", torch_path, IKET_CAPTURE, "-o", out)
+    assert result.returncode == 0, result.stderr
+    merged = json.loads(out.read_text())
+    assert sum(e.get("cat") == "cute_prof" for e in merged["traceEvents"]) == len(trace)

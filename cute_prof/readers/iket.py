@@ -149,8 +149,8 @@ class IketCapture:
     def launch_spans(self) -> np.ndarray:
         """``(start_ns, end_ns)`` per launch in ``%globaltimer`` ns, from its first to its
         last warp entry/exit or record (for the timeline merge); -1 for a launch with none."""
-        return np.array([(-1 if l["start_ns"] is None else l["start_ns"],
-                          -1 if l["end_ns"] is None else l["end_ns"])
+        return np.array([(-1 if l["first_ns"] is None else l["first_ns"],
+                          -1 if l["last_ns"] is None else l["last_ns"])
                          for l in self.trace.launches], dtype=np.int64).reshape(-1, 2)
 
 
@@ -472,8 +472,11 @@ def _launch_entry(index, fields, graph_key, graph_node, block, life, n_ranges, n
         "index": index,
         "source": "iket",
         "kernel": fields.get("kernelName", ""),
-        "start_ns": int(min(starts)) if starts else None,
-        "end_ns": int(max(ends)) if ends else None,
+        # the keys every Trace.launches entry has (cute_prof.launches), so the merge with a
+        # torch.profiler trace and the per-launch views work on IKET captures too
+        "first_ns": int(min(starts)) if starts else None,
+        "last_ns": int(max(ends)) if ends else None,
+        "records": n_ranges + n_markers,
         "grid": [fields.get(f"gridDim{a}", 0) for a in "XYZ"],
         "block": [fields.get(f"blockDim{a}", 0) for a in "XYZ"],
         "grid_id": fields.get("gridId"),
