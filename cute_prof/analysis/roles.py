@@ -33,6 +33,7 @@ from ..trace import Trace
 __all__ = ["TAG_KINDS", "RoleSpec", "apply_roles", "load_role_spec"]
 
 TAG_KINDS = ("work", "wait", "phase")
+PIPELINE_KEYS = ("producer", "consumer", "issue", "acquire")
 UNASSIGNED = -1
 
 
@@ -44,6 +45,9 @@ class RoleSpec:
     tid_stride: int | None = None
     group_name: str = "cta"
     tags: Mapping[str, str] = field(default_factory=dict)  # tag name -> one of TAG_KINDS
+    # producer/consumer pipeline: {"producer": role, "consumer": role, "issue": tag whose
+    # payload is the k-tile the producer issued, "acquire": the consumer's wait for it}
+    pipeline: Mapping[str, str] = field(default_factory=dict)
 
     def __post_init__(self):
         if self.tid_stride is not None and (not isinstance(self.tid_stride, int)
@@ -65,6 +69,15 @@ class RoleSpec:
                         f"slot {member} is in both {seen[int(member)]!r} and {role!r}"
                     )
                 seen[int(member)] = role
+        unknown = set(self.pipeline) - set(PIPELINE_KEYS)
+        if unknown:
+            raise ProfileBufferError(f"unknown pipeline keys {sorted(unknown)}; use {PIPELINE_KEYS}")
+        for key in ("producer", "consumer"):
+            if key in self.pipeline and self.pipeline[key] not in self.roles:
+                raise ProfileBufferError(
+                    f"pipeline {key} {self.pipeline[key]!r} is not a role ({list(self.roles)})")
+        if ("issue" in self.pipeline) != ("acquire" in self.pipeline):
+            raise ProfileBufferError("a pipeline needs both 'issue' and 'acquire' tags")
         for tag, kind in self.tags.items():
             if kind not in TAG_KINDS:
                 raise ProfileBufferError(
@@ -77,7 +90,7 @@ class RoleSpec:
 
     @classmethod
     def from_dict(cls, data: Mapping[str, Any]) -> "RoleSpec":
-        unknown = set(data) - {"roles", "tid_stride", "group_name", "tags"}
+        unknown = set(data) - {"roles", "tid_stride", "group_name", "tags", "pipeline"}
         if unknown:
             raise ProfileBufferError(f"unknown role-spec keys {sorted(unknown)}")
         if "roles" not in data or not isinstance(data["roles"], Mapping):
@@ -87,12 +100,13 @@ class RoleSpec:
             tid_stride=data.get("tid_stride"),
             group_name=str(data.get("group_name", "cta")),
             tags=dict(data.get("tags", {})),
+            pipeline=dict(data.get("pipeline", {})),
         )
 
     def to_dict(self) -> dict[str, Any]:
         return {"roles": {k: list(map(int, v)) for k, v in self.roles.items()},
                 "tid_stride": self.tid_stride, "group_name": self.group_name,
-                "tags": dict(self.tags)}
+                "tags": dict(self.tags), "pipeline": dict(self.pipeline)}
 
     # ------------------------------------------------------------------ per tid
     def slot_of(self, tids: np.ndarray) -> np.ndarray:
@@ -132,7 +146,8 @@ class RoleSpec:
         """Kind index (into :data:`TAG_KINDS`) per tag id of ``trace``; tags the spec does not
         name count as ``work``."""
         names = trace.tag_names
-        missing = set(self.tags) - set(names)
+        missing = (set(self.tags) | {self.pipeline[k] for k in ("issue", "acquire")
+                                     if k in self.pipeline}) - set(names)
         if missing:
             raise ProfileBufferError(
                 f"role spec names tags the trace does not have: {sorted(missing)}"
