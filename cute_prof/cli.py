@@ -101,6 +101,47 @@ def _cmd_summary(args, progress: _Progress) -> int:
     return EXIT_OK
 
 
+def _role_spec(args):
+    from .analysis.roles import load_role_spec
+
+    return load_role_spec(args.roles) if args.roles else None
+
+
+def _cmd_analyze(args, progress: _Progress) -> int:
+    from .analysis.pipeline import analyze_pipeline
+    from .analysis.roles import RoleSpec
+
+    spec = _role_spec(args)
+    trace = _load(args, progress)
+    if spec is None:  # no roles declared: one "unassigned" role, still the split and the tail
+        spec = RoleSpec(roles={})
+    progress("analysing roles and pipeline")
+    result = analyze_pipeline(trace, spec, stall_ns=args.stall_ns)
+    if args.json:
+        json.dump(result.to_dict(), sys.stdout, indent=1)
+        sys.stdout.write("\n")
+    else:
+        print(result.format_text())
+    return EXIT_OK
+
+
+def _cmd_diff(args, progress: _Progress) -> int:
+    from .analysis.diff import diff_traces
+
+    spec = _role_spec(args)
+    a = load_any(args.before)
+    b = load_any(args.after)
+    progress("comparing")
+    result = diff_traces(a, b, spec=spec)
+    if args.json:
+        json.dump(result.to_dict(), sys.stdout, indent=1)
+        sys.stdout.write("\n")
+    else:
+        print(f"A = {args.before}\nB = {args.after}")
+        print(result.format_text())
+    return EXIT_OK
+
+
 def _check_output_is_not_input(args) -> None:
     """Writing the output over the input file would destroy the only copy of the trace."""
     output, source = Path(args.output), Path(args.trace)
@@ -176,6 +217,24 @@ def _parser() -> argparse.ArgumentParser:
     summary.add_argument("--unit", choices=("ns", "us", "ms", "s"),
                          help="time unit of the tables (default: picked from the data)")
     summary.set_defaults(run=_cmd_summary)
+
+    analyze = commands.add_parser(
+        "analyze", help="who waited on what: per-role work/wait/idle, k-tile latency, verdict")
+    analyze.add_argument("trace", metavar="TRACE")
+    analyze.add_argument("--roles", metavar="SPEC.json",
+                         help="role spec (tid rule, tag meanings, pipeline tags); see "
+                         "examples/ws_gemm_roles.json")
+    analyze.add_argument("--stall-ns", type=int, default=64,
+                         help="an acquire wait longer than this is a stall (64)")
+    analyze.add_argument("--json", action="store_true", help="print the analysis as JSON")
+    analyze.set_defaults(run=_cmd_analyze)
+
+    diff = commands.add_parser("diff", help="two traces side by side: per tag and per role")
+    diff.add_argument("before", metavar="A")
+    diff.add_argument("after", metavar="B")
+    diff.add_argument("--roles", metavar="SPEC.json", help="role spec for the per-role shares")
+    diff.add_argument("--json", action="store_true", help="print the comparison as JSON")
+    diff.set_defaults(run=_cmd_diff)
 
     export = commands.add_parser("export", help="write .pftrace, .json, .png or .svg")
     export.add_argument("trace", metavar="TRACE")

@@ -115,3 +115,32 @@ def test_bad_pipeline_spec():
         RoleSpec.from_dict({"roles": {"a": [0]}, "pipeline": {"producer": "b"}})
     with pytest.raises(ProfileBufferError, match="both"):
         RoleSpec.from_dict({"roles": {"a": [0]}, "pipeline": {"issue": "x"}})
+
+
+def test_cli_analyze_and_diff_on_the_committed_gemm_trace():
+    import json
+    import subprocess
+    import sys
+    from pathlib import Path
+
+    root = Path(__file__).parent.parent
+    trace = root / "examples" / "traces" / "ws_gemm_256x1024x4096_h200.json"
+    spec = root / "examples" / "ws_gemm_roles.json"
+    run = lambda *a: subprocess.run([sys.executable, "-m", "cute_prof.cli", "-q", *map(str, a)],
+                                    capture_output=True, text=True, timeout=120)
+    out = run("analyze", trace, "--roles", spec, "--json")
+    assert out.returncode == 0, out.stderr
+    result = json.loads(out.stdout)
+    roles = {r["role"]: r for r in result["roles"]}
+    assert roles["producer"]["tracks"] == 8 and roles["consumer"]["tracks"] == 64
+    assert roles["producer"]["wait_ns"] / roles["producer"]["window_ns"] > 0.8
+    assert result["acquires"] == 64 * 64  # 64 consumer warps x 64 k-tiles
+    assert "bound by the consumers" in result["verdict"]
+    text = run("analyze", trace, "--roles", spec)
+    assert text.stdout == (root / "examples" / "traces"
+                           / "ws_gemm_256x1024x4096_h200.analysis.txt").read_text()
+    same = run("diff", trace, trace, "--json", "--roles", spec)
+    assert same.returncode == 0, same.stderr
+    assert not any(row["flagged"] for row in json.loads(same.stdout)["tags"])
+    bad = run("analyze", trace, "--roles", root / "README.md")
+    assert bad.returncode == 2 and bad.stderr.startswith("cute-prof: error")
