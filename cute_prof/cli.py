@@ -142,6 +142,19 @@ def _cmd_diff(args, progress: _Progress) -> int:
     return EXIT_OK
 
 
+def _cmd_report(args, progress: _Progress) -> int:
+    from .report import write_report
+
+    _check_output_is_not_input(args)
+    spec = _role_spec(args)
+    trace = _load(args, progress)
+    compare = load_any(args.compare) if args.compare else None
+    progress("drawing the report")
+    output = write_report(trace, args.output, spec=spec, compare=compare, title=args.title)
+    print(output)
+    return EXIT_OK
+
+
 def _check_output_is_not_input(args) -> None:
     """Writing the output over the input file would destroy the only copy of the trace."""
     output, source = Path(args.output), Path(args.trace)
@@ -235,6 +248,14 @@ def _parser() -> argparse.ArgumentParser:
     diff.add_argument("--roles", metavar="SPEC.json", help="role spec for the per-role shares")
     diff.add_argument("--json", action="store_true", help="print the comparison as JSON")
     diff.set_defaults(run=_cmd_diff)
+
+    report = commands.add_parser("report", help="one self-contained HTML page about a trace")
+    report.add_argument("trace", metavar="TRACE")
+    report.add_argument("-o", "--output", required=True, help="the .html file to write")
+    report.add_argument("--roles", metavar="SPEC.json", help="role spec: adds who waited on what")
+    report.add_argument("--compare", metavar="B", help="a second trace: adds before/after")
+    report.add_argument("--title", help="page title (default: the trace's file)")
+    report.set_defaults(run=_cmd_report)
 
     export = commands.add_parser("export", help="write .pftrace, .json, .png or .svg")
     export.add_argument("trace", metavar="TRACE")

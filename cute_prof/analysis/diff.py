@@ -91,7 +91,8 @@ def _noise(rows: np.ndarray) -> tuple[float, float]:
 
 
 def diff_traces(a: Trace, b: Trace, *, spec: RoleSpec | None = None) -> TraceDiff:
-    """Per tag (by name) and per role (with ``spec``): A and B side by side."""
+    """Per tag (by name) and per role (with ``spec``, where both traces have its tags): A and
+    B side by side."""
     tags_a, tags_b = _by_name(a), _by_name(b)
     names = sorted(set(tags_a) | set(tags_b))
     empty = np.zeros(0, dtype=a.events.dtype)
@@ -113,7 +114,7 @@ def diff_traces(a: Trace, b: Trace, *, spec: RoleSpec | None = None) -> TraceDif
         row["flagged"] = bool(ra.shape[0] and rb.shape[0]
                               and abs(mean_b - mean_a) > row["noise"])
     roles = []
-    if spec is not None:
+    if spec is not None and all(spec.applies_to(t) for t in (a, b)):
         split_a = analyze_pipeline(a, spec).roles
         split_b = analyze_pipeline(b, spec).roles
         for name in [str(r) for r in split_a["role"] if r in split_b["role"]]:

@@ -142,12 +142,20 @@ class RoleSpec:
         return out
 
     # ------------------------------------------------------------------ per tag
+    def named_tags(self) -> set[str]:
+        """Every tag name the spec refers to."""
+        return set(self.tags) | {self.pipeline[k] for k in ("issue", "acquire")
+                                 if k in self.pipeline}
+
+    def applies_to(self, trace: Trace) -> bool:
+        """Whether ``trace`` has every tag the spec names."""
+        return self.named_tags() <= set(trace.tag_names)
+
     def tag_kinds(self, trace: Trace) -> np.ndarray:
         """Kind index (into :data:`TAG_KINDS`) per tag id of ``trace``; tags the spec does not
         name count as ``work``."""
         names = trace.tag_names
-        missing = (set(self.tags) | {self.pipeline[k] for k in ("issue", "acquire")
-                                     if k in self.pipeline}) - set(names)
+        missing = self.named_tags() - set(names)
         if missing:
             raise ProfileBufferError(
                 f"role spec names tags the trace does not have: {sorted(missing)}"
