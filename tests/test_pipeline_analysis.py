@@ -144,3 +144,19 @@ def test_cli_analyze_and_diff_on_the_committed_gemm_trace():
     assert not any(row["flagged"] for row in json.loads(same.stdout)["tags"])
     bad = run("analyze", trace, "--roles", root / "README.md")
     assert bad.returncode == 2 and bad.stderr.startswith("cute-prof: error")
+
+
+def test_flows_connect_exactly_the_matching_k_tiles():
+    from cute_prof.analysis.flows import pipeline_flows
+
+    trace = build(consumer_bound(), ctas=2)
+    flows = pipeline_flows(trace, SPEC)
+    ev = trace.events
+    assert flows.shape[0] == 8  # 4 k-tiles x 2 CTAs, one consumer each
+    src, dst = ev[flows["src"]], ev[flows["dst"]]
+    assert (ev["tag"][flows["src"]] == TAGS.index("issue")).all()
+    assert (ev["tag"][flows["dst"]] == TAGS.index("wait_full")).all()
+    np.testing.assert_array_equal(src["payload"], dst["payload"])
+    np.testing.assert_array_equal(src["tid"] // 16, dst["tid"] // 16)
+    assert sorted(zip((dst["tid"] // 16).tolist(), dst["payload"].tolist())) == [
+        (c, k) for c in range(2) for k in range(4)]

@@ -2,6 +2,9 @@
 
 * ``summary.py``  per-tag statistics, busy fractions, gaps and losses (``summarize``)
 * ``roles.py``    track roles and tag meanings declared on the host (``RoleSpec``)
+* ``pipeline.py`` who waited on what: per-role work/wait/idle, k-tile latency, verdict
+* ``flows.py``    producer -> consumer arrows for the exporters
+* ``diff.py``     two traces side by side
 """
 
 from .roles import TAG_KINDS, RoleSpec, apply_roles, load_role_spec
