@@ -116,9 +116,13 @@ def _role_split(trace: Trace, spec: RoleSpec, kinds: np.ndarray) -> np.ndarray:
     start = spans["start_ns"]
     end = start + spans["dur_ns"]
     kind = kinds[np.minimum(spans["tag"], kinds.shape[0] - 1)]
-    window = busy_union(tid, start, end)  # first/last per track
-    tracks = window.tracks
-    track_window = window.last_ns - window.first_ns
+    tracks, track_of = np.unique(tid, return_inverse=True)
+    track_of = track_of.reshape(-1)
+    first = np.full(tracks.shape[0], np.iinfo(np.int64).max, dtype=np.int64)
+    last = np.full(tracks.shape[0], np.iinfo(np.int64).min, dtype=np.int64)
+    np.minimum.at(first, track_of, start)
+    np.maximum.at(last, track_of, end)
+    track_window = last - first
     active = kind != PHASE
     both = busy_union(tid[active], start[active], end[active])
     waits = kind == WAIT
