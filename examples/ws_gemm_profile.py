@@ -11,8 +11,8 @@ What it does:
    torch.matmul;
 2. writes the trace as Chrome/Perfetto JSON (and ``.pftrace`` when ``cute_prof.export.pftrace_writer``
    exists);
-3. prints the per-tag summary (``cute_prof.analysis.summarize``) and per-role busy
-   fractions;
+3. prints the per-tag summary (``cute_prof.analysis.summarize``) and who waited on what
+   (``cute_prof.analysis.pipeline.analyze_pipeline`` with ``examples/ws_gemm_roles.json``);
 4. checks: exact record counts per role; per consumer warp, the per-k-tile MMA times sum
    to within 5% of that warp's mainloop span (figure reported); no two regions of the same
    warp and tag overlap.
@@ -29,9 +29,11 @@ from pathlib import Path
 
 import numpy as np
 
-from cute_prof.analysis import format_duration, summarize
+from cute_prof.analysis import apply_roles, format_duration, load_role_spec, summarize
+from cute_prof.analysis.pipeline import analyze_pipeline
 
 ROOT = Path(__file__).resolve().parents[1]
+ROLE_SPEC = ROOT / "examples" / "ws_gemm_roles.json"
 if str(ROOT) not in sys.path:
     sys.path.insert(0, str(ROOT))
 
@@ -79,55 +81,6 @@ def write_pftrace(trace, json_path):
 
 
 # ----------------------------------------------------------------------------- analysis
-def role_busy(W, gemm, records, ids):
-    """Per-role busy fractions. For every warp: span = its CTA's span (earliest start to
-    latest end of any record of that CTA); busy = time in its non-waiting regions
-    (producer: tma_issue; consumer: mma_ktile + epilogue, less the waits for stages 1..
-    that nest inside the mma periods); wait = time in wait regions.
-    Level 1 has no per-k-tile regions: there busy = the mainloop(+epilogue) regions."""
-    cta, slot = W.split_tid(records["tid"].astype(np.int64))
-    end = records["start_ns"] + records["dur_ns"]
-    n_cta = int(cta.max()) + 1 if len(cta) else 0
-    lo = np.full(n_cta, np.iinfo(np.int64).max)
-    hi = np.full(n_cta, np.iinfo(np.int64).min)
-    np.minimum.at(lo, cta, records["start_ns"])
-    np.maximum.at(hi, cta, end)
-    cta_span = (hi - lo).astype(np.float64)
-    have_ktile = (records["tag"] == ids[W.TAG_MMA_KTILE]).any()
-    roles = {
-        "producer warp": ([W.PRODUCER_SLOT],
-                          [W.TAG_TMA_ISSUE] if have_ktile else [W.TAG_PRODUCER_MAINLOOP],
-                          [W.TAG_WAIT_EMPTY]),
-        "consumer warps": (list(gemm.recording_slots),
-                           [W.TAG_MMA_KTILE, W.TAG_EPILOGUE] if have_ktile
-                           else [W.TAG_CONSUMER_MAINLOOP, W.TAG_EPILOGUE],
-                           [W.TAG_WAIT_FULL]),
-    }
-    out = {}
-    for role, (slots, busy_tags, wait_tags) in roles.items():
-        in_role = np.isin(slot, slots)
-        warps = np.unique(records["tid"][in_role])
-        if warps.size == 0:
-            continue
-        busy = records["dur_ns"] * (in_role & np.isin(records["tag"], [ids[t] for t in busy_tags]))
-        wait = records["dur_ns"] * (in_role & np.isin(records["tag"], [ids[t] for t in wait_tags]))
-        if have_ktile and role == "consumer warps":
-            # every "wait full" after the first lies inside the previous k-tile's mma period
-            busy = busy - wait * (records["payload"] > 0)
-        # per warp sums
-        uniq, inv = np.unique(records["tid"], return_inverse=True)
-        busy_w = np.bincount(inv, weights=busy, minlength=uniq.size)
-        wait_w = np.bincount(inv, weights=wait, minlength=uniq.size)
-        sel = np.isin(uniq, warps)
-        span_w = cta_span[W.split_tid(uniq.astype(np.int64))[0]]
-        fb = busy_w[sel] / span_w[sel]
-        fw = wait_w[sel] / span_w[sel]
-        out[role] = {"warps": int(sel.sum()), "busy_mean": float(fb.mean()), "busy_min": float(fb.min()),
-                     "busy_max": float(fb.max()), "wait_mean": float(fw.mean()),
-                     "busy_tags": busy_tags, "wait_tags": wait_tags}
-    return out
-
-
 def mma_coverage(W, gemm, records, ids):
     """Per consumer warp: sum(mma_ktile) / consumer_mainloop span, and the share of the span
     spent in "wait full" (nested inside the mma periods, except the pipeline fill)."""
@@ -228,12 +181,10 @@ def main(argv=None) -> int:
     summary = summarize(trace)  # per tag: count, mean, p50, p90, p99, ...
     print(summary)
 
-    print("per-role busy fraction (of the CTA's recorded span):")
-    busy = role_busy(W, gemm, records, ids)
-    for role, d in busy.items():
-        print(f"  {role:<16} busy {100 * d['busy_mean']:5.1f}% (min {100 * d['busy_min']:.1f}%, max "
-              f"{100 * d['busy_max']:.1f}%)  waiting {100 * d['wait_mean']:5.1f}%  over {d['warps']} warps "
-              f"[busy = {'+'.join(d['busy_tags'])}]")
+    # --- who waited on what: the library's analysis with the GEMM's role spec
+    spec = load_role_spec(ROLE_SPEC)
+    analysis = analyze_pipeline(apply_roles(trace, spec), spec)
+    print(analysis.format_text())
 
     # --- checks
     errors = W.check_counts(records, gemm, m, n, k, args.level)
@@ -267,7 +218,8 @@ def main(argv=None) -> int:
         (Path(out) / f"ws_gemm_profile_l{args.level}_{args.recorder}_{ctag}.json").write_text(json.dumps({
             "mnk": [m, n, k], "level": args.level, "recorder": args.recorder,
             "cluster": list(cluster), "tile_n": args.tile_n, "rel_err": err, "records": int(len(records)),
-            "attempted": attempted, "count_errors": errors, "busy": busy, "mma_coverage": cov,
+            "attempted": attempted, "count_errors": errors, "pipeline": analysis.to_dict(),
+            "mma_coverage": cov,
             "overlaps": ov, "summary": summary.to_dict(), "ok": bool(ok)}, indent=2, default=float))
     print("ALL CHECKS PASSED" if ok else "SOME CHECKS FAILED")
     return 0 if ok else 1
