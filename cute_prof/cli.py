@@ -5,6 +5,7 @@
     cute-prof summary TRACE [--json] [--max-rows N] [--unit ns|us|ms]
     cute-prof export  TRACE -o OUT.pftrace|OUT.json|OUT.png|OUT.svg [--group-by G]
     cute-prof plot    TRACE -o OUT.png|OUT.svg [--group-by tid|sm] [--width PX] ...
+    cute-prof analyze TRACE --pipeline SPEC.json [--json] [--depth RES=N] [--faster TAG=PCT]
 
 TRACE is a file cute_prof wrote: a saved buffer (``.npz`` / ``.pt`` from
 ``cute_prof.storage.save_buffer``) or a Chrome JSON trace (``.json`` from
@@ -161,7 +162,47 @@ def _parser() -> argparse.ArgumentParser:
                       help="rows drawn; more tids/SMs share rows (64)")
     plot.add_argument("--title", help="picture title")
     plot.set_defaults(run=_cmd_plot)
+    analyze = commands.add_parser("analyze", help="pipeline model: critical path, blockers, "
+                                  "ring occupancy, what-if")
+    analyze.add_argument("trace", metavar="TRACE")
+    _add_pipeline_options(analyze)
+    analyze.set_defaults(run=_cmd_analyze_pipeline)
     return parser
+
+
+def _add_pipeline_options(parser: argparse.ArgumentParser) -> None:
+    parser.add_argument("--pipeline", required=True, metavar="SPEC",
+                        help="pipeline description (JSON; see cute_prof.analysis.model)")
+    parser.add_argument("--json", action="store_true", help="print the report as JSON")
+    parser.add_argument("--depth", action="append", default=[], metavar="RESOURCE=N",
+                        help="what-if: that ring with depth N (repeatable)")
+    parser.add_argument("--faster", action="append", default=[], metavar="TAG=PCT",
+                        help="what-if: that work region PCT%% faster (repeatable)")
+
+
+def _cmd_analyze_pipeline(args, progress: _Progress) -> int:
+    from .analysis.critical_path import analyze_pipeline, format_pipeline_report
+    from .analysis.model import load_pipeline
+
+    spec = load_pipeline(args.pipeline)  # a bad spec fails before the trace loads
+    what_ifs = []
+    for item, key in [(d, "depth") for d in args.depth] + [(f, "scale") for f in args.faster]:
+        name, _, value = item.partition("=")
+        try:
+            number = int(value) if key == "depth" else 1.0 - float(value) / 100.0
+        except ValueError:
+            raise ProfileBufferError(f"--{'depth' if key == 'depth' else 'faster'} wants "
+                                     f"NAME=NUMBER, got {item!r}") from None
+        what_ifs.append({key: {name: number}})
+    trace = _load(args, progress)
+    progress("analysing the pipeline")
+    report = analyze_pipeline(trace, spec, what_ifs=what_ifs)
+    if args.json:
+        json.dump(report, sys.stdout, indent=1)
+        sys.stdout.write("\n")
+    else:
+        print(format_pipeline_report(report))
+    return EXIT_OK
 
 
 def _one_line(error: BaseException) -> str:

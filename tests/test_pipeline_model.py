@@ -206,3 +206,21 @@ def test_unknown_tag_in_trace():
 def test_ws_gemm_spec_loads():
     spec = load_pipeline("examples/ws_gemm_pipeline.json")
     assert spec.resource("smem_ab").depth == 4 and spec.resource("smem_ab").shared_by == 2
+
+
+def test_cli_analyze_pipeline(tmp_path, capsys):
+    from cute_prof.cli import main
+    from cute_prof.export import export_trace
+
+    trace_path = tmp_path / "shallow.json"
+    export_trace(make_trace([(0, SHALLOW)]), trace_path)
+    spec_path = tmp_path / "spec.json"
+    spec_path.write_text(json.dumps(spec_dict(depth=1)))
+    assert main(["-q", "analyze", str(trace_path), "--pipeline", str(spec_path),
+                 "--depth", "ring=2", "--json"]) == 0
+    report = json.loads(capsys.readouterr().out)
+    assert report["what_if"][0]["predicted_kernel_ns"] == 4500
+    assert main(["-q", "analyze", str(trace_path), "--pipeline", str(spec_path),
+                 "--faster", "c=50"]) == 0
+    text = capsys.readouterr().out
+    assert "critical path" in text and "what-if {'scale': {'c': 0.5}}" in text

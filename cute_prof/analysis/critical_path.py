@@ -25,7 +25,7 @@ BLOCKED_MARGIN_NS = 64.0
 
 __all__ = ["PipelineData", "Schedule", "match_records", "replay", "critical_path",
            "blockers", "ring_occupancy", "initiation_interval", "what_if", "analyze_pipeline",
-           "perfetto_outputs"]
+           "perfetto_outputs", "format_pipeline_report"]
 
 
 @dataclass
@@ -664,3 +664,40 @@ def perfetto_outputs(trace: Trace, spec: PipelineSpec, *, max_units: int = 16):
                              "tid": int(data.unit_group[unit] * stride + list(first_role)[0])})
     critical_rows = np.unique(data.row[on_path & (data.row >= 0)])
     return flows, counters, critical_rows
+
+
+def format_pipeline_report(report: dict) -> str:
+    """The report of :func:`analyze_pipeline` as text."""
+    us = lambda ns: f"{ns / 1e3:.2f} us"  # noqa: E731
+    lines = [f"pipeline: {report['units']} units x {report['iterations']} iterations; records "
+             f"missing {report['records_missing']}, extra {report['records_extra']}, units "
+             f"dropped {report['units_dropped']}",
+             "critical path (share of the time, all units):"]
+    for name, share in sorted(report["critical_path_share"].items(), key=lambda kv: -kv[1]):
+        if share > 0:
+            lines.append(f"  {share * 100:6.1f}%  {name}")
+    lines.append("blockers (per wait region; margin = how late the event came):")
+    for b in report["blockers"]:
+        lines.append(f"  {b['role']}:{b['region']} waits on {b['blocked_by']} ({b['resource']}): "
+                     f"blocked {b['blocked_fraction'] * 100:.1f}% of {b['instances']}, median "
+                     f"margin {b['median_margin_ns']:.0f} ns, slack {b['median_slack_ns']:.0f} ns, "
+                     f"latency {b['latency_ns_median']:.0f} ns")
+    for o in report["occupancy"]:
+        lines.append(f"ring {o['resource']} (depth {o['depth']}): peak {o['peak']}, mean "
+                     f"{o['mean']:.2f}, full {o['time_full_fraction'] * 100:.1f}%, empty "
+                     f"{o['time_empty_fraction'] * 100:.1f}% of the time")
+    ii = report["initiation_interval"]
+    lines.append("initiation interval: measured " + ", ".join(
+        f"{k} {v:.0f} ns" for k, v in ii["measured_ns"].items()) + "; resource bound " + ", ".join(
+        f"{k} {v:.0f} ns" for k, v in ii["resource_bound_ns"].items()) + "; recurrence bound "
+        + (", ".join(f"{k} {v:.0f} ns" for k, v in ii["recurrence_bound_ns"].items()) or "-"))
+    s = report["unit_span_ns"]
+    lines.append(f"unit span: median {us(s['median'])}, p90 {us(s['p90'])}, max {us(s['max'])}")
+    lines.append("worst units: " + "; ".join(
+        f"cta {w['group']} tile {w['tile']} sm {w['sm']} {us(w['span_ns'])} "
+        f"({w['vs_median']:.2f}x)" for w in report["worst_units"]))
+    for w in report.get("what_if", []):
+        change = {k: v for k, v in w["change"].items() if v}
+        lines.append(f"what-if {change}: kernel {us(w['kernel_ns'])} -> "
+                     f"{us(w['predicted_kernel_ns'])} ({w['predicted_change'] * 100:+.2f}%)")
+    return "\n".join(lines)
