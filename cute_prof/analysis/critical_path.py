@@ -99,10 +99,11 @@ def match_records(trace: Trace, spec: PipelineSpec) -> PipelineData:
     size = units * iters * n
     counts = np.bincount(cell, minlength=size)
     # tracks per unit and role: distinct tids of the role among the unit's records
-    pair = np.unique(np.stack([unit, tid[rows]], 1), axis=0)
-    pair_role = roles.role_of(pair[:, 1])
+    tid_rows = tid[rows]
+    tid_span = int(tid_rows.max()) + 1
+    pair = np.unique(unit * tid_span + tid_rows)  # distinct (unit, tid)
     tracks = np.zeros((units, len(roles.role_names)), dtype=np.int64)
-    np.add.at(tracks, (pair[:, 0], pair_role), 1)
+    np.add.at(tracks, (pair // tid_span, roles.role_of(pair % tid_span)), 1)
     expected = np.repeat(tracks[:, step_role][:, None, :], iters, axis=1).reshape(-1)
     missing_cells = counts < expected
     extra += int(np.maximum(counts - expected, 0).sum())
