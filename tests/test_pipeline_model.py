@@ -224,3 +224,19 @@ def test_cli_analyze_pipeline(tmp_path, capsys):
                  "--faster", "c=50"]) == 0
     text = capsys.readouterr().out
     assert "critical path" in text and "what-if {'scale': {'c': 0.5}}" in text
+
+
+def test_async_work_overlaps_the_wait_before_it():
+    d = spec_dict(depth=1)
+    d["regions"][3]["async"] = True
+    spec = load_pipeline(d)
+    data = match_records(make_trace([(0, SHALLOW)]), spec)
+    sched = replay(data)
+    # c(k) runs 1000 ns from its issue; the 700 ns waits came first, so nothing overlaps
+    assert np.array_equal(sched.end, data.end)
+    # with depth 2 (hand): c(1) issued at 1500 needs data at 100 + 500: the replay of the
+    # synchronous case (end 4500) holds, the floor (1000) is the whole work
+    assert what_if(data, depth={"ring": 2})["predicted_kernel_ns"] == 4500
+    d["regions"][2]["async"] = True
+    with pytest.raises(ProfileBufferError, match="only work can be asynchronous"):
+        load_pipeline(d)

@@ -297,6 +297,7 @@ def replay(data: PipelineData, spec: PipelineSpec | None = None, *,
         dur[:, :, tags.index(tag)] *= float(factor)
     prev, role_last = _role_sequences(spec)
     order = spec.step_order()
+    floor = dur.reshape(-1, n).min(0)  # shortest measured duration of each work region
     start = np.full(data.shape, np.nan)
     end = np.full(data.shape, np.nan)
     dep_all = np.full(data.shape, np.nan)
@@ -350,6 +351,10 @@ def replay(data: PipelineData, spec: PipelineSpec | None = None, *,
                 dep_all[:, k, i], peer_all[:, k, i], blocked[:, k, i] = dep, peer, is_dep
             else:
                 end[:, k, i] = begin + dur[:, k, i]
+                if r.asynchronous and prev[i] >= 0 and spec.regions[prev[i]].kind == "wait":
+                    w = prev[i]
+                    end[:, k, i] = np.maximum(begin + floor[i],
+                                              start[:, k, w] + cost[w] + dur[:, k, i])
                 if "produces" in r.relations:
                     prod[r.relations["produces"].resource][:, k] = begin
                 if "releases" in r.relations:

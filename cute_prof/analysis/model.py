@@ -14,6 +14,10 @@ or ``work`` (its duration is its own). Relations, each with an iteration ``dista
 * ``releases``  (work): item k - distance is released at the region's end (the last
   iteration's region also releases the items still held).
 
+``"async": true`` on a work region that follows a wait of its role: the work (wgmma) runs
+while that wait waits, so its end is max(wait end + shortest measured duration, wait start +
+wait cost + measured duration).
+
 ``shared_by`` on a resource: that many consecutive units (a cluster) share its slots, so
 an acquire waits for the release by every one of them (multicast TMA into peer CTAs).
 
@@ -82,8 +86,13 @@ class Region:
     role: str
     kind: str
     relations: Mapping[str, Relation] = field(default_factory=dict)  # relation name -> Relation
+    # work issued asynchronously (wgmma): it keeps running while the role's next wait waits,
+    # so a longer wait before it shortens the work that is left after the wait
+    asynchronous: bool = False
 
     def __post_init__(self):
+        if self.asynchronous and self.kind != "work":
+            raise ProfileBufferError(f"region {self.tag!r}: only work can be asynchronous")
         if self.kind not in REGION_KINDS:
             raise ProfileBufferError(f"region {self.tag!r}: kind must be one of {REGION_KINDS}")
         for name in self.relations:
@@ -217,7 +226,7 @@ class PipelineSpec:
                                       depth=r.get("depth", 1), shared_by=r.get("shared_by", 1)))
         regions = []
         for r in data["regions"]:
-            extra = set(r) - {"tag", "role", "kind", *RELATIONS}
+            extra = set(r) - {"tag", "role", "kind", "async", *RELATIONS}
             if extra or not {"tag", "role", "kind"} <= set(r):
                 raise ProfileBufferError(f"region {r!r}: needs 'tag', 'role', 'kind'; unknown "
                                          f"keys {sorted(extra)}")
@@ -230,7 +239,7 @@ class PipelineSpec:
                     relations[name] = Relation(resource=str(rel["resource"]),
                                                distance=rel.get("distance", 0))
             regions.append(Region(tag=str(r["tag"]), role=str(r["role"]), kind=r["kind"],
-                                  relations=relations))
+                                  relations=relations, asynchronous=bool(r.get("async", False))))
         return cls(roles=RoleSpec.from_dict(data["roles"]), resources=resources,
                    regions=regions, tile_modulo=data.get("tile_modulo"))
 
