@@ -66,7 +66,7 @@ def main(argv=None) -> int:
           f"({len(trace)} records, {report['units']} CTAs, analysis {elapsed:.2f} s on this box)\n")
     print(f"device: {trace.metadata['device']}; timings: CUPTI kernel durations (torch.profiler),"
           f" level 0, {len(times['base'])} launches per variant, shuffled rounds; medians.\n")
-    print(f"predicted: load latency as inferred from the base trace (cold start, "
+    print(f"predicted: load latency inferred from the base trace (blocked waits, capped by the unblocked ones: "
           f"{np.median(_infer_terms(data)[1][:, 2]):.0f} ns); lower: latency 0; calibrated: "
           f"{cal_lat:.0f} ns from the stages2 trace\n")
     print("| variant | model change | predicted | lower (lat 0) | calibrated | measured | "

@@ -273,7 +273,15 @@ def _infer_terms(data: PipelineData):
         lat = np.where(late, e - dep, np.nan)
         per_unit = _mmax(lat, axis=1)
         overall = np.nanmedian(lat) if late.any() else 0.0
-        latency[:, i] = np.maximum(np.where(np.isnan(per_unit), overall, per_unit), 0.0)
+        estimate = np.where(np.isnan(per_unit), overall, per_unit)
+        # a wait that was not blocked ended no earlier than its event + latency: that caps
+        # the latency (cold-start loads would otherwise stand for the steady state)
+        free = (e - s <= cost[i] + BLOCKED_MARGIN_NS) & ~np.isnan(dep)
+        with warnings.catch_warnings():
+            warnings.simplefilter("ignore", RuntimeWarning)
+            cap = np.nanmin(np.where(free, e - dep, np.nan), axis=1)
+        estimate = np.where(np.isnan(cap), estimate, np.minimum(estimate, cap))
+        latency[:, i] = np.maximum(estimate, 0.0)
     return events, latency, cost, dep_all, peer_all
 
 
