@@ -25,7 +25,7 @@ sys.path.insert(0, str(ROOT))
 from cute_prof import layout  # noqa: E402
 from cute_prof.analysis.diff import diff_traces  # noqa: E402
 from cute_prof.analysis.flows import pipeline_flows  # noqa: E402
-from cute_prof.analysis.pipeline import analyze_pipeline  # noqa: E402
+from cute_prof.analysis.waits import analyze_waits  # noqa: E402
 from cute_prof.analysis.roles import load_role_spec  # noqa: E402
 from cute_prof.decode import decode_buffer  # noqa: E402
 from cute_prof.report import write_report  # noqa: E402
@@ -73,7 +73,7 @@ def main(argv=None) -> int:
     a = decode_buffer(gemm_buffer(args.ctas, args.k_tiles, 1), TAGS)
     b = decode_buffer(gemm_buffer(args.ctas, args.k_tiles, 2), TAGS)
     rows = {}
-    _, rows["analyze"] = timed(lambda: analyze_pipeline(a, spec))
+    _, rows["analyze"] = timed(lambda: analyze_waits(a, spec))
     _, rows["flows"] = timed(lambda: pipeline_flows(a, spec))
     _, rows["diff (with roles)"] = timed(lambda: diff_traces(a, b, spec=spec))
     with tempfile.TemporaryDirectory() as tmp:

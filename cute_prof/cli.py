@@ -6,6 +6,10 @@
     cute-prof export  TRACE -o OUT.pftrace|OUT.json|OUT.png|OUT.svg [--group-by G]
     cute-prof plot    TRACE -o OUT.png|OUT.svg [--group-by tid|sm] [--width PX] ...
     cute-prof merge   TORCH_TRACE.json TRACE -o MERGED.json [--kernel REGEX]
+    cute-prof analyze TRACE [--roles SPEC.json] [--json]          who waited on what
+    cute-prof analyze TRACE --pipeline SPEC.json [--depth RES=N] [--faster TAG=PCT] [--json]
+    cute-prof diff    A B [--roles SPEC.json] [--json]
+    cute-prof report  TRACE -o REPORT.html [--roles SPEC.json] [--compare B]
 
 TRACE is a file cute_prof wrote: a saved buffer (``.npz`` / ``.pt`` from
 ``cute_prof.storage.save_buffer``) or a Chrome JSON trace (``.json`` from
@@ -108,15 +112,20 @@ def _role_spec(args):
 
 
 def _cmd_analyze(args, progress: _Progress) -> int:
-    from .analysis.pipeline import analyze_pipeline
+    from .analysis.waits import analyze_waits
     from .analysis.roles import RoleSpec
 
+    if args.pipeline:
+        return _cmd_analyze_pipeline(args, progress)
+    if args.depth or args.faster:
+        raise ProfileBufferError("--depth and --faster are what-ifs of a pipeline model: "
+                                 "pass --pipeline SPEC.json")
     spec = _role_spec(args)
     trace = _load(args, progress)
     if spec is None:  # no roles declared: one "unassigned" role, still the split and the tail
         spec = RoleSpec(roles={})
     progress("analysing roles and pipeline")
-    result = analyze_pipeline(trace, spec, stall_ns=args.stall_ns)
+    result = analyze_waits(trace, spec, stall_ns=args.stall_ns)
     if args.json:
         json.dump(result.to_dict(), sys.stdout, indent=1)
         sys.stdout.write("\n")
@@ -240,6 +249,7 @@ def _parser() -> argparse.ArgumentParser:
     analyze.add_argument("--stall-ns", type=int, default=64,
                          help="an acquire wait longer than this is a stall (64)")
     analyze.add_argument("--json", action="store_true", help="print the analysis as JSON")
+    _add_pipeline_options(analyze)
     analyze.set_defaults(run=_cmd_analyze)
 
     diff = commands.add_parser("diff", help="two traces side by side: per tag and per role")
@@ -288,6 +298,41 @@ def _parser() -> argparse.ArgumentParser:
                        "captures do, else ^kernel_cutlass)")
     merge.set_defaults(run=_cmd_merge)
     return parser
+
+
+def _add_pipeline_options(parser: argparse.ArgumentParser) -> None:
+    parser.add_argument("--pipeline", metavar="SPEC",
+                        help="pipeline model (JSON; see cute_prof.analysis.model): critical path, "
+                        "blockers, ring occupancy and what-ifs instead of the role split")
+    parser.add_argument("--depth", action="append", default=[], metavar="RESOURCE=N",
+                        help="what-if: that ring with depth N (repeatable)")
+    parser.add_argument("--faster", action="append", default=[], metavar="TAG=PCT",
+                        help="what-if: that work region PCT%% faster (repeatable)")
+
+
+def _cmd_analyze_pipeline(args, progress: _Progress) -> int:
+    from .analysis.critical_path import analyze_pipeline, format_pipeline_report
+    from .analysis.model import load_pipeline
+
+    spec = load_pipeline(args.pipeline)  # a bad spec fails before the trace loads
+    what_ifs = []
+    for item, key in [(d, "depth") for d in args.depth] + [(f, "scale") for f in args.faster]:
+        name, _, value = item.partition("=")
+        try:
+            number = int(value) if key == "depth" else 1.0 - float(value) / 100.0
+        except ValueError:
+            raise ProfileBufferError(f"--{'depth' if key == 'depth' else 'faster'} wants "
+                                     f"NAME=NUMBER, got {item!r}") from None
+        what_ifs.append({key: {name: number}})
+    trace = _load(args, progress)
+    progress("analysing the pipeline")
+    report = analyze_pipeline(trace, spec, what_ifs=what_ifs)
+    if args.json:
+        json.dump(report, sys.stdout, indent=1)
+        sys.stdout.write("\n")
+    else:
+        print(format_pipeline_report(report))
+    return EXIT_OK
 
 
 def _one_line(error: BaseException) -> str:

@@ -23,7 +23,6 @@ import re
 from dataclasses import dataclass, field
 from decimal import Decimal
 from pathlib import Path
-from typing import Any
 
 import numpy as np
 

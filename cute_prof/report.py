@@ -8,7 +8,6 @@ from __future__ import annotations
 
 import base64
 import html
-import io
 import os
 import tempfile
 from pathlib import Path
@@ -16,7 +15,7 @@ from pathlib import Path
 import numpy as np
 
 from .analysis.diff import diff_traces
-from .analysis.pipeline import analyze_pipeline
+from .analysis.waits import analyze_waits
 from .analysis.roles import RoleSpec
 from .analysis.summary import format_duration, span_mask, summarize
 from .export.picture import plot_timeline
@@ -115,7 +114,7 @@ def write_report(
     parts.append(_table(["tag", "count", "total", "mean", "p50", "p99", "max", "share"], rows))
 
     if spec is not None:
-        analysis = analyze_pipeline(trace, spec)
+        analysis = analyze_waits(trace, spec)
         parts.append("<h2>Who waited on what</h2>")
         parts.append(f'<p class="verdict">{html.escape(analysis.verdict)}</p>')
         role_rows = [[str(r["role"]), f"{r['tracks']:,}",

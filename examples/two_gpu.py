@@ -52,7 +52,6 @@ def launch_work(buf: cute.Tensor, max_events: Int32, tag: Int32, stream):
 def causality(trace) -> dict:
     """Per rank: last kernel1 end and first kernel2 start (aligned ns); the slack between the
     latest kernel1 end on any rank and the earliest kernel2 start on any rank."""
-    import numpy as np
 
     ev = trace.events
     ranks = trace.metadata["distributed"]["ranks"]

@@ -12,7 +12,7 @@ What it does:
 2. writes the trace as Chrome/Perfetto JSON (and ``.pftrace`` when ``cute_prof.export.pftrace_writer``
    exists);
 3. prints the per-tag summary (``cute_prof.analysis.summarize``) and who waited on what
-   (``cute_prof.analysis.pipeline.analyze_pipeline`` with ``examples/ws_gemm_roles.json``);
+   (``cute_prof.analysis.waits.analyze_waits`` with ``examples/ws_gemm_roles.json``);
 4. checks: exact record counts per role; per consumer warp, the per-k-tile MMA times sum
    to within 5% of that warp's mainloop span (figure reported); no two regions of the same
    warp and tag overlap.
@@ -30,7 +30,7 @@ from pathlib import Path
 import numpy as np
 
 from cute_prof.analysis import apply_roles, format_duration, load_role_spec, summarize
-from cute_prof.analysis.pipeline import analyze_pipeline
+from cute_prof.analysis.waits import analyze_waits
 
 ROOT = Path(__file__).resolve().parents[1]
 ROLE_SPEC = ROOT / "examples" / "ws_gemm_roles.json"
@@ -183,7 +183,7 @@ def main(argv=None) -> int:
 
     # --- who waited on what: the library's analysis with the GEMM's role spec
     spec = load_role_spec(ROLE_SPEC)
-    analysis = analyze_pipeline(apply_roles(trace, spec), spec)
+    analysis = analyze_waits(apply_roles(trace, spec), spec)
     print(analysis.format_text())
 
     # --- checks

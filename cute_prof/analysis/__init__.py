@@ -2,7 +2,7 @@
 
 * ``summary.py``  per-tag statistics, busy fractions, gaps and losses (``summarize``)
 * ``roles.py``    track roles and tag meanings declared on the host (``RoleSpec``)
-* ``pipeline.py`` who waited on what: per-role work/wait/idle, k-tile latency, verdict
+* ``waits.py``    who waited on what: per-role work/wait/idle, k-tile latency, verdict
 * ``flows.py``    producer -> consumer arrows for the exporters
 * ``diff.py``     two traces side by side
 """

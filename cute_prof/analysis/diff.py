@@ -15,7 +15,7 @@ from typing import Any
 import numpy as np
 
 from ..trace import Trace
-from .pipeline import analyze_pipeline
+from .waits import analyze_waits
 from .roles import RoleSpec
 from .summary import format_duration, span_mask
 
@@ -115,8 +115,8 @@ def diff_traces(a: Trace, b: Trace, *, spec: RoleSpec | None = None) -> TraceDif
                               and abs(mean_b - mean_a) > row["noise"])
     roles = []
     if spec is not None and all(spec.applies_to(t) for t in (a, b)):
-        split_a = analyze_pipeline(a, spec).roles
-        split_b = analyze_pipeline(b, spec).roles
+        split_a = analyze_waits(a, spec).roles
+        split_b = analyze_waits(b, spec).roles
         for name in [str(r) for r in split_a["role"] if r in split_b["role"]]:
             ra = split_a[split_a["role"] == name][0]
             rb = split_b[split_b["role"] == name][0]

@@ -5,7 +5,7 @@ import pytest
 
 from cute_prof import ProfileBufferError, layout
 from cute_prof.analysis import RoleSpec
-from cute_prof.analysis.pipeline import analyze_pipeline
+from cute_prof.analysis.waits import analyze_waits
 from cute_prof.decode import decode_buffer
 
 TAGS = ["issue", "wait_empty", "wait_full", "mma", "mainloop"]
@@ -52,7 +52,7 @@ def producer_bound():
 
 
 def test_consumer_bound_pipeline():
-    result = analyze_pipeline(build(consumer_bound()), SPEC, stall_ns=5)
+    result = analyze_waits(build(consumer_bound()), SPEC, stall_ns=5)
     producer, consumer = result.roles
     assert (producer["window_ns"], producer["work_ns"], producer["wait_ns"]) == (400, 40, 360)
     # consumer window 0..420 (the mainloop phase widens it): work 360, wait 40, idle 20
@@ -66,7 +66,7 @@ def test_consumer_bound_pipeline():
 
 
 def test_producer_bound_pipeline_gets_the_opposite_verdict():
-    result = analyze_pipeline(build(producer_bound(), ctas=3), SPEC)
+    result = analyze_waits(build(producer_bound(), ctas=3), SPEC)
     producer, consumer = result.roles
     assert producer["tracks"] == 3 and consumer["tracks"] == 3
     assert producer["wait_ns"] == 3 * 80 and consumer["wait_ns"] == 3 * 280
@@ -81,14 +81,14 @@ def test_run_ahead_counts_issues_before_the_acquire():
     # k at 45 + 100k: by then all 4 are issued, so it is 3, 2, 1, 0 ahead
     regions = [("issue", 0, 10 * k, 10 * k + 10, k) for k in range(4)]
     regions += [("wait_full", 1, 40 + 100 * k, 45 + 100 * k, k) for k in range(4)]
-    result = analyze_pipeline(build(regions), SPEC)
+    result = analyze_waits(build(regions), SPEC)
     np.testing.assert_array_equal(result.run_ahead, [3, 2, 1, 0])
     np.testing.assert_array_equal(result.latency_ns, [35, 125, 215, 305])
 
 
 def test_acquire_without_issue_is_counted_not_guessed():
     regions = [("issue", 0, 0, 10, 0), ("wait_full", 1, 5, 20, 0), ("wait_full", 1, 30, 40, 1)]
-    result = analyze_pipeline(build(regions), SPEC)
+    result = analyze_waits(build(regions), SPEC)
     assert result.acquires == 2 and result.unmatched_acquires == 1
     np.testing.assert_array_equal(result.latency_ns, [10])
 
@@ -99,7 +99,7 @@ def test_tail_per_sm_and_per_cta():
     # CTA 1 (on SM 1) ends 50 ns early: shift its records
     late = trace.events["tid"] >= 16
     trace.events["start_ns"][late] -= 50
-    result = analyze_pipeline(trace, SPEC)
+    result = analyze_waits(trace, SPEC)
     assert sorted(result.sm_tail_ns.tolist()) == [0, 50]
     assert sorted(result.group_tail_ns.tolist()) == [0, 50]
 
@@ -107,7 +107,7 @@ def test_tail_per_sm_and_per_cta():
 def test_pipeline_tags_must_exist():
     spec = RoleSpec.from_dict({**SPEC.to_dict(), "pipeline": {"issue": "nope", "acquire": "mma"}})
     with pytest.raises(ProfileBufferError, match="nope"):
-        analyze_pipeline(build(consumer_bound()), spec)
+        analyze_waits(build(consumer_bound()), spec)
 
 
 def test_bad_pipeline_spec():

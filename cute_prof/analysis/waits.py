@@ -27,7 +27,7 @@ from ..trace import Trace
 from .roles import TAG_KINDS, RoleSpec
 from .summary import busy_union, format_duration, span_mask
 
-__all__ = ["ROLE_SPLIT_DTYPE", "PipelineAnalysis", "analyze_pipeline"]
+__all__ = ["ROLE_SPLIT_DTYPE", "WaitAnalysis", "analyze_waits"]
 
 ROLE_SPLIT_DTYPE = np.dtype([
     ("role", "U64"), ("tracks", np.int64), ("window_ns", np.int64), ("work_ns", np.int64),
@@ -37,7 +37,7 @@ WORK, WAIT, PHASE = (TAG_KINDS.index(k) for k in ("work", "wait", "phase"))
 
 
 @dataclass
-class PipelineAnalysis:
+class WaitAnalysis:
     """The numbers behind the verdict; ``to_dict`` for JSON, ``format_text`` for people."""
 
     roles: np.ndarray  # ROLE_SPLIT_DTYPE, one row per role that recorded
@@ -217,7 +217,7 @@ def _verdict(roles: np.ndarray, spec: RoleSpec, facts: dict[str, Any]) -> str:
     return f"{said}: neither side waits much; the pipeline is balanced."
 
 
-def analyze_pipeline(trace: Trace, spec: RoleSpec, *, stall_ns: int = 64) -> PipelineAnalysis:
+def analyze_waits(trace: Trace, spec: RoleSpec, *, stall_ns: int = 64) -> WaitAnalysis:
     """Per-role time split, k-tile latency, run-ahead, tail and a verdict (vectorised)."""
     kinds = spec.tag_kinds(trace)
     roles = _role_split(trace, spec, kinds)
@@ -243,7 +243,7 @@ def analyze_pipeline(trace: Trace, spec: RoleSpec, *, stall_ns: int = 64) -> Pip
         kernel_ns = 0
     facts: dict[str, Any] = {}
     verdict = _verdict(roles, spec, facts)
-    return PipelineAnalysis(roles=roles, latency_ns=latency, run_ahead=run_ahead, stalls=stalls,
+    return WaitAnalysis(roles=roles, latency_ns=latency, run_ahead=run_ahead, stalls=stalls,
                             acquires=acquires, stall_ns=stall_ns, unmatched_acquires=unmatched,
                             sm_tail_ns=sm_tail, group_tail_ns=group_tail, kernel_ns=kernel_ns,
                             verdict=verdict, facts=facts)

@@ -1,0 +1,717 @@
+"""Pipeline analysis over every unit (CTA or output tile) of a trace, and what-if replays.
+
+``match_records`` turns records into dense per-unit arrays (unit x iteration x region),
+reporting missing and extra records instead of guessing. ``replay`` re-schedules the
+measured work durations under a :class:`~cute_prof.analysis.model.PipelineSpec` (waits end
+when their resource event plus an inferred latency arrives), vectorised over units with a
+loop over iterations only. The critical path, blockers, ring occupancy and initiation
+intervals come from those arrays; ``what_if`` compares a changed pipeline's replay with the
+base replay and carries the per-unit change through each SM's sequence of units to a
+kernel-time change.
+"""
+
+from __future__ import annotations
+
+import warnings
+from dataclasses import dataclass
+
+import numpy as np
+
+from ..errors import ProfileBufferError
+from ..trace import Trace
+from .model import PipelineSpec
+
+BLOCKED_MARGIN_NS = 64.0
+
+__all__ = ["PipelineData", "Schedule", "match_records", "replay", "critical_path",
+           "blockers", "ring_occupancy", "initiation_interval", "what_if", "analyze_pipeline",
+           "perfetto_outputs", "format_pipeline_report"]
+
+
+@dataclass
+class PipelineData:
+    """Measured arrays, shape (units, iterations, regions); times in ns."""
+
+    spec: PipelineSpec
+    start: np.ndarray  # recorded start (latest track of the role)
+    end: np.ndarray  # recorded end (latest track of the role)
+    row: np.ndarray  # trace row of the latest-ending record per cell (-1: none)
+    unit_group: np.ndarray  # (units,) group (CTA) of each unit
+    unit_tile: np.ndarray  # (units,) tile of each unit (0 without tile_modulo)
+    unit_sm: np.ndarray  # (units,) SM
+    unit_first: np.ndarray  # (units,) first start of any record of the unit's group
+    unit_last: np.ndarray  # (units,) last end of any record of the unit's group
+    missing: int  # cells with fewer records than the role has tracks (units dropped)
+    extra: int  # cells with more
+    dropped_units: np.ndarray  # (group, tile) of units dropped for missing records
+
+    @property
+    def shape(self):
+        return self.start.shape
+
+
+def _mmax(a, axis):
+    with warnings.catch_warnings():
+        warnings.simplefilter("ignore", RuntimeWarning)
+        return np.nanmedian(a, axis=axis)
+
+
+def match_records(trace: Trace, spec: PipelineSpec) -> PipelineData:
+    """Dense arrays of the spec's regions per unit and iteration (iteration = payload, or
+    payload % tile_modulo with the tile = payload // tile_modulo)."""
+    ev = trace.events
+    names = list(trace.tag_names)
+    unknown = [r.tag for r in spec.regions if r.tag not in names]
+    if unknown:
+        raise ProfileBufferError(f"pipeline names tags the trace does not have: {unknown}")
+    n = len(spec.regions)
+    lut = np.full(max(len(names), int(ev["tag"].max(initial=0)) + 1), -1, dtype=np.int64)
+    for i, region in enumerate(spec.regions):
+        lut[names.index(region.tag)] = i
+    roles = spec.roles
+    step_role = np.array([roles.role_names.index(r.role) for r in spec.regions])
+    tag = ev["tag"].astype(np.int64)
+    step = np.where((tag >= 0) & (tag < lut.size), lut[np.clip(tag, 0, lut.size - 1)], -1)
+    tid = ev["tid"].astype(np.int64)
+    role = roles.role_of(tid)
+    group_all = roles.group_of(tid)
+    keep = step >= 0
+    wrong_role = keep & (role != step_role[np.maximum(step, 0)])
+    extra = int(wrong_role.sum())
+    keep &= ~wrong_role
+    rows = np.flatnonzero(keep)
+    step = step[rows]
+    payload = ev["payload"][rows].astype(np.int64)
+    if (payload < 0).any():
+        raise ProfileBufferError("pipeline records need a payload >= 0 (the iteration)")
+    if spec.tile_modulo:
+        k, tile = payload % spec.tile_modulo, payload // spec.tile_modulo
+    else:
+        k, tile = payload, np.zeros_like(payload)
+    group = group_all[rows]
+    key = group * (int(tile.max(initial=0)) + 1) + tile
+    ukeys, unit = np.unique(key, return_inverse=True)
+    units = ukeys.size
+    if units == 0:
+        raise ProfileBufferError("no records of the pipeline's regions in the trace")
+    iters = int(k.max()) + 1
+    cell = (unit * iters + k) * n + step
+    size = units * iters * n
+    counts = np.bincount(cell, minlength=size)
+    # tracks per unit and role: distinct tids of the role among the unit's records
+    tid_rows = tid[rows]
+    tid_span = int(tid_rows.max()) + 1
+    pair = np.unique(unit * tid_span + tid_rows)  # distinct (unit, tid)
+    tracks = np.zeros((units, len(roles.role_names)), dtype=np.int64)
+    np.add.at(tracks, (pair // tid_span, roles.role_of(pair % tid_span)), 1)
+    expected = np.repeat(tracks[:, step_role][:, None, :], iters, axis=1).reshape(-1)
+    missing_cells = counts < expected
+    extra += int(np.maximum(counts - expected, 0).sum())
+    starts = ev["start_ns"][rows].astype(np.float64)
+    ends = starts + ev["dur_ns"][rows]
+    start = np.full(size, -np.inf)
+    end = np.full(size, -np.inf)
+    np.maximum.at(start, cell, starts)
+    np.maximum.at(end, cell, ends)
+    order = np.lexsort((ends, cell))
+    last = np.r_[cell[order][1:] != cell[order][:-1], True]
+    row = np.full(size, -1, dtype=np.int64)
+    row[cell[order][last]] = rows[order][last]
+    bad_unit = missing_cells.reshape(units, -1).any(1)
+    good = ~bad_unit
+    ntiles = int(tile.max(initial=0)) + 1
+    unit_group, unit_tile = ukeys // ntiles, ukeys % ntiles
+    # per group: SM, first start and last end of all its records (phases, epilogue included)
+    g_uni, g_inv = np.unique(group_all, return_inverse=True)
+    g_first = np.full(g_uni.size, np.inf)
+    g_last = np.full(g_uni.size, -np.inf)
+    g_sm = np.zeros(g_uni.size, dtype=np.int64)
+    np.minimum.at(g_first, g_inv, ev["start_ns"].astype(np.float64))
+    np.maximum.at(g_last, g_inv, (ev["start_ns"] + ev["dur_ns"]).astype(np.float64))
+    g_sm[g_inv] = ev["sm"]
+    gi = np.searchsorted(g_uni, unit_group)
+    shape = (units, iters, n)
+    return PipelineData(
+        spec=spec, start=start.reshape(shape)[good], end=end.reshape(shape)[good],
+        row=row.reshape(shape)[good], unit_group=unit_group[good], unit_tile=unit_tile[good],
+        unit_sm=g_sm[gi][good], unit_first=g_first[gi][good], unit_last=g_last[gi][good],
+        missing=int(missing_cells.sum()), extra=extra,
+        dropped_units=np.stack([unit_group[bad_unit], unit_tile[bad_unit]], 1))
+
+
+# ---------------------------------------------------------------------------- model terms
+def _role_sequences(spec: PipelineSpec):
+    """Per region: the previous region of its role in program order (-1: first of the
+    iteration, whose predecessor is the role's last region one iteration earlier), and the
+    role's last region."""
+    prev = np.full(len(spec.regions), -1)
+    last_of_role = {}
+    first_of_role = {}
+    for i, r in enumerate(spec.regions):
+        if r.role in last_of_role:
+            prev[i] = last_of_role[r.role]
+        else:
+            first_of_role[r.role] = i
+        last_of_role[r.role] = i
+    role_last = np.array([last_of_role[r.role] for r in spec.regions])
+    return prev, role_last
+
+
+def _work_durations(data: PipelineData) -> np.ndarray:
+    """Work region durations by the gap rule: from the end of the role's previous region to
+    the start of its next one (async work like wgmma ends where the next wait begins); the
+    role's very last region keeps its recorded end."""
+    spec = data.spec
+    units, iters, n = data.shape
+    prev, role_last = _role_sequences(spec)
+    dur = np.zeros(data.shape)
+    nxt = {int(p): i for i, p in enumerate(prev) if p >= 0}
+    for i, r in enumerate(spec.regions):
+        if r.kind != "work":
+            continue
+        if prev[i] >= 0:
+            begin = data.end[:, :, prev[i]]
+        else:
+            first_begin = data.start[:, :1, i]
+            begin = np.concatenate([first_begin, data.end[:, :-1, role_last[i]]], axis=1)
+        if i in nxt:
+            finish = data.start[:, :, nxt[i]]
+        else:
+            first = [j for j, q in enumerate(spec.regions) if q.role == r.role][0]
+            finish = np.concatenate([data.start[:, 1:, first], data.end[:, -1:, i]], axis=1)
+        dur[:, :, i] = np.maximum(finish - begin, 0.0)
+    return dur
+
+
+def _event_times(spec: PipelineSpec, start: np.ndarray, end: np.ndarray) -> dict:
+    """Per resource: produce times (U, K) and release times (U, K) of every item."""
+    units, iters, _ = start.shape
+    out = {}
+    for res in spec.resources:
+        prod = rel = None
+        for i, r in enumerate(spec.regions):
+            if "produces" in r.relations and r.relations["produces"].resource == res.name:
+                prod = start[:, :, i]
+            if "releases" in r.relations and r.relations["releases"].resource == res.name:
+                d = r.relations["releases"].distance
+                rel = np.full((units, iters), np.nan)
+                if d < iters:
+                    rel[:, :iters - d] = end[:, d:, i]
+                rel[:, max(iters - d, 0):] = end[:, -1:, i]
+        out[res.name] = (prod, rel)
+    return out
+
+
+def _cluster_index(data: PipelineData, shared_by: int) -> np.ndarray:
+    return np.unique(np.stack([data.unit_group // shared_by, data.unit_tile], 1), axis=0,
+                     return_inverse=True)[1].reshape(-1)
+
+
+def _dependency_times(data, spec, events, i, iters):
+    """(U, K) time of the event wait region i waits on (nan: none), and the peer unit."""
+    r = spec.regions[i]
+    units = data.shape[0]
+    dep = np.full((units, iters), np.nan)
+    peer = np.repeat(np.arange(units)[:, None], iters, 1)
+    if "consumes" in r.relations:
+        rel = r.relations["consumes"]
+        prod = events[rel.resource][0]
+        if rel.distance < iters:
+            dep[:, rel.distance:] = prod[:, :iters - rel.distance]
+    else:
+        rel = r.relations["acquires"]
+        res = spec.resource(rel.resource)
+        shift = res.depth + rel.distance
+        released = events[rel.resource][1]
+        if res.shared_by > 1:
+            cluster = _cluster_index(data, res.shared_by)
+            gmax = np.full((cluster.max() + 1, iters), -np.inf)
+            np.maximum.at(gmax, cluster, released)
+            hit = released == gmax[cluster]
+            first = np.full((cluster.max() + 1, iters), units)
+            np.minimum.at(first, cluster, np.where(hit, np.arange(units)[:, None], units))
+            released, owner = gmax[cluster], first[cluster]
+        else:
+            owner = np.repeat(np.arange(units)[:, None], iters, 1)
+        if shift < iters:
+            dep[:, shift:] = released[:, :iters - shift]
+            peer[:, shift:] = owner[:, :iters - shift]
+    return dep, peer
+
+
+@dataclass
+class Schedule:
+    """A (measured or replayed) schedule with its model terms."""
+
+    start: np.ndarray  # (U, K, n)
+    end: np.ndarray
+    latency: np.ndarray  # (U, n) inferred latency of each wait's dependency
+    cost: np.ndarray  # (n,) intrinsic cost of each wait when not blocked
+    dep_time: np.ndarray  # (U, K, n) dependency event time (nan: none / work)
+    dep_peer: np.ndarray  # (U, K, n) unit whose event it is
+    blocked: np.ndarray  # (U, K, n) the dependency (not program order) set the end
+
+
+def _infer_terms(data: PipelineData):
+    spec = data.spec
+    units, iters, n = data.shape
+    events = _event_times(spec, data.start, data.end)
+    latency = np.zeros((units, n))
+    cost = np.zeros(n)
+    dep_all = np.full(data.shape, np.nan)
+    peer_all = np.zeros(data.shape, dtype=np.int64)
+    for i, r in enumerate(spec.regions):
+        if r.kind != "wait":
+            continue
+        dep, peer = _dependency_times(data, spec, events, i, iters)
+        dep_all[:, :, i], peer_all[:, :, i] = dep, peer
+        s, e = data.start[:, :, i], data.end[:, :, i]
+        # the fastest instance is the cost of an unblocked wait; one that lasted clearly
+        # longer (two 32 ns timer ticks) ended when its event arrived: end = event + latency
+        cost[i] = float(np.min(e - s))
+        late = (e - s > cost[i] + BLOCKED_MARGIN_NS) & ~np.isnan(dep) & (e >= dep)
+        lat = np.where(late, e - dep, np.nan)
+        per_unit = _mmax(lat, axis=1)
+        overall = np.nanmedian(lat) if late.any() else 0.0
+        estimate = np.where(np.isnan(per_unit), overall, per_unit)
+        # a wait that was not blocked ended no earlier than its event + latency: that caps
+        # the latency (cold-start loads would otherwise stand for the steady state)
+        free = (e - s <= cost[i] + BLOCKED_MARGIN_NS) & ~np.isnan(dep)
+        with warnings.catch_warnings():
+            warnings.simplefilter("ignore", RuntimeWarning)
+            cap = np.nanmin(np.where(free, e - dep, np.nan), axis=1)
+        estimate = np.where(np.isnan(cap), estimate, np.minimum(estimate, cap))
+        latency[:, i] = np.maximum(estimate, 0.0)
+    return events, latency, cost, dep_all, peer_all
+
+
+def replay(data: PipelineData, spec: PipelineSpec | None = None, *,
+           scale: dict[str, float] | None = None, terms=None) -> Schedule:
+    """Re-schedule the measured work durations under ``spec`` (default: the data's own);
+    ``scale``: tag -> factor on that work region's durations (0.8 = 20% faster)."""
+    base = data.spec
+    spec = base if spec is None else spec
+    if [r.tag for r in spec.regions] != [r.tag for r in base.regions]:
+        raise ProfileBufferError("a what-if pipeline must keep the measured regions")
+    units, iters, n = data.shape
+    _, latency, cost, _, _ = terms if terms is not None else _infer_terms(data)
+    dur = _work_durations(data)
+    for tag, factor in (scale or {}).items():
+        tags = [r.tag for r in spec.regions]
+        if tag not in tags:
+            raise ProfileBufferError(f"scale names an unknown region {tag!r}")
+        if spec.regions[tags.index(tag)].kind != "work":
+            raise ProfileBufferError(f"only work regions can be made faster, {tag!r} is a wait")
+        dur[:, :, tags.index(tag)] *= float(factor)
+    prev, role_last = _role_sequences(spec)
+    order = spec.step_order()
+    floor = dur.reshape(-1, n).min(0)  # shortest measured duration of each work region
+    start = np.full(data.shape, np.nan)
+    end = np.full(data.shape, np.nan)
+    dep_all = np.full(data.shape, np.nan)
+    peer_all = np.zeros(data.shape, dtype=np.int64)
+    blocked = np.zeros(data.shape, dtype=bool)
+    prod = {r.name: np.full((units, iters), np.nan) for r in spec.resources}
+    rel = {r.name: np.full((units, iters), np.nan) for r in spec.resources}
+    clusters = {r.name: _cluster_index(data, r.shared_by) for r in spec.resources
+                if r.shared_by > 1}
+    arange = np.arange(units)
+    for k in range(iters):
+        for i in order:
+            r = spec.regions[i]
+            if prev[i] >= 0:
+                begin = end[:, k, prev[i]]
+            elif k > 0:
+                begin = end[:, k - 1, role_last[i]]
+            else:
+                begin = data.start[:, 0, i]
+            start[:, k, i] = begin
+            if r.kind == "wait":
+                dep = np.full(units, np.nan)
+                peer = arange
+                if "consumes" in r.relations:
+                    rl = r.relations["consumes"]
+                    if k - rl.distance >= 0:
+                        dep = prod[rl.resource][:, k - rl.distance]
+                else:
+                    rl = r.relations["acquires"]
+                    res = spec.resource(rl.resource)
+                    j = k - res.depth - rl.distance
+                    if j >= 0:
+                        dep = rel[rl.resource][:, j]
+                        if res.shared_by > 1:
+                            cl = clusters[res.name]
+                            gmax = np.full(cl.max() + 1, -np.inf)
+                            np.maximum.at(gmax, cl, dep)
+                            first = np.full(cl.max() + 1, units)
+                            np.minimum.at(first, cl, np.where(dep == gmax[cl], arange, units))
+                            dep, peer = gmax[cl], first[cl]
+                if np.isnan(dep).any() and ("acquires" in r.relations and j >= 0
+                                            or "consumes" in r.relations
+                                            and k - rl.distance >= 0):
+                    raise ProfileBufferError(
+                        f"the pipeline cannot run: {r.tag} at iteration {k} waits on an event "
+                        f"that comes later in the same iteration (ring too shallow: deadlock)")
+                arm = dep + latency[:, i]
+                own = begin + cost[i]
+                is_dep = np.nan_to_num(arm, nan=-np.inf) > own
+                end[:, k, i] = np.where(is_dep, arm, own)
+                dep_all[:, k, i], peer_all[:, k, i], blocked[:, k, i] = dep, peer, is_dep
+            else:
+                end[:, k, i] = begin + dur[:, k, i]
+                if r.asynchronous and prev[i] >= 0 and spec.regions[prev[i]].kind == "wait":
+                    w = prev[i]
+                    end[:, k, i] = np.maximum(begin + floor[i],
+                                              start[:, k, w] + cost[w] + dur[:, k, i])
+                if "produces" in r.relations:
+                    prod[r.relations["produces"].resource][:, k] = begin
+                if "releases" in r.relations:
+                    rl = r.relations["releases"]
+                    if k - rl.distance >= 0:
+                        rel[rl.resource][:, k - rl.distance] = end[:, k, i]
+                    if k == iters - 1:
+                        lo = max(iters - rl.distance, 0)
+                        rel[rl.resource][:, lo:] = end[:, k, i][:, None]
+    return Schedule(start=start, end=end, latency=latency, cost=cost, dep_time=dep_all,
+                    dep_peer=peer_all, blocked=blocked)
+
+
+# ---------------------------------------------------------------------------- critical path
+def critical_path(data: PipelineData, sched: Schedule):
+    """Walk back from each unit's last event: a blocked wait jumps to the region whose
+    event it waited on (possibly a peer unit's), everything else to the role's previous
+    region. Returns (share (U, n) ns of each region's work/cost on the path, latency (U, n)
+    ns spent in the dependency latency of each wait, on_path (U, K, n) bool)."""
+    spec = data.spec
+    units, iters, n = data.shape
+    prev, role_last = _role_sequences(spec)
+    src = np.full(n, -1)
+    src_at_start = np.zeros(n, dtype=bool)
+    src_shift = np.zeros(n, dtype=np.int64)
+    for i, r in enumerate(spec.regions):
+        if "consumes" in r.relations:
+            rl = r.relations["consumes"]
+            src[i] = spec.source_region("produces", rl.resource)
+            src_at_start[i] = True
+            src_shift[i] = rl.distance
+        elif "acquires" in r.relations:
+            rl = r.relations["acquires"]
+            src[i] = spec.source_region("releases", rl.resource)
+            src_shift[i] = spec.resource(rl.resource).depth + rl.distance \
+                - spec.regions[src[i]].relations["releases"].distance
+    is_wait = np.array([r.kind == "wait" for r in spec.regions])
+    share = np.zeros((units, n))
+    lat = np.zeros((units, n))
+    on_path = np.zeros(data.shape, dtype=bool)
+    flat_end = sched.end.reshape(units, -1)
+    node = np.nanargmax(flat_end, axis=1)
+    owner = np.arange(units)
+    cur_u = owner.copy()
+    cur_k, cur_i = node // n, node % n
+    at_start = np.zeros(units, dtype=bool)
+    active = np.ones(units, dtype=bool)
+    for _ in range(4 * iters * n + 4):
+        if not active.any():
+            break
+        a = np.flatnonzero(active)
+        u, k, i, st = cur_u[a], cur_k[a], cur_i[a], at_start[a]
+        on_path[u, k, i] |= ~st
+        wait = is_wait[i] & ~st
+        jump = wait & sched.blocked[u, k, i]
+        # contributions
+        dur = sched.end[u, k, i] - sched.start[u, k, i]
+        np.add.at(lat, (owner[a][jump], i[jump]), sched.latency[u[jump], i[jump]])
+        plain = ~jump & ~st
+        np.add.at(share, (owner[a][plain], i[plain]), np.where(jump, 0, dur)[plain])
+        # next node
+        nu, nk, ni, ns = u.copy(), k.copy(), i.copy(), np.zeros(a.size, dtype=bool)
+        nu[jump] = sched.dep_peer[u[jump], k[jump], i[jump]]
+        # the releasing region of item j sits at iteration j + release distance, clipped
+        nk[jump] = np.minimum(k[jump] - src_shift[i[jump]], iters - 1)
+        ni[jump] = src[i[jump]]
+        ns[jump] = src_at_start[i[jump]]
+        step = ~jump
+        has_prev = prev[i] >= 0
+        ni[step & has_prev] = prev[i[step & has_prev]]
+        back = step & ~has_prev
+        nk[back] = k[back] - 1
+        ni[back] = role_last[i[back]]
+        done = back & (k == 0)
+        cur_u[a], cur_k[a], cur_i[a], at_start[a] = nu, nk, ni, ns
+        active[a[done]] = False
+    return share, lat, on_path
+
+
+def blockers(data: PipelineData, terms=None) -> list[dict]:
+    """Per wait region, on the measured data: how often the dependency (not program order)
+    was the last to arrive, its margin, and which region it was."""
+    spec = data.spec
+    events, latency, cost, dep, _ = terms if terms is not None else _infer_terms(data)
+    out = []
+    for i, r in enumerate(spec.regions):
+        if r.kind != "wait":
+            continue
+        arm = dep[:, :, i] + latency[:, i][:, None]
+        own = data.start[:, :, i] + cost[i]
+        valid = ~np.isnan(arm)
+        margin = np.where(valid, arm - own, np.nan)
+        blocked = valid & (margin > 0)
+        rel_name = "consumes" if "consumes" in r.relations else "acquires"
+        source = spec.regions[spec.source_region(
+            "produces" if rel_name == "consumes" else "releases",
+            r.relations[rel_name].resource)]
+        out.append({
+            "region": r.tag, "role": r.role, "resource": r.relations[rel_name].resource,
+            "blocked_by": f"{source.role}:{source.tag}",
+            "instances": int(valid.size), "blocked": int(blocked.sum()),
+            "blocked_fraction": float(blocked.sum() / max(valid.size, 1)),
+            "median_margin_ns": float(np.median(margin[blocked])) if blocked.any() else 0.0,
+            "median_slack_ns": float(np.median(-margin[valid & ~blocked]))
+            if (valid & ~blocked).any() else 0.0,
+            "blocked_ns_total": float((data.end[:, :, i] - data.start[:, :, i])[blocked].sum()),
+            "latency_ns_median": float(np.median(latency[:, i])),
+            "wait_cost_ns": float(cost[i]),
+        })
+    return out
+
+
+def ring_occupancy(data: PipelineData, *, resource: str):
+    """Slots held over time per unit (+1 when a slot is acquired, -1 when it is released).
+    Returns (stats dict, unit index, ts, value) with ts/value the step function."""
+    spec = data.spec
+    res = spec.resource(resource)
+    events = _event_times(spec, data.start, data.end)
+    acq_step = [i for i, r in enumerate(spec.regions)
+                if "acquires" in r.relations and r.relations["acquires"].resource == resource]
+    prod, rel = events[resource]
+    take = data.end[:, :, acq_step[0]] if acq_step else prod
+    units, iters = take.shape
+    t = np.concatenate([take, rel], 1)
+    v = np.concatenate([np.ones((units, iters)), -np.ones((units, iters))], 1)
+    u = np.repeat(np.arange(units)[:, None], 2 * iters, 1)
+    order = np.lexsort((-v.ravel(), t.ravel(), u.ravel()))  # release after take at a tie
+    t, v, u = t.ravel()[order], v.ravel()[order], u.ravel()[order]
+    occ = np.cumsum(v)  # every unit returns to 0, so a global running sum stays per unit
+    span = np.r_[np.diff(t), 0.0]
+    span[np.r_[u[1:] != u[:-1], True]] = 0.0
+    total = np.bincount(u, span, minlength=units)
+    stats = {
+        "resource": resource, "depth": res.depth,
+        "peak": int(occ.max()),
+        "mean": float((occ * span).sum() / max(total.sum(), 1e-9)),
+        "time_full_fraction": float(span[occ >= res.depth * res.shared_by // res.shared_by]
+                                    .sum() / max(total.sum(), 1e-9)),
+        "time_empty_fraction": float(span[occ <= 0].sum() / max(total.sum(), 1e-9)),
+    }
+    return stats, u, t, occ
+
+
+def initiation_interval(data: PipelineData, terms=None) -> dict:
+    """Steady-state iteration period (middle half of the iterations) against the
+    resource-bound minimum (the busiest role's work per iteration) and the recurrence bound
+    of each ring (slot holding time / depth)."""
+    spec = data.spec
+    events, latency, cost, dep, _ = terms if terms is not None else _infer_terms(data)
+    units, iters, n = data.shape
+    lo, hi = iters // 4, max(iters * 3 // 4, iters // 4 + 2)
+    dur = _work_durations(data)
+    per_role = {}
+    measured = {}
+    for role in dict.fromkeys(r.role for r in spec.regions):
+        idx = [i for i, r in enumerate(spec.regions) if r.role == role]
+        busy = dur[:, lo:hi, idx].sum(-1) + sum(cost[i] for i in idx
+                                                 if spec.regions[i].kind == "wait")
+        per_role[role] = float(np.median(busy))
+        measured[role] = float(np.median(np.diff(data.start[:, lo:hi, idx[0]], axis=1)))
+    rec = {}
+    for res in spec.resources:
+        acq = [i for i, r in enumerate(spec.regions)
+               if "acquires" in r.relations and r.relations["acquires"].resource == res.name]
+        if not acq:
+            continue
+        _, released = events[res.name]
+        hold = released + latency[:, acq[0]][:, None] - data.end[:, :, acq[0]]
+        rec[res.name] = float(np.median(hold[:, lo:hi]) / res.depth)
+    return {"measured_ns": measured, "resource_bound_ns": per_role,
+            "recurrence_bound_ns": rec,
+            "bound_ns": max([*per_role.values(), *rec.values()])}
+
+
+# ---------------------------------------------------------------------------- what-if
+def _kernel_time(data: PipelineData, unit_delta: np.ndarray) -> tuple[float, float]:
+    """Measured kernel span and the span with each unit longer by ``unit_delta``, carried
+    to every later unit on the same SM."""
+    order = np.lexsort((data.unit_first, data.unit_sm))
+    sm = data.unit_sm[order]
+    cum = np.cumsum(unit_delta[order])
+    starts = np.r_[0, np.flatnonzero(sm[1:] != sm[:-1]) + 1]
+    offset = np.repeat(np.r_[0.0, cum][starts], np.diff(np.r_[starts, sm.size]))
+    shift = np.empty_like(cum)
+    shift[order] = cum - offset
+    first = float(data.unit_first.min())
+    return float(data.unit_last.max() - first), float((data.unit_last + shift).max() - first)
+
+
+def what_if(data: PipelineData, *, depth: dict | None = None, shared_by: dict | None = None,
+            scale: dict | None = None, latency: dict | None = None, terms=None) -> dict:
+    """Predicted kernel-time change of a changed pipeline (ring depths, sharing, a region
+    faster), from the replay of the change against the replay of the base. ``latency``:
+    wait tag -> ns, replacing the inferred latency of that wait's event (when the trace
+    holds no steady-state observation of it, e.g. a consumer that never waited)."""
+    terms = terms if terms is not None else _infer_terms(data)
+    if latency:
+        tags = [r.tag for r in data.spec.regions]
+        lat = terms[1].copy()
+        for tag, value in latency.items():
+            if tag not in tags:
+                raise ProfileBufferError(f"latency names an unknown region {tag!r}")
+            lat[:, tags.index(tag)] = float(value)
+        terms = (terms[0], lat, *terms[2:])
+    base = replay(data, terms=terms)
+    changed = replay(data, data.spec.with_changes(depth=depth, shared_by=shared_by),
+                     scale=scale, terms=terms)
+    base_end = np.nanmax(base.end.reshape(base.end.shape[0], -1), 1)
+    new_end = np.nanmax(changed.end.reshape(changed.end.shape[0], -1), 1)
+    delta = new_end - base_end
+    measured, predicted = _kernel_time(data, delta)
+    measured_end = np.nanmax(data.end.reshape(data.end.shape[0], -1), 1)
+    fidelity = float(np.median((base_end - measured_end)
+                               / np.maximum(measured_end - data.start[:, 0, :].min(1), 1)))
+    return {"change": {"depth": depth, "shared_by": shared_by, "scale": scale,
+                       "latency": latency},
+            "kernel_ns": measured, "predicted_kernel_ns": predicted,
+            "predicted_change": (predicted - measured) / measured,
+            "unit_delta_median_ns": float(np.median(delta)),
+            "replay_error_median": fidelity}
+
+
+# ---------------------------------------------------------------------------- report
+def analyze_pipeline(trace: Trace, spec: PipelineSpec, *, worst: int = 5,
+                     what_ifs: list[dict] | None = None) -> dict:
+    """Everything above for every unit, aggregated (JSON-ready)."""
+    data = match_records(trace, spec)
+    terms = _infer_terms(data)
+    sched = replay(data, terms=terms)
+    share, lat, _ = critical_path(data, sched)
+    units = data.shape[0]
+    total = share.sum(1) + lat.sum(1)
+    tags = [r.tag for r in spec.regions]
+    path = {f"{r.role}:{r.tag}": float(share[:, i].sum() / total.sum())
+            for i, r in enumerate(spec.regions)}
+    for i, r in enumerate(spec.regions):
+        if r.kind == "wait":
+            res = next(iter(r.relations.values())).resource
+            path[f"latency:{res}->{r.tag}"] = float(lat[:, i].sum() / total.sum())
+    span = np.nanmax(data.end.reshape(units, -1), 1) - np.nanmin(data.start.reshape(units, -1), 1)
+    med = float(np.median(span))
+    worst_units = np.argsort(-span)[:worst]
+    occupancy = [ring_occupancy(data, resource=r.name)[0] for r in spec.resources
+                 if r.kind == "ring"]
+    per_sm = np.bincount(data.unit_sm, span) / np.maximum(np.bincount(data.unit_sm), 1)
+    result = {
+        "units": units, "iterations": data.shape[1], "regions": tags,
+        "records_missing": data.missing, "records_extra": data.extra,
+        "units_dropped": int(data.dropped_units.shape[0]),
+        "critical_path_share": path,
+        "unit_span_ns": {"median": med, "p90": float(np.percentile(span, 90)),
+                         "max": float(span.max()), "min": float(span.min())},
+        "sm_mean_span_ns": {"min": float(per_sm[per_sm > 0].min()),
+                            "max": float(per_sm.max())},
+        "worst_units": [{"group": int(data.unit_group[u]), "tile": int(data.unit_tile[u]),
+                         "sm": int(data.unit_sm[u]), "span_ns": float(span[u]),
+                         "vs_median": float(span[u] / med)} for u in worst_units],
+        "blockers": blockers(data, terms),
+        "occupancy": occupancy,
+        "initiation_interval": initiation_interval(data, terms),
+    }
+    if what_ifs:
+        result["what_if"] = [what_if(data, terms=terms, **w) for w in what_ifs]
+    return result
+
+
+def perfetto_outputs(trace: Trace, spec: PipelineSpec, *, max_units: int = 16):
+    """(flows, counters, critical_rows) for the exporters' ``flows=`` / ``counters=``
+    options: blocker edges (dependency record -> blocked wait record), ring occupancy per
+    unit, and the trace rows on each unit's critical path."""
+    data = match_records(trace, spec)
+    terms = _infer_terms(data)
+    sched = replay(data, terms=terms)
+    _, _, on_path = critical_path(data, sched)
+    units, iters, n = data.shape
+    src_rows, dst_rows = [], []
+    for i, r in enumerate(spec.regions):
+        if r.kind != "wait":
+            continue
+        rel_name = next(iter(r.relations))
+        rl = r.relations[rel_name]
+        if rel_name == "consumes":
+            s, shift = spec.source_region("produces", rl.resource), rl.distance
+        else:
+            s = spec.source_region("releases", rl.resource)
+            shift = spec.resource(rl.resource).depth + rl.distance \
+                - spec.regions[s].relations["releases"].distance
+        arm = terms[3][:, :, i] + terms[1][:, i][:, None]
+        hit = (arm > data.start[:, :, i] + terms[2][i])
+        uu, kk = np.nonzero(hit)
+        ks = np.minimum(kk - shift, iters - 1)
+        ok = ks >= 0
+        peer = terms[4][uu, kk, i]
+        src_rows.append(data.row[peer[ok], ks[ok], s])
+        dst_rows.append(data.row[uu[ok], kk[ok], i])
+    src = np.concatenate(src_rows) if src_rows else np.zeros(0, np.int64)
+    dst = np.concatenate(dst_rows) if dst_rows else np.zeros(0, np.int64)
+    good = (src >= 0) & (dst >= 0)
+    flows = np.zeros(int(good.sum()), dtype=[("src", np.int64), ("dst", np.int64)])
+    flows["src"], flows["dst"] = src[good], dst[good]
+    counters = []
+    stride = spec.roles.tid_stride
+    first_role = spec.roles.roles[spec.regions[0].role]
+    for res in spec.resources:
+        if res.kind != "ring":
+            continue
+        _, u, t, occ = ring_occupancy(data, resource=res.name)
+        for unit in range(min(units, max_units)):
+            sel = u == unit
+            counters.append({"name": f"{res.name} slots held (unit {int(data.unit_group[unit])}"
+                                     f" tile {int(data.unit_tile[unit])})",
+                             "ts": t[sel].astype(np.int64), "value": occ[sel].astype(np.float64),
+                             "tid": int(data.unit_group[unit] * stride + list(first_role)[0])})
+    critical_rows = np.unique(data.row[on_path & (data.row >= 0)])
+    return flows, counters, critical_rows
+
+
+def format_pipeline_report(report: dict) -> str:
+    """The report of :func:`analyze_pipeline` as text."""
+    us = lambda ns: f"{ns / 1e3:.2f} us"  # noqa: E731
+    lines = [f"pipeline: {report['units']} units x {report['iterations']} iterations; records "
+             f"missing {report['records_missing']}, extra {report['records_extra']}, units "
+             f"dropped {report['units_dropped']}",
+             "critical path (share of the time, all units):"]
+    for name, share in sorted(report["critical_path_share"].items(), key=lambda kv: -kv[1]):
+        if share > 0:
+            lines.append(f"  {share * 100:6.1f}%  {name}")
+    lines.append("blockers (per wait region; margin = how late the event came):")
+    for b in report["blockers"]:
+        lines.append(f"  {b['role']}:{b['region']} waits on {b['blocked_by']} ({b['resource']}): "
+                     f"blocked {b['blocked_fraction'] * 100:.1f}% of {b['instances']}, median "
+                     f"margin {b['median_margin_ns']:.0f} ns, slack {b['median_slack_ns']:.0f} ns, "
+                     f"latency {b['latency_ns_median']:.0f} ns")
+    for o in report["occupancy"]:
+        lines.append(f"ring {o['resource']} (depth {o['depth']}): peak {o['peak']}, mean "
+                     f"{o['mean']:.2f}, full {o['time_full_fraction'] * 100:.1f}%, empty "
+                     f"{o['time_empty_fraction'] * 100:.1f}% of the time")
+    ii = report["initiation_interval"]
+    lines.append("initiation interval: measured " + ", ".join(
+        f"{k} {v:.0f} ns" for k, v in ii["measured_ns"].items()) + "; resource bound " + ", ".join(
+        f"{k} {v:.0f} ns" for k, v in ii["resource_bound_ns"].items()) + "; recurrence bound "
+        + (", ".join(f"{k} {v:.0f} ns" for k, v in ii["recurrence_bound_ns"].items()) or "-"))
+    s = report["unit_span_ns"]
+    lines.append(f"unit span: median {us(s['median'])}, p90 {us(s['p90'])}, max {us(s['max'])}")
+    lines.append("worst units: " + "; ".join(
+        f"cta {w['group']} tile {w['tile']} sm {w['sm']} {us(w['span_ns'])} "
+        f"({w['vs_median']:.2f}x)" for w in report["worst_units"]))
+    for w in report.get("what_if", []):
+        change = {k: v for k, v in w["change"].items() if v}
+        lines.append(f"what-if {change}: kernel {us(w['kernel_ns'])} -> "
+                     f"{us(w['predicted_kernel_ns'])} ({w['predicted_change'] * 100:+.2f}%)")
+    return "\n".join(lines)

@@ -1,0 +1,258 @@
+"""Pipeline description of a warp-specialised kernel, declared on the host (no kernel change).
+
+Roles come from :class:`~cute_prof.analysis.roles.RoleSpec` (tid rule); a *unit* is one
+group of that rule (a CTA), split further into output tiles for persistent kernels
+(``"tile_modulo"``: payload = tile * modulo + iteration). Resources are rings (``depth``
+slots) or states (depth 1). Each role runs, per iteration, its regions in the listed order;
+a region is a recorded tag and is either a ``wait`` (its end is gated by a resource event)
+or ``work`` (its duration is its own). Relations, each with an iteration ``distance``:
+
+* ``produces``  (work): item k of the resource becomes available at the region's start
+  (plus a latency the analysis infers from the blocked waits);
+* ``consumes``  (wait): waits until item k - distance was produced;
+* ``acquires``  (wait): waits for a free slot: until item k - depth (- distance) was released;
+* ``releases``  (work): item k - distance is released at the region's end (the last
+  iteration's region also releases the items still held).
+
+``"async": true`` on a work region that follows a wait of its role: the work (wgmma) runs
+while that wait waits, so its end is max(wait end + shortest measured duration, wait start +
+wait cost + measured duration).
+
+``shared_by`` on a resource: that many consecutive units (a cluster) share its slots, so
+an acquire waits for the release by every one of them (multicast TMA into peer CTAs).
+
+Loads from JSON (``load_pipeline``)::
+
+    {"roles": {...RoleSpec...},
+     "tile_modulo": null,
+     "resources": [{"name": "smem", "kind": "ring", "depth": 4, "shared_by": 2}],
+     "regions": [
+       {"tag": "ws.wait_empty", "role": "producer", "kind": "wait", "acquires": {"resource": "smem"}},
+       {"tag": "ws.tma_issue", "role": "producer", "kind": "work", "produces": {"resource": "smem"}},
+       {"tag": "ws.wait_full", "role": "consumer", "kind": "wait", "consumes": {"resource": "smem"}},
+       {"tag": "ws.mma_ktile", "role": "consumer", "kind": "work",
+        "releases": {"resource": "smem", "distance": 1}}]}
+"""
+
+from __future__ import annotations
+
+import graphlib
+import json
+import os
+from collections.abc import Mapping, Sequence
+from dataclasses import dataclass, field, replace
+from pathlib import Path
+from typing import Any
+
+from ..errors import ProfileBufferError
+from .roles import RoleSpec
+
+__all__ = ["Relation", "Resource", "Region", "PipelineSpec", "load_pipeline"]
+
+RESOURCE_KINDS = ("ring", "state")
+REGION_KINDS = ("wait", "work")
+RELATIONS = {"produces": "work", "releases": "work", "consumes": "wait", "acquires": "wait"}
+
+
+@dataclass(frozen=True)
+class Relation:
+    resource: str
+    distance: int = 0
+
+
+@dataclass(frozen=True)
+class Resource:
+    name: str
+    kind: str = "ring"
+    depth: int = 1
+    shared_by: int = 1
+
+    def __post_init__(self):
+        if self.kind not in RESOURCE_KINDS:
+            raise ProfileBufferError(f"resource {self.name!r}: kind must be one of "
+                                     f"{RESOURCE_KINDS}, got {self.kind!r}")
+        if not isinstance(self.depth, int) or self.depth < 1:
+            raise ProfileBufferError(f"resource {self.name!r}: depth must be an int >= 1, "
+                                     f"got {self.depth!r}")
+        if self.kind == "state" and self.depth != 1:
+            raise ProfileBufferError(f"resource {self.name!r}: a state has depth 1")
+        if not isinstance(self.shared_by, int) or self.shared_by < 1:
+            raise ProfileBufferError(f"resource {self.name!r}: shared_by must be an int >= 1")
+
+
+@dataclass(frozen=True)
+class Region:
+    tag: str
+    role: str
+    kind: str
+    relations: Mapping[str, Relation] = field(default_factory=dict)  # relation name -> Relation
+    # work issued asynchronously (wgmma): it keeps running while the role's next wait waits,
+    # so a longer wait before it shortens the work that is left after the wait
+    asynchronous: bool = False
+
+    def __post_init__(self):
+        if self.asynchronous and self.kind != "work":
+            raise ProfileBufferError(f"region {self.tag!r}: only work can be asynchronous")
+        if self.kind not in REGION_KINDS:
+            raise ProfileBufferError(f"region {self.tag!r}: kind must be one of {REGION_KINDS}")
+        for name in self.relations:
+            if name not in RELATIONS:
+                raise ProfileBufferError(f"region {self.tag!r}: unknown relation {name!r} "
+                                         f"(one of {sorted(RELATIONS)})")
+            if RELATIONS[name] != self.kind:
+                raise ProfileBufferError(f"region {self.tag!r}: {name!r} belongs to a "
+                                         f"{RELATIONS[name]} region, this one is {self.kind}")
+            distance = self.relations[name].distance
+            if not isinstance(distance, int) or distance < 0:
+                raise ProfileBufferError(f"region {self.tag!r}: {name} distance must be an "
+                                         f"int >= 0, got {distance!r}")
+        if self.kind == "wait" and len(self.relations) != 1:
+            raise ProfileBufferError(f"wait region {self.tag!r} needs exactly one of "
+                                     f"'consumes' or 'acquires'")
+
+
+@dataclass(frozen=True)
+class PipelineSpec:
+    roles: RoleSpec
+    resources: Sequence[Resource]
+    regions: Sequence[Region]  # per role in program order
+    tile_modulo: int | None = None
+
+    def __post_init__(self):
+        if self.roles.tid_stride is None:
+            raise ProfileBufferError("a pipeline needs roles with a tid_stride (units are groups)")
+        names = [r.name for r in self.resources]
+        if len(set(names)) != len(names):
+            raise ProfileBufferError(f"duplicate resource names in {names}")
+        tags = [r.tag for r in self.regions]
+        if len(set(tags)) != len(tags):
+            raise ProfileBufferError(f"a tag may be one region only: {tags}")
+        if self.tile_modulo is not None and (not isinstance(self.tile_modulo, int)
+                                             or self.tile_modulo < 1):
+            raise ProfileBufferError(f"tile_modulo must be an int >= 1, got {self.tile_modulo!r}")
+        by_relation: dict[tuple[str, str], list[str]] = {}
+        for region in self.regions:
+            if region.role not in self.roles.roles:
+                raise ProfileBufferError(f"region {region.tag!r}: unknown role {region.role!r} "
+                                         f"(roles: {self.roles.role_names})")
+            for rel_name, rel in region.relations.items():
+                if rel.resource not in names:
+                    raise ProfileBufferError(f"region {region.tag!r}: unknown resource "
+                                             f"{rel.resource!r}")
+                by_relation.setdefault((rel_name, rel.resource), []).append(region.tag)
+        for resource in names:
+            producers = by_relation.get(("produces", resource), [])
+            releasers = by_relation.get(("releases", resource), [])
+            if by_relation.get(("consumes", resource)) and not producers:
+                raise ProfileBufferError(f"resource {resource!r} is consumed by "
+                                         f"{by_relation[('consumes', resource)]} but no region "
+                                         f"produces it")
+            if by_relation.get(("acquires", resource)) and not releasers:
+                raise ProfileBufferError(f"resource {resource!r} is acquired by "
+                                         f"{by_relation[('acquires', resource)]} but no region "
+                                         f"releases it")
+            for rel in ("produces", "releases"):
+                if len(by_relation.get((rel, resource), [])) > 1:
+                    raise ProfileBufferError(f"resource {resource!r}: more than one region "
+                                             f"{rel} it: {by_relation[(rel, resource)]}")
+        self.step_order()  # raises on a cycle inside one iteration
+
+    # ------------------------------------------------------------------ derived
+    def resource(self, name: str) -> Resource:
+        return next(r for r in self.resources if r.name == name)
+
+    def source_region(self, relation: str, resource: str) -> int:
+        """Index of the region that ``produces``/``releases`` ``resource``."""
+        return next(i for i, r in enumerate(self.regions)
+                    if relation in r.relations and r.relations[relation].resource == resource)
+
+    def dependency(self, index: int) -> tuple[int, int] | None:
+        """For a wait region: (index of the region it waits on, iteration distance)."""
+        region = self.regions[index]
+        if "consumes" in region.relations:
+            rel = region.relations["consumes"]
+            return self.source_region("produces", rel.resource), rel.distance
+        if "acquires" in region.relations:
+            rel = region.relations["acquires"]
+            src = self.source_region("releases", rel.resource)
+            return src, self.resource(rel.resource).depth + rel.distance
+        return None
+
+    def step_order(self) -> list[int]:
+        """Regions in an order that respects program order and every distance-0 dependency
+        of one iteration (a cycle among them can never run, and is an error)."""
+        graph: dict[int, set[int]] = {i: set() for i in range(len(self.regions))}
+        last_of_role: dict[str, int] = {}
+        for i, region in enumerate(self.regions):
+            if region.role in last_of_role:
+                graph[i].add(last_of_role[region.role])
+            last_of_role[region.role] = i
+        for i, region in enumerate(self.regions):
+            dep = self.dependency(i)
+            if dep is not None and dep[1] == 0:
+                graph[i].add(dep[0])
+        try:
+            return list(graphlib.TopologicalSorter(graph).static_order())
+        except graphlib.CycleError as err:
+            cycle = [self.regions[i].tag for i in err.args[1]]
+            raise ProfileBufferError(f"cycle inside one iteration: {' -> '.join(cycle)}") from None
+
+    def with_changes(self, *, depth: Mapping[str, int] | None = None,
+                     shared_by: Mapping[str, int] | None = None) -> "PipelineSpec":
+        """The same pipeline with other ring depths or sharing (what-if scenarios)."""
+        resources = []
+        for r in self.resources:
+            r = replace(r, depth=int((depth or {}).get(r.name, r.depth)))
+            r = replace(r, shared_by=int((shared_by or {}).get(r.name, r.shared_by)))
+            resources.append(r)
+        return replace(self, resources=resources)
+
+    # ------------------------------------------------------------------ JSON
+    @classmethod
+    def from_dict(cls, data: Mapping[str, Any]) -> "PipelineSpec":
+        unknown = set(data) - {"roles", "resources", "regions", "tile_modulo"}
+        if unknown:
+            raise ProfileBufferError(f"unknown pipeline keys {sorted(unknown)}")
+        for key in ("roles", "resources", "regions"):
+            if key not in data:
+                raise ProfileBufferError(f"a pipeline spec needs {key!r}")
+        resources = []
+        for r in data["resources"]:
+            extra = set(r) - {"name", "kind", "depth", "shared_by"}
+            if extra or "name" not in r:
+                raise ProfileBufferError(f"resource {r!r}: needs 'name'; unknown keys "
+                                         f"{sorted(extra)}")
+            resources.append(Resource(name=str(r["name"]), kind=r.get("kind", "ring"),
+                                      depth=r.get("depth", 1), shared_by=r.get("shared_by", 1)))
+        regions = []
+        for r in data["regions"]:
+            extra = set(r) - {"tag", "role", "kind", "async", *RELATIONS}
+            if extra or not {"tag", "role", "kind"} <= set(r):
+                raise ProfileBufferError(f"region {r!r}: needs 'tag', 'role', 'kind'; unknown "
+                                         f"keys {sorted(extra)}")
+            relations = {}
+            for name in RELATIONS:
+                if name in r:
+                    rel = r[name]
+                    if isinstance(rel, str):
+                        rel = {"resource": rel}
+                    relations[name] = Relation(resource=str(rel["resource"]),
+                                               distance=rel.get("distance", 0))
+            regions.append(Region(tag=str(r["tag"]), role=str(r["role"]), kind=r["kind"],
+                                  relations=relations, asynchronous=bool(r.get("async", False))))
+        return cls(roles=RoleSpec.from_dict(data["roles"]), resources=resources,
+                   regions=regions, tile_modulo=data.get("tile_modulo"))
+
+
+def load_pipeline(source: str | os.PathLike | Mapping[str, Any]) -> PipelineSpec:
+    """A :class:`PipelineSpec` from a dict or a JSON file."""
+    if isinstance(source, Mapping):
+        return PipelineSpec.from_dict(source)
+    path = Path(source)
+    try:
+        data = json.loads(path.read_text())
+    except (OSError, ValueError) as err:
+        raise ProfileBufferError(f"cannot read pipeline spec {str(path)!r}: {err}") from None
+    if not isinstance(data, Mapping):
+        raise ProfileBufferError(f"pipeline spec {str(path)!r} must be a JSON object")
+    return PipelineSpec.from_dict(data)
