@@ -5,6 +5,7 @@
     cute-prof summary TRACE [--json] [--max-rows N] [--unit ns|us|ms]
     cute-prof export  TRACE -o OUT.pftrace|OUT.json|OUT.png|OUT.svg [--group-by G]
     cute-prof plot    TRACE -o OUT.png|OUT.svg [--group-by tid|sm] [--width PX] ...
+    cute-prof flight  DUMP [-o PARTIAL.json]   (where every warp was: a flight-recorder dump)
 
 TRACE is a file cute_prof wrote: a saved buffer (``.npz`` / ``.pt`` from
 ``cute_prof.storage.save_buffer``) or a Chrome JSON trace (``.json`` from
@@ -126,6 +127,20 @@ def _cmd_plot(args, progress: _Progress) -> int:
     return EXIT_OK
 
 
+def _cmd_flight(args, progress: _Progress) -> int:
+    from .export import export_trace
+    from .flight import load_dump
+
+    progress(f"reading flight-recorder dump {args.dump}")
+    report = load_dump(args.dump)
+    print(report.format())
+    print(f"{len(report.trace.events)} records decoded ({report.trace.incomplete} incomplete)")
+    if args.output:
+        export_trace(report.trace, args.output)
+        print(args.output)
+    return EXIT_OK
+
+
 def _parser() -> argparse.ArgumentParser:
     parser = argparse.ArgumentParser(
         prog="cute-prof",
@@ -161,6 +176,11 @@ def _parser() -> argparse.ArgumentParser:
                       help="rows drawn; more tids/SMs share rows (64)")
     plot.add_argument("--title", help="picture title")
     plot.set_defaults(run=_cmd_plot)
+
+    flight = commands.add_parser("flight", help="where every warp was: a flight-recorder dump")
+    flight.add_argument("dump", metavar="DUMP", help=".npz from cute_prof.flight.save_dump")
+    flight.add_argument("-o", "--output", help="also write the partial trace (.json/.pftrace)")
+    flight.set_defaults(run=_cmd_flight)
     return parser
 
 
