@@ -54,8 +54,8 @@ def launch(rec: cute.Pointer, max_events: Int32, pos: cute.Pointer, slots: Int32
     cost_kernel(rec, max_events, pos, slots, out, variant).launch(grid=(CTAS, 1, 1), block=(WARPS * 32, 1, 1))
 
 
-def ptr(address):
-    return make_ptr(cutlass.Int64, address, cute.AddressSpace.gmem, assumed_align=16)
+def ptr(address, align=8):
+    return make_ptr(cutlass.Int64, address, cute.AddressSpace.gmem, assumed_align=align)
 
 
 def main() -> None:

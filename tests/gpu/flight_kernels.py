@@ -99,10 +99,10 @@ def trap_kernel(rec: cute.Pointer, max_events: Int32, pos: cute.Pointer, slots: 
         trap()
 
 
-def _ptr(address):
+def _ptr(address, align=8):
     from cutlass.cute.runtime import make_ptr
 
-    return make_ptr(cutlass.Int64, address, cute.AddressSpace.gmem, assumed_align=16)
+    return make_ptr(cutlass.Int64, address, cute.AddressSpace.gmem, assumed_align=align)
 
 
 @cute.jit
