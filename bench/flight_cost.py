@@ -62,8 +62,8 @@ def main() -> None:
     from cutlass.cute.runtime import from_dlpack
 
     ap = argparse.ArgumentParser()
-    ap.add_argument("--rounds", type=int, default=15)
-    ap.add_argument("--launches", type=int, default=50)
+    ap.add_argument("--rounds", type=int, default=7)
+    ap.add_argument("--launches", type=int, default=10)
     ap.add_argument("--json")
     args = ap.parse_args()
     # room for every launch of one timed batch: the counter is reset once per batch, so
@@ -95,8 +95,9 @@ def main() -> None:
         end.synchronize()
         return start.elapsed_time(end) * 1e6 / n
 
+    print("compiled", flush=True)
     for v in VARIANTS:
-        run(v, 5)
+        run(v, 2)
     torch.cuda.synchronize()
     samples = {v: [] for v in VARIANTS}
     for _ in range(args.rounds):
@@ -104,6 +105,7 @@ def main() -> None:
         random.shuffle(order)
         for v in order:
             samples[v].append(run(v, args.launches))  # ns per launch, back to back
+        print("round", {v: round(samples[v][-1] / 1e3, 1) for v in VARIANTS}, flush=True)
     base = statistics.median(samples["none"])
     rows = []
     for v in VARIANTS:

@@ -285,8 +285,12 @@ def run_catching(launch: Callable[[], Any], recorder: FlightRecorder, *, tag_tab
 # dumps
 
 
-def save_dump(path, recorder_or_words, *, position_words=None, now_ns: int | None = None, tag_names=()) -> Path:
-    """Save records and positions (``.npz``) for ``cute-prof flight``."""
+def save_dump(path, recorder_or_words, *, position_words=None, now_ns: int | None = None, tag_names=(),
+              status: str = "hung") -> Path:
+    """Save records and positions (``.npz``) for ``cute-prof flight``; ``status``: 'hung',
+    'faulted' or 'finished' (what the report's first line says)."""
+    if status not in ("hung", "faulted", "finished"):
+        raise ProfileBufferError(f"status must be 'hung', 'faulted' or 'finished', got {status!r}")
     if isinstance(recorder_or_words, FlightRecorder):
         records = recorder_or_words.record_words()
         positions = recorder_or_words.position_words()
@@ -298,7 +302,7 @@ def save_dump(path, recorder_or_words, *, position_words=None, now_ns: int | Non
     _positions_view(positions)
     path = Path(path)
     np.savez(path, records=records, positions=positions, now_ns=np.int64(now_ns or 0),
-             tag_names=np.array(list(tag_names), dtype=str))
+             tag_names=np.array(list(tag_names), dtype=str), status=np.array(status))
     return path if path.suffix == ".npz" else path.with_name(path.name + ".npz")
 
 
@@ -308,7 +312,10 @@ def load_dump(path, *, tag_table=None) -> FlightReport:
         records, positions = data["records"], data["positions"]
         now_ns = int(data["now_ns"]) or None
         names = list(data["tag_names"]) if "tag_names" in data else []
+        status = str(data["status"]) if "status" in data else "hung"
     table = tag_table if tag_table is not None else (names or None)
     report = diagnose(positions, now_ns=now_ns, tag_table=table)
+    report.hung = status == "hung"
+    report.error = "saved dump of a faulted kernel" if status == "faulted" else None
     report.trace = decode_buffer(records, table, metadata={"flight": str(path)})
     return report

@@ -130,3 +130,4 @@ def test_dump_roundtrip_and_cli(tmp_path):
                          capture_output=True, text=True, check=True).stdout
     assert "12 warps (warp 1,2,3 of 4 CTAs) wait in 'wait_full' payload=37 depth 1 for 2.1 s" in out
     assert "3 records decoded" in out
+    assert out.startswith("kernel hung")

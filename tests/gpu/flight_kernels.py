@@ -20,6 +20,7 @@ import time
 
 import cutlass
 import cutlass.cute as cute
+import cutlass.memory  # noqa: F401
 from cutlass import Int32
 from cutlass._mlir.dialects import llvm
 from cutlass.cutlass_dsl import dsl_user_op
@@ -48,7 +49,7 @@ def pipeline_kernel(rec: cute.Pointer, max_events: Int32, pos: cute.Pointer, slo
     bidx, _, _ = cute.arch.block_idx()
     warp = cute.arch.warp_idx()
     warp = cute.arch.make_warp_uniform(warp)
-    smem = cutlass.utils.SmemAllocator()
+    smem = cutlass.memory.SmemAllocator()
     bars = smem.allocate_array(cutlass.Int64, 2, byte_alignment=8)
     full = bars
     empty = bars + 1
@@ -109,7 +110,7 @@ def _ptr(address, align=8):
 def launch_pipeline(rec: cute.Pointer, max_events: Int32, pos: cute.Pointer, slots: Int32,
                     k_tiles: Int32, stop_k: Int32, ctas: cutlass.Constexpr, fence: cutlass.Constexpr):
     pipeline_kernel(rec, max_events, pos, slots, k_tiles, stop_k, fence).launch(
-        grid=(ctas, 1, 1), block=(THREADS, 1, 1), smem=64)
+        grid=(ctas, 1, 1), block=(THREADS, 1, 1))
 
 
 @cute.jit
@@ -161,7 +162,7 @@ def main(argv=None) -> int:
            "attempted": int(report.trace.attempted) if report else 0,
            "record_tags": sorted(set(int(x) for x in report.trace.events["tag"])) if report else []}
     if args.dump:
-        save_dump(args.dump, rec, tag_names=TAGS)
+        save_dump(args.dump, rec, tag_names=TAGS, status="hung" if report.hung else ("faulted" if error else "finished"))
     print("FLIGHT " + json.dumps(out), flush=True)
     if report is not None and report.hung:
         os._exit(0)  # the stuck context cannot be torn down cleanly; the parent kills us anyway
