@@ -10,6 +10,7 @@
     cute-prof analyze TRACE --pipeline SPEC.json [--depth RES=N] [--faster TAG=PCT] [--json]
     cute-prof diff    A B [--roles SPEC.json] [--json]
     cute-prof report  TRACE -o REPORT.html [--roles SPEC.json] [--compare B]
+    cute-prof flight  DUMP [-o PARTIAL.json]   (where every warp was: a flight-recorder dump)
 
 TRACE is a file cute_prof wrote: a saved buffer (``.npz`` / ``.pt`` from
 ``cute_prof.storage.save_buffer``) or a Chrome JSON trace (``.json`` from
@@ -223,6 +224,20 @@ def _cmd_merge(args, progress: _Progress) -> int:
     return EXIT_OK
 
 
+def _cmd_flight(args, progress: _Progress) -> int:
+    from .export import export_trace
+    from .flight import load_dump
+
+    progress(f"reading flight-recorder dump {args.dump}")
+    report = load_dump(args.dump)
+    print(report.format())
+    print(f"{len(report.trace.events)} records decoded ({report.trace.incomplete} incomplete)")
+    if args.output:
+        export_trace(report.trace, args.output)
+        print(args.output)
+    return EXIT_OK
+
+
 def _parser() -> argparse.ArgumentParser:
     parser = argparse.ArgumentParser(
         prog="cute-prof",
@@ -297,6 +312,11 @@ def _parser() -> argparse.ArgumentParser:
                        "(default: the trace's kernel names where it knows them, as IKET "
                        "captures do, else ^kernel_cutlass)")
     merge.set_defaults(run=_cmd_merge)
+
+    flight = commands.add_parser("flight", help="where every warp was: a flight-recorder dump")
+    flight.add_argument("dump", metavar="DUMP", help=".npz from cute_prof.flight.save_dump")
+    flight.add_argument("-o", "--output", help="also write the partial trace (.json/.pftrace)")
+    flight.set_defaults(run=_cmd_flight)
     return parser
 
 

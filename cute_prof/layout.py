@@ -254,3 +254,59 @@ def write_records(
     records[slots[fits]] = words[fits]
     if first_slot is None:
         buf[COUNTER_INDEX] += n
+
+
+# ----------------------------------------------------------------------------------------
+# Flight-recorder region (a separate buffer; the record format above is unchanged)
+#
+# A flat int64 array in pinned, device-mapped host memory that the host can read while a
+# kernel runs and after its context has faulted. It holds, per recording warp, one
+# "position" slot per nesting depth (FLIGHT_DEPTH of them):
+#
+#   words 0..1        header, written by the host: FLIGHT_MAGIC, then the slot count
+#   slot s            words FLIGHT_HEADER_WORDS + 4*s .. +3, 16-byte aligned:
+#       word 0  enter_ns   %globaltimer when the region was entered (0: never entered)
+#       word 1  leave_ns   %globaltimer when it was left; 0 while the region is open
+#       word 2  tag word   exactly the record tag word (tag, payload, kind, COMPLETE_MAGIC)
+#       word 3  where word bits 0..31 CTA linear id (x + nx*(y + ny*z)),
+#                          bits 32..43 SM id, bits 44..49 warp index in the CTA,
+#                          bits 50..63 zero
+#   s = (cta_linear * warps_per_cta + warp) * FLIGHT_DEPTH + depth
+#
+# Enter stores words 2..3 then words 0..1 (leave_ns = 0), leave stores word 1; both with
+# st.volatile (system scope) so the host sees them without the kernel finishing.
+
+FLIGHT_MAGIC = 0x0C0FFEE_F119470  # "flight" marker in word 0 of the region
+FLIGHT_HEADER_WORDS = 2
+FLIGHT_SLOT_WORDS = 4
+FLIGHT_DEPTH = 4
+FLIGHT_WORD_ENTER = 0
+FLIGHT_WORD_LEAVE = 1
+FLIGHT_WORD_TAG = 2
+FLIGHT_WORD_WHERE = 3
+FLIGHT_CTA_SHIFT, FLIGHT_CTA_BITS = 0, 32
+# SM and warp fields of the where word sit where they sit in the record tid word
+FLIGHT_SM_SHIFT, FLIGHT_WARP_SHIFT = SM_SHIFT, WARP_SHIFT
+
+
+def flight_words(total_warps: int) -> int:
+    """Number of int64 words a flight region for ``total_warps`` warps needs."""
+    return FLIGHT_HEADER_WORDS + FLIGHT_SLOT_WORDS * FLIGHT_DEPTH * int(total_warps)
+
+
+def encode_where_words(cta, *, sm=0, warp=0) -> np.ndarray:
+    """Vectorised where-word encoder (the host mirror of the device's flight ops)."""
+    cta = np.asarray(cta, dtype=np.int64) & field_mask(FLIGHT_CTA_BITS)
+    sm = np.asarray(sm, dtype=np.int64) & field_mask(SM_BITS)
+    warp = np.asarray(warp, dtype=np.int64) & field_mask(WARP_BITS)
+    return (cta << FLIGHT_CTA_SHIFT) | (sm << FLIGHT_SM_SHIFT) | (warp << FLIGHT_WARP_SHIFT)
+
+
+def decode_where_words(words: np.ndarray) -> dict:
+    """Split where words into fields: cta, sm, warp."""
+    words = np.asarray(words, dtype=np.int64)
+    return {
+        "cta": _field(words, FLIGHT_CTA_SHIFT, FLIGHT_CTA_BITS),
+        "sm": _field(words, FLIGHT_SM_SHIFT, SM_BITS).astype(np.int16),
+        "warp": _field(words, FLIGHT_WARP_SHIFT, WARP_BITS).astype(np.int8),
+    }
