@@ -128,15 +128,15 @@ class SliceRecorder:
     def _write(self, tag, payload, kind):
         tag = resolve_tag(tag)
         payload = trace_time_int(payload)
+        if isinstance(payload, int) and not 0 <= payload <= layout.MAX_SLICE_PAYLOAD:
+            raise ProfileBufferError(
+                f"payload {payload} does not fit the slices format's 13 bits "
+                f"(0..{layout.MAX_SLICE_PAYLOAD}); use the staged path for wider payloads")
         records, lane_cap, _ = self._const
         operands = [self._cursor.ir_value(), records.ir_value(), lane_cap.ir_value()]
         cons = ["=r", "r", "l", "r"]
         lines = ["{", ".reg .pred p;", ".reg .u32 lo, hi;", ".reg .u64 a;"]
         if isinstance(tag, int) and isinstance(payload, int):
-            if not 0 <= payload <= layout.MAX_SLICE_PAYLOAD:
-                raise ProfileBufferError(
-                    f"payload {payload} does not fit the slices format's 13 bits "
-                    f"(0..{layout.MAX_SLICE_PAYLOAD}); use the staged path for wider payloads")
             lines.append(f"mov.u32 hi, {layout.slice_record_high(tag, kind=kind, payload=payload)};")
         else:
             operands += [Int32(tag).ir_value(), Int32(payload).ir_value()]
