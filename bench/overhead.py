@@ -39,6 +39,7 @@ MODES = {
     "slices": "SliceRecorder: per-warp slice, lane 0, 8 B record, shared boundaries (new)",
     "slices_unordered": "SliceRecorder(ordered=False): same, no bar.warp.sync before the read",
 }
+CHAINS = int(os.environ.get("OVERHEAD_CHAINS", "1"))  # independent FMA chains per thread
 PER_WARP = ITERS  # slice capacity for timing: every record fits
 
 
@@ -60,6 +61,7 @@ def build():
         x = data[gidx]
         a = x * 0.5 + 1.0
         b = x * 0.25
+        y = x + 1.0
         track = bidx * WARPS + warp
         rec = cp.WarpRecorder(buf, max_events, track, enabled=mode == "staged")
         srec = SliceRecorder(buf, track, ordered=mode == "slices",
@@ -70,8 +72,10 @@ def build():
             if cutlass.const_expr(mode in ("atomic", "staged")):
                 if record:
                     t = cp.read_globaltimer()
-            for _ in cutlass.range_constexpr(fmas):
+            for _ in cutlass.range_constexpr(fmas // CHAINS):
                 x = x * a + b
+                if cutlass.const_expr(CHAINS == 2):
+                    y = y * a + b
             if cutlass.const_expr(mode != "off"):
                 if record:
                     if cutlass.const_expr(mode == "atomic"):
@@ -83,7 +87,7 @@ def build():
         if cutlass.const_expr(close):
             rec.flush()
             srec.close()
-        data[gidx] = x
+        data[gidx] = x + y
 
     @cute.jit
     def launch(buf: cute.Tensor, data: cute.Tensor, max_events: Int32, mask: Int32, rec_warps: Int32,
@@ -151,7 +155,7 @@ def main(argv=None) -> int:
         max_mhz = float(smi.split(",")[2].split()[0])
     except Exception:  # noqa: BLE001 - facts only
         smi, max_mhz = "?", 1980.0
-    print(f"# {datetime.datetime.utcnow().isoformat()}Z {props.name} SMs={sms} | {smi} | "
+    print(f"# {datetime.datetime.now(datetime.timezone.utc).isoformat()}Z {props.name} SMs={sms} | {smi} | "
           f"python {platform.python_version()} torch {torch.__version__}", flush=True)
 
     n_warps = CTAS * WARPS
@@ -180,8 +184,8 @@ def main(argv=None) -> int:
             cubins = [os.path.join(d, f) for f in os.listdir(d) if f.endswith(".cubin")]
             if cubins and os.path.exists(nvdisasm) and close:
                 sass = subprocess.run([nvdisasm, "-c", cubins[0]], capture_output=True, text=True).stdout
-                with open(os.path.join(sass_dir, f"probe_{mode}_F{fmas}.sass"), "w") as fh:
-                    fh.write(sass)
+                with open(os.path.join(sass_dir, f"probe_chains{CHAINS}.sass"), "a") as fh:
+                    fh.write(f"\n##### {mode} F={fmas}\n" + sass)
                 sass_counts[f"{mode}_F{fmas}"] = loop_instructions(sass)
         return compiled[key]
 
@@ -267,6 +271,9 @@ def main(argv=None) -> int:
                 run(mode, fmas, stride - 1, rec_warps)
                 order.append(case)
             torch.cuda.synchronize()
+    clocks_after = subprocess.run(["nvidia-smi", "--query-gpu=clocks.sm,clocks.max.sm,power.draw,temperature.gpu",
+                                   "--format=csv,noheader"], capture_output=True, text=True).stdout.strip()
+    print(f"# clocks right after timing: {clocks_after}", flush=True)
     kernels = [e for e in prof.events() if e.device_type == torch.autograd.DeviceType.CUDA
                and "probe" in e.name]
     if len(kernels) != len(order):  # the DSL named the kernel otherwise: drop torch's own
@@ -307,8 +314,8 @@ def main(argv=None) -> int:
                                  median_us_stride1=float(np.median(t1) / 1e3),
                                  sass_loop_instructions=sass_counts.get(f"{mode}_F{fmas}")))
     result = dict(
-        date=datetime.datetime.utcnow().isoformat() + "Z", device=props.name, smi=smi, sms=sms,
-        command=" ".join(sys.argv), rounds=rounds, shape=dict(ctas=CTAS, threads=THREADS, iters=ITERS),
+        date=datetime.datetime.now(datetime.timezone.utc).isoformat() + "Z", device=props.name, smi=smi, sms=sms,
+        command=" ".join(sys.argv), rounds=rounds, chains=CHAINS, clocks_after=clocks_after, shape=dict(ctas=CTAS, threads=THREADS, iters=ITERS),
         unprofiled_us={f: float(np.median(base[f]) / 1e3) for f in FS},
         issue_bound_us=issue_bound_us, sass_loop_instructions=sass_counts, checks=checks, rows=rows,
         modes=MODES, timing="CUPTI kernel durations (torch.profiler), shuffled every round, medians",
@@ -318,7 +325,7 @@ def main(argv=None) -> int:
             json.dump(result, fh, indent=1)
     print()
     for f in FS:
-        print(f"F={f}: unprofiled {result['unprofiled_us'][f]:.1f} us, FMA-issue bound {issue_bound_us[f]:.1f} us "
+        print(f"chains={CHAINS} F={f}: unprofiled {result['unprofiled_us'][f]:.1f} us, FMA-issue bound {issue_bound_us[f]:.1f} us "
               f"({result['unprofiled_us'][f] / issue_bound_us[f]:.2f}x), loop SASS instr off="
               f"{sass_counts.get(f'off_F{f}')}")
     print(f"{'mode':18} {'F':>3} {'warps':6} {'ns/rec/SM':>9} {'R2':>6} {'x unprof':>8} {'loop instr':>10}")

@@ -103,7 +103,8 @@ class SliceRecorder:
             *_OPEN_LINES,
             "cvt.u64.u32 x64, $4;",
             "or.b64 tw, tw, x64;",
-            "@l0 st.global.v2.u64 [a], {t, tw};",
+            "@l0 st.global.u64 [a], t;",  # slices are 8-byte aligned only
+            "@l0 st.global.u64 [a+8], tw;",
             "add.u64 $0, a, 32;",
             "mov.u32 $1, lcap;",
             "selp.u32 $2, 1, 0, ok;",
