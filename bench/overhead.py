@@ -38,6 +38,7 @@ MODES = {
     "staged": "WarpRecorder: registers, flush per 32 records, 32 B records (old default)",
     "slices": "SliceRecorder: per-warp slice, lane 0, 8 B record, shared boundaries (new)",
     "slices_unordered": "SliceRecorder(ordered=False): same, no bar.warp.sync before the read",
+    "scaffold": "the bench's own per-iteration record test and branch around an empty asm block",
 }
 CHAINS = int(os.environ.get("OVERHEAD_CHAINS", "1"))  # independent FMA chains per thread
 PER_WARP = ITERS  # slice capacity for timing: every record fits
@@ -49,6 +50,7 @@ def build():
     from cutlass import Int32, Int64
 
     import cute_prof.device as cp
+    from cute_prof.device.ptx import inline_asm
     from cute_prof.device.slices import SliceRecorder
 
     @cute.kernel
@@ -84,6 +86,8 @@ def build():
                         rec.stop(t, 1)
                     if cutlass.const_expr(mode in ("slices", "slices_unordered")):
                         srec.end(1)
+                    if cutlass.const_expr(mode == "scaffold"):
+                        inline_asm(None, [], "{\n}", "~{memory}")
         if cutlass.const_expr(close):
             rec.flush()
             srec.close()

@@ -152,8 +152,7 @@ class SliceRecorder:
         lines += [
             "mov.u32 lo, %globaltimer_lo;",
             "setp.lt.u32 p, $1, $3;",  # lane 0 below capacity (other lanes: capacity 0)
-            "mul.wide.u32 a, $1, 8;",
-            "add.u64 a, a, $2;",
+            "mad.wide.u32 a, $1, 8, $2;",
             "@p st.global.v2.u32 [a], {lo, hi};",
             "add.u32 $0, $1, 1;",
             "}",
