@@ -104,15 +104,11 @@ def build():
 
 def loop_instructions(sass: str) -> int:
     """Instructions in the probe's main loop: the longest backward branch's body."""
-    addr = {}
     lines = []
     for line in sass.splitlines():
         m = re.match(r"\s*/\*([0-9a-f]{4,})\*/\s+(.*?);", line)
         if m:
             lines.append((int(m.group(1), 16), m.group(2)))
-        lab = re.match(r"\.(L_x_\d+):", line.strip())
-        if lab:
-            addr[lab.group(1)] = None
     best = 0
     label_at = {}
     cur = None
@@ -148,7 +144,7 @@ def main(argv=None) -> int:
 
     from cute_prof.buffer import allocate_profile_buffer
     from cute_prof.decode import decode_buffer
-    from cute_prof.decode_slices import allocate_slices_buffer, reset_slices
+    from cute_prof.decode_slices import allocate_slices_buffer
     from cute_prof.device import buffer_arg
 
     props = torch.cuda.get_device_properties(0)
@@ -288,7 +284,7 @@ def main(argv=None) -> int:
         names = sorted({e.name for e in prof.events() if e.device_type == torch.autograd.DeviceType.CUDA})
         raise SystemExit(f"CUPTI saw {len(kernels)} probe kernels for {len(order)} launches: {names[:8]}")
     times = {}
-    for case, e in zip(order, kernels):
+    for case, e in zip(order, kernels, strict=True):
         times.setdefault(case[:4], []).append(e.time_range.elapsed_us() * 1e3)  # ns
     rounds = args.rounds
     # per-round pairing: the i-th launch of each case is in round i

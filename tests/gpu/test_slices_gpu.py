@@ -16,7 +16,6 @@ pytest.importorskip("cutlass")
 
 import cutlass  # noqa: E402
 import cutlass.cute as cute  # noqa: E402
-from cutlass import Int32  # noqa: E402
 from cutlass.cute.runtime import from_dlpack  # noqa: E402
 
 from cute_prof.decode import decode_buffer  # noqa: E402
