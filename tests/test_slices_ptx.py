@@ -77,3 +77,13 @@ def test_payload_too_wide_for_13_bits_is_refused_while_tracing():
     rec.enabled, rec._cursor, rec._const = True, None, (None, None, None)
     with pytest.raises(ProfileBufferError, match="13 bits"):
         rec._write(1, 1 << 13, 1)
+
+
+def test_open_refuses_a_buffer_that_is_not_a_slices_buffer_or_too_small():
+    from cute_prof import layout
+    ptx = _ptx(True)
+    (opening,) = [b for b in re.findall(r"// begin inline asm\n(.*?)// end inline asm", ptx, flags=re.S)
+                  if "%globaltimer;" in b]
+    # the magic and the header's size are checked before the first store
+    assert opening.index(f"setp.eq.s64 valid, hdr, {layout.SLICES_MAGIC}") < opening.index("st.global")
+    assert "setp.le.and.u64 valid, t, words, valid" in opening

@@ -42,10 +42,19 @@ _OPEN_LINES = (
     "mad.wide.u32 sl, cl, wpc, 0;",
     "cvt.u64.u32 t, w;",
     "add.u64 sl, sl, t;",  # global warp index = the slice
+    # a buffer that is not a slices buffer, or smaller than its header says, gets no
+    # store at all (state 2); a warp past the last slice only counts (state 0)
+    "ld.global.u64 hdr, [g];",
+    f"setp.eq.s64 valid, hdr, {layout.SLICES_MAGIC};",
     "ld.global.u64 hdr, [g+8];",
     "mov.b64 {cap, nsl}, hdr;",
-    "cvt.u64.u32 t, nsl;",
-    "setp.lt.u64 ok, sl, t;",
+    "cvt.u64.u32 t, cap;",
+    f"add.u64 t, t, {layout.SLICE_HEADER_WORDS};",
+    "cvt.u64.u32 x64, nsl;",
+    "mul.lo.u64 t, t, x64;",
+    f"add.u64 t, t, {layout.SLICES_HEADER_WORDS};",
+    "setp.le.and.u64 valid, t, words, valid;",
+    "setp.lt.and.u64 ok, sl, x64, valid;",
     "mov.u32 lane, %laneid;",
     "setp.eq.and.u32 l0, lane, 0, ok;",
     "selp.u32 lcap, cap, 0, l0;",
@@ -95,11 +104,12 @@ class SliceRecorder:
     def _open(self, tid):
         text = "\n".join([
             "{",
-            ".reg .pred ok, l0;",
+            ".reg .pred ok, l0, valid;",
             ".reg .u32 x, y, z, nx, ny, nz, nt, lin, w, wpc, cx, cy, cz, ncx, ncy, cl, cap, nsl, "
             "lane, lcap, sm;",
-            ".reg .u64 g, sl, t, hdr, a, tw, x64;",
+            ".reg .u64 g, sl, t, hdr, a, tw, x64, words;",
             "cvta.to.global.u64 g, $3;",
+            "mov.u64 words, $5;",
             *_OPEN_LINES,
             "cvt.u64.u32 x64, $4;",
             "or.b64 tw, tw, x64;",
@@ -107,12 +117,16 @@ class SliceRecorder:
             "@l0 st.global.u64 [a+8], tw;",
             "add.u64 $0, a, 32;",
             "mov.u32 $1, lcap;",
-            "selp.u32 $2, 1, 0, ok;",
+            "selp.u32 $2, 0, 2, valid;",
+            "selp.u32 $2, 1, $2, ok;",
             "}",
         ])
         struct = llvm.StructType.get_literal([T.i64(), T.i32(), T.i32()])
-        res = inline_asm(struct, [self._address().ir_value(), Int32(tid).ir_value()], text,
-                         "=l,=r,=r,l,r,~{memory}")
+        address, words = buffer_address_and_words(self.buf, 0)
+        if words is None:  # a bare pointer: trust the header's size
+            words = (1 << 62)
+        res = inline_asm(struct, [Int64(address).ir_value(), Int32(tid).ir_value(), Int64(words).ir_value()],
+                         text, "=l,=r,=r,l,r,l,~{memory}")
         return (Int64(llvm.extractvalue(T.i64(), res, [0])),
                 Int32(llvm.extractvalue(T.i32(), res, [1])),
                 Int32(llvm.extractvalue(T.i32(), res, [2])))
@@ -187,10 +201,10 @@ class SliceRecorder:
         text = "\n".join([
             "{", ".reg .pred l0, ok, w, n;", ".reg .u32 lane;", ".reg .u64 c, g;",
             "mov.u32 lane, %laneid;",
-            "setp.ne.u32 ok, $2, 0;",
+            "setp.eq.u32 ok, $2, 1;",
             "setp.eq.and.u32 l0, lane, 0, ok;",
             "setp.eq.u32 n, lane, 0;",
-            "setp.eq.and.u32 n, $2, 0, n;",
+            "setp.eq.and.u32 n, $2, 0, n;",  # a valid buffer, but no slice for this warp
             "cvt.u64.u32 c, $0;",
             f"or.b64 c, c, {layout.SLICE_CLOSED_MAGIC << layout.SLICE_MAGIC_SHIFT};",
             "@l0 st.global.u64 [$1+-16], c;",
