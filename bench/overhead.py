@@ -1,40 +1,61 @@
-"""Overhead of each write path on an FMA-bound probe kernel, in one process, on the GPU.
+"""Overhead of each write path on an FMA-issue-bound probe, timed with CUPTI, in one process.
 
-Probe: 1056 CTAs x 128 threads; each thread runs ITERS iterations of a 64-FMA chain; a
-region around every ``stride``-th iteration is recorded by one lane of every warp (or of
-warp 0 only). Kernel time: CUDA events, warm-up, REPS rounds that launch every variant once,
-random inputs. Added time: the median over rounds of (variant - unprofiled) in the same
-round. Per-record cost: slope of added time against records written, over several strides
-(R^2).
+Probe: 1056 CTAs x 128 threads; each thread runs 256 iterations of an F-FMA dependent chain
+(F = 64 and 16); every ``stride``-th iteration one region is recorded by every warp (or by
+warp 0 of each CTA only). Kernel times come from CUPTI (torch.profiler kernel events), so
+host launch overhead is excluded. Every round launches every variant once, in a fresh random
+order; warm-up first; figures are medians over rounds. Added time = variant - unprofiled in
+the same round; ns per record per SM = least-squares slope of added time against records
+per SM over the strides (R^2 printed). Before timing, every write path is checked for exact
+counts and exact overflow.
 
-    python bench/overhead.py [--reps 35] [--json out.json]
+    python bench/overhead.py [--rounds 30] [--json out.json] [--sass-dir DIR]
 """
-
 
 import argparse
 import datetime
 import json
+import os
 import platform
+import random
+import re
+import shutil
+import subprocess
 import sys
+import tempfile
+import time
 
 import numpy as np
 
-CTAS, THREADS, ITERS, FMAS = 1056, 128, 256, 64
+CTAS, THREADS, ITERS = 1056, 128, 256
 WARPS = THREADS // 32
-STRIDES = (16, 8, 4, 2, 1)
-MODES = ("off", "atomic", "staged")
+FS = (64, 16)
+STRIDES = (1, 2, 4, 8)
+# (name, what it is)
+MODES = {
+    "off": "unprofiled",
+    "atomic": "profile_stop(guard='lane0'): one atomic per record (old)",
+    "staged": "WarpRecorder: registers, flush per 32 records, 32 B records (old default)",
+    "slices": "SliceRecorder: per-warp slice, lane 0, 8 B record, shared boundaries (new)",
+    "slices_unordered": "SliceRecorder(ordered=False): same, no bar.warp.sync before the read",
+    "scaffold": "the bench's own per-iteration record test and branch around an empty asm block",
+}
+CHAINS = int(os.environ.get("OVERHEAD_CHAINS", "1"))  # independent FMA chains per thread
+PER_WARP = ITERS  # slice capacity for timing: every record fits
 
 
 def build():
     import cutlass
     import cutlass.cute as cute
-    from cutlass import Int32
+    from cutlass import Int32, Int64
 
     import cute_prof.device as cp
+    from cute_prof.device.ptx import inline_asm
+    from cute_prof.device.slices import SliceRecorder
 
     @cute.kernel
-    def probe(buf: cute.Tensor, data: cute.Tensor, max_events: Int32, stride: cutlass.Constexpr,
-              mode: cutlass.Constexpr, only_warp0: cutlass.Constexpr):
+    def probe(buf: cute.Tensor, data: cute.Tensor, max_events: Int32, mask: Int32,
+              rec_warps: Int32, fmas: cutlass.Constexpr, mode: cutlass.Constexpr, close: cutlass.Constexpr):
         tidx, _, _ = cute.arch.thread_idx()
         bidx, _, _ = cute.arch.block_idx()
         warp = cute.arch.warp_idx()
@@ -42,246 +63,278 @@ def build():
         x = data[gidx]
         a = x * 0.5 + 1.0
         b = x * 0.25
+        y = x + 1.0
         track = bidx * WARPS + warp
         rec = cp.WarpRecorder(buf, max_events, track, enabled=mode == "staged")
-        # unroll=1 in every variant: the inline asm of the profiled variants keeps LLVM from
-        # unrolling this loop, and the comparison is about recording, not loop overhead
+        srec = SliceRecorder(buf, track, ordered=mode == "slices",
+                             enabled=mode in ("slices", "slices_unordered"))
         for i in cutlass.range(ITERS, unroll=1):
-            record = (i % stride) == 0
-            if cutlass.const_expr(only_warp0):
-                record = record & (warp == 0)
-            t = cp.profile_start(buf, max_events, enabled=mode != "off")
-            for _ in cutlass.range_constexpr(FMAS):
+            record = ((i & mask) == 0) & (warp < rec_warps)
+            t = Int64(0)
+            if cutlass.const_expr(mode in ("atomic", "staged")):
+                if record:
+                    t = cp.read_globaltimer()
+            for _ in cutlass.range_constexpr(fmas // CHAINS):
                 x = x * a + b
-            if record:
-                if cutlass.const_expr(mode == "atomic"):
-                    cp.profile_stop(buf, t, 1, track, max_events, guard="lane0")
-                if cutlass.const_expr(mode == "staged"):
-                    rec.stop(t, 1)  # every lane of the warp closes a staged region
-        rec.flush()
-        data[gidx] = x
+                if cutlass.const_expr(CHAINS == 2):
+                    y = y * a + b
+            if cutlass.const_expr(mode != "off"):
+                if record:
+                    if cutlass.const_expr(mode == "atomic"):
+                        cp.profile_stop(buf, t, 1, track, max_events, guard="lane0")
+                    if cutlass.const_expr(mode == "staged"):
+                        rec.stop(t, 1)
+                    if cutlass.const_expr(mode in ("slices", "slices_unordered")):
+                        srec.end(1)
+                    if cutlass.const_expr(mode == "scaffold"):
+                        inline_asm(None, [], "{\n}", "~{memory}")
+        if cutlass.const_expr(close):
+            rec.flush()
+            srec.close()
+        data[gidx] = x + y
 
     @cute.jit
-    def launch(buf: cute.Tensor, data: cute.Tensor, max_events: Int32, stride: cutlass.Constexpr,
-               mode: cutlass.Constexpr, only_warp0: cutlass.Constexpr):
-        probe(buf, data, max_events, stride, mode, only_warp0).launch(
+    def launch(buf: cute.Tensor, data: cute.Tensor, max_events: Int32, mask: Int32, rec_warps: Int32,
+               fmas: cutlass.Constexpr, mode: cutlass.Constexpr, close: cutlass.Constexpr):
+        probe(buf, data, max_events, mask, rec_warps, fmas, mode, close).launch(
             grid=(CTAS, 1, 1), block=(THREADS, 1, 1))
 
     return launch
 
 
-CAL_CTAS, CAL_REGIONS, CAL_SPIN_NS = 132, 64, 200_000
-TAG_EMPTY, TAG_EMPTY_CLOCK, TAG_FMA16_CLOCK = 2, 3, 4
-
-
-def build_calibration():
-    """Empty regions (globaltimer and clock64), 16-FMA regions in clock mode, and clock
-    sync pairs 200 us apart, so the SM clock is measured in the same launch."""
-    import cutlass
-    import cutlass.cute as cute
-    from cutlass import Int32, Int64
-
-    import cute_prof.device as cp
-
-    @cute.kernel
-    def calib(buf: cute.Tensor, data: cute.Tensor, max_events: Int32, spin_ns: Int64):
-        bidx, _, _ = cute.arch.block_idx()
-        tidx, _, _ = cute.arch.thread_idx()
-        x = data[bidx * 32 + tidx]
-        cp.clock_sync(buf, max_events, tid=bidx)
-        for _ in cutlass.range(CAL_REGIONS):
-            t = cp.profile_start(buf, max_events)
-            cp.profile_stop(buf, t, TAG_EMPTY, bidx, max_events, guard="cta")
-        for _ in cutlass.range(CAL_REGIONS):
-            t = cp.profile_start(buf, max_events, clock=True)
-            cp.profile_stop(buf, t, TAG_EMPTY_CLOCK, bidx, max_events, guard="cta", clock=True)
-        for _ in cutlass.range(CAL_REGIONS):
-            t = cp.profile_start(buf, max_events, clock=True)
-            for _ in cutlass.range_constexpr(16):
-                x = x * 0.999 + 0.001
-            cp.profile_stop(buf, t, TAG_FMA16_CLOCK, bidx, max_events, guard="cta", clock=True)
-        t0 = cp.read_globaltimer()
-        now = cp.read_globaltimer()
-        while now - t0 < spin_ns:
-            now = cp.read_globaltimer()
-        cp.clock_sync(buf, max_events, tid=bidx)
-        data[bidx * 32 + tidx] = x
-
-    @cute.jit
-    def launch(buf: cute.Tensor, data: cute.Tensor, max_events: Int32, spin_ns: Int64):
-        calib(buf, data, max_events, spin_ns).launch(grid=(CAL_CTAS, 1, 1), block=(32, 1, 1))
-
-    return launch
-
-
-def calibrate(torch, allocate_profile_buffer, decode_buffer, buffer_arg):
-    import cutlass.cute as cute
-    from cutlass import Int32, Int64
-    from cutlass.cute.runtime import from_dlpack
-
-    from cute_prof.calibration import empty_region_cost
-
-    n = CAL_CTAS * (2 + 3 * CAL_REGIONS)
-    prof = allocate_profile_buffer(n, device="cuda")
-    data = torch.rand(CAL_CTAS * 32, device="cuda")
-    fn = cute.compile(build_calibration(), buffer_arg(prof), from_dlpack(data), Int32(n), Int64(CAL_SPIN_NS))
-    for _ in range(2):  # the second launch is the one kept: everything warm
-        prof.reset()
-        fn(buffer_arg(prof), from_dlpack(data), Int32(n), Int64(CAL_SPIN_NS))
-    torch.cuda.synchronize()
-    trace = decode_buffer(prof)
-    assert trace.attempted == n and len(trace.events) == n - 2 * CAL_CTAS, (trace.attempted, len(trace.events))
-    return dict(clock_hz=trace.metadata["clock_hz"],
-                empty_globaltimer=empty_region_cost(trace, TAG_EMPTY),
-                empty_clock=empty_region_cost(trace, TAG_EMPTY_CLOCK),
-                fma16_clock=empty_region_cost(trace, TAG_FMA16_CLOCK))
+def loop_instructions(sass: str) -> int:
+    """Instructions in the probe's main loop: the longest backward branch's body."""
+    lines = []
+    for line in sass.splitlines():
+        m = re.match(r"\s*/\*([0-9a-f]{4,})\*/\s+(.*?);", line)
+        if m:
+            lines.append((int(m.group(1), 16), m.group(2)))
+    best = 0
+    label_at = {}
+    cur = None
+    for line in sass.splitlines():
+        lab = re.match(r"\.(L_x_\d+):", line.strip())
+        if lab:
+            cur = lab.group(1)
+            continue
+        m = re.match(r"\s*/\*([0-9a-f]{4,})\*/", line)
+        if m and cur is not None:
+            label_at[cur] = int(m.group(1), 16)
+            cur = None
+    for a, text in lines:
+        m = re.search(r"BRA\s+(?:`\()?\.?(L_x_\d+)", text)
+        if m and m.group(1) in label_at and label_at[m.group(1)] < a:
+            best = max(best, (a - label_at[m.group(1)]) // 16 + 1)
+    return best
 
 
 def main(argv=None) -> int:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
-    parser.add_argument("--reps", type=int, default=100)
-    parser.add_argument("--warmup-s", type=float, default=3.0, help="seconds of GPU warm-up")
-    parser.add_argument("--json", default=None, help="write all numbers here")
+    parser.add_argument("--rounds", type=int, default=30)
+    parser.add_argument("--warmup-s", type=float, default=2.0)
+    parser.add_argument("--json", default=None)
+    parser.add_argument("--sass-dir", default=None)
     args = parser.parse_args(argv)
 
     import torch
+    import cutlass.cute as cute
     from cutlass import Int32
+    from cutlass.base_dsl.compiler import DumpDir
     from cutlass.cute.runtime import from_dlpack
 
     from cute_prof.buffer import allocate_profile_buffer
-    from cute_prof.device import buffer_arg as cp_buffer_arg
     from cute_prof.decode import decode_buffer
+    from cute_prof.decode_slices import allocate_slices_buffer
+    from cute_prof.device import buffer_arg
 
+    props = torch.cuda.get_device_properties(0)
+    sms = props.multi_processor_count
+    try:
+        smi = subprocess.run(["nvidia-smi", "--query-gpu=name,driver_version,clocks.max.sm",
+                              "--format=csv,noheader"], capture_output=True, text=True).stdout.strip()
+        max_mhz = float(smi.split(",")[2].split()[0])
+    except Exception:  # noqa: BLE001 - facts only
+        smi, max_mhz = "?", 1980.0
+    print(f"# {datetime.datetime.now(datetime.timezone.utc).isoformat()}Z {props.name} SMs={sms} | {smi} | "
+          f"python {platform.python_version()} torch {torch.__version__}", flush=True)
+
+    n_warps = CTAS * WARPS
+    n_records = n_warps * ITERS
     launch = build()
-    max_events = CTAS * WARPS * ITERS
-    prof = allocate_profile_buffer(max_events, device="cuda")
     data = torch.randn(CTAS * THREADS, device="cuda")
-    compiled = {}
-    results = []
-    import cutlass.cute as cute
+    flat = allocate_profile_buffer(n_records, device="cuda")
+    slices = allocate_slices_buffer(n_warps, PER_WARP, device="cuda")
+    flat_arg, slices_arg, data_arg = buffer_arg(flat.tensor), buffer_arg(slices), from_dlpack(data)
 
-    def get(mode, only_warp0, stride):
-        key = (mode, only_warp0, stride)
-        if compiled.get(key) is None:
-            compiled[key] = cute.compile(launch, cp_buffer_arg(prof.tensor), from_dlpack(data),
-                                         Int32(max_events), stride, mode, only_warp0)
+    compiled, sass_counts = {}, {}
+    sass_dir = args.sass_dir or tempfile.mkdtemp()
+    os.makedirs(sass_dir, exist_ok=True)
+    nvdisasm = shutil.which("nvdisasm") or "/usr/local/cuda/bin/nvdisasm"
+
+    def buf_for(mode):
+        return slices_arg if mode.startswith("slices") else flat_arg
+
+    def get(mode, fmas, close=True):
+        key = (mode, fmas, close)
+        if key not in compiled:
+            d = tempfile.mkdtemp()
+            opts = cute.compile[cute.KeepCUBIN(), DumpDir(d)]
+            compiled[key] = opts(launch, buf_for(mode), data_arg, Int32(n_records), Int32(0), Int32(WARPS),
+                                 fmas, mode, close)
+            cubins = [os.path.join(d, f) for f in os.listdir(d) if f.endswith(".cubin")]
+            if cubins and os.path.exists(nvdisasm) and close:
+                sass = subprocess.run([nvdisasm, "-c", cubins[0]], capture_output=True, text=True).stdout
+                with open(os.path.join(sass_dir, f"probe_chains{CHAINS}.sass"), "a") as fh:
+                    fh.write(f"\n##### {mode} F={fmas}\n" + sass)
+                sass_counts[f"{mode}_F{fmas}"] = loop_instructions(sass)
         return compiled[key]
 
-    start_evt = torch.cuda.Event(enable_timing=True)
-    stop_evt = torch.cuda.Event(enable_timing=True)
-    buf_arg, data_arg = cp_buffer_arg(prof.tensor), from_dlpack(data)
+    t0 = time.time()
+    for fmas in FS:
+        for mode in MODES:
+            get(mode, fmas)
+    print(f"# compiled {len(compiled)} variants in {time.time() - t0:.0f}s", flush=True)
 
-    def launch_once(fn):
-        prof.reset()
-        start_evt.record()
-        fn(buf_arg, data_arg, Int32(max_events))
-        stop_evt.record()
-        stop_evt.synchronize()
-        return start_evt.elapsed_time(stop_evt) * 1e3
+    def run(mode, fmas, mask, rec_warps, buf=None, max_events=n_records, close=True):
+        fn = get(mode, fmas, close)
+        fn(buf if buf is not None else buf_for(mode), data_arg, Int32(max_events), Int32(mask), Int32(rec_warps))
 
-    # a cold GPU runs the same kernel up to ~10% slower for its first seconds: keep it busy
-    # for args.warmup_s before the first measurement
-    import time
+    # ---- exactness: every record kept, overflow exact, for every write path
+    checks = []
 
-    warm_fn = get("off", False, 1)
+    def check(name, ok, detail):
+        checks.append(dict(name=name, ok=bool(ok), detail=detail))
+        print(f"# check {'OK ' if ok else 'BAD'} {name}: {detail}", flush=True)
+
+    for mode in ("atomic", "staged"):
+        for cap in (n_records, n_records // 3):
+            small = allocate_profile_buffer(cap, device="cuda")
+            run(mode, 16, 0, WARPS, buf=buffer_arg(small.tensor), max_events=cap)
+            torch.cuda.synchronize()
+            tr = decode_buffer(small)
+            ok = (tr.attempted == n_records and len(tr.events) == min(cap, n_records)
+                  and tr.overflow == n_records - min(cap, n_records) and tr.incomplete == 0)
+            check(f"{mode} cap={cap}", ok, f"attempted {tr.attempted} events {len(tr.events)} "
+                  f"overflow {tr.overflow} incomplete {tr.incomplete}")
+    for mode in ("slices", "slices_unordered"):
+        for per_warp, n_sl in ((ITERS, n_warps), (100, n_warps), (ITERS, n_warps - 7)):
+            sb = allocate_slices_buffer(n_sl, per_warp, device="cuda")
+            run(mode, 16, 0, WARPS, buf=buffer_arg(sb))
+            torch.cuda.synchronize()
+            tr = decode_buffer(sb)
+            kept = n_sl * min(per_warp, ITERS)
+            ev = tr.events
+            ok = (tr.attempted == n_records and len(ev) == kept and tr.overflow == n_records - kept
+                  and tr.incomplete == 0 and tr.metadata["slices_unclosed_warps"] == 0
+                  and (ev["dur_ns"] >= 0).all() and np.bincount(ev["payload"]).sum() == kept)
+            check(f"{mode} per_warp={per_warp} slices={n_sl}", ok,
+                  f"attempted {tr.attempted} events {len(ev)} overflow {tr.overflow} (want {n_records - kept}) "
+                  f"dur median {np.median(ev['dur_ns']) if len(ev) else -1:.0f} ns")
+    # forgotten close(): records still there, warning raised
+    import warnings
+    sb = allocate_slices_buffer(n_warps, ITERS, device="cuda")
+    run("slices", 16, 0, WARPS, buf=buffer_arg(sb), close=False)
+    torch.cuda.synchronize()
+    with warnings.catch_warnings(record=True) as caught:
+        warnings.simplefilter("always")
+        tr = decode_buffer(sb)
+    check("slices without close()", len(tr.events) == n_records and tr.metadata["slices_unclosed_warps"] == n_warps
+          and any("never called close" in str(w.message) for w in caught),
+          f"events {len(tr.events)} unclosed warps {tr.metadata['slices_unclosed_warps']} warnings {len(caught)}")
+
+    # ---- timing
+    cases = []
+    for fmas in FS:
+        cases.append(("off", fmas, 1, 0, WARPS))
+        for mode in MODES:
+            if mode == "off":
+                continue
+            for stride in STRIDES:
+                for warps in ("all", "warp0"):
+                    cases.append((mode, fmas, stride, warps, WARPS if warps == "all" else 1))
     until = time.perf_counter() + args.warmup_s
     while time.perf_counter() < until:
-        for _ in range(50):
-            warm_fn(buf_arg, data_arg, Int32(max_events))
+        for _ in range(20):
+            run("off", 64, 0, WARPS)
         torch.cuda.synchronize()
 
-    # modes interleaved launch by launch, so clock and thermal drift hit every mode alike
-    for only_warp0 in (False, True):
-        for stride in STRIDES:
-            fns = {mode: get(mode, only_warp0, stride) for mode in MODES}
-            for fn in fns.values():
-                for _ in range(3):
-                    launch_once(fn)
-            times = {mode: [] for mode in MODES}
-            for _ in range(args.reps):
-                for mode, fn in fns.items():
-                    times[mode].append(launch_once(fn))
-            for mode, fn in fns.items():
-                launch_once(fn)
-                trace = decode_buffer(prof)
-                recorded_warps = CTAS * (1 if only_warp0 else WARPS)
-                expected = 0 if mode == "off" else recorded_warps * len(range(0, ITERS, stride))
-                # launches of one round ran back to back: their difference cancels the
-                # drift that moves whole rounds (the off kernel alone wanders by ~5%)
-                paired = np.asarray(times[mode]) - np.asarray(times["off"])
-                results.append(dict(mode=mode, only_warp0=only_warp0, stride=stride,
-                                    us=float(np.median(times[mode])),
-                                    extra_us_paired=float(np.median(paired)),
-                                    us_p10=float(np.percentile(times[mode], 10)),
-                                    us_p90=float(np.percentile(times[mode], 90)),
-                                    records=len(trace.events), expected=expected,
-                                    attempted=trace.attempted, overflow=trace.overflow))
-                assert trace.attempted == expected and len(trace.events) == expected, results[-1]
+    from torch.profiler import ProfilerActivity, profile
 
-    sms = torch.cuda.get_device_properties(0).multi_processor_count
-    table = []
-    for only_warp0 in (False, True):
-        rows = [r for r in results if r["only_warp0"] == only_warp0]
-        base = {r["stride"]: r["us"] for r in rows if r["mode"] == "off"}
+    order = []
+    with profile(activities=[ProfilerActivity.CUDA]) as prof:
+        for _ in range(args.rounds):
+            random.shuffle(cases)
+            for case in cases:
+                mode, fmas, stride, _, rec_warps = case
+                if mode in ("atomic", "staged"):
+                    flat.reset()
+                run(mode, fmas, stride - 1, rec_warps)
+                order.append(case)
+            torch.cuda.synchronize()
+    clocks_after = subprocess.run(["nvidia-smi", "--query-gpu=clocks.sm,clocks.max.sm,power.draw,temperature.gpu",
+                                   "--format=csv,noheader"], capture_output=True, text=True).stdout.strip()
+    print(f"# clocks right after timing: {clocks_after}", flush=True)
+    kernels = [e for e in prof.events() if e.device_type == torch.autograd.DeviceType.CUDA
+               and "probe" in e.name]
+    if len(kernels) != len(order):  # the DSL named the kernel otherwise: drop torch's own
+        kernels = [e for e in prof.events() if e.device_type == torch.autograd.DeviceType.CUDA
+                   and not any(k in e.name for k in ("at::", "elementwise", "fill", "emset", "Memcpy"))]
+    kernels.sort(key=lambda e: e.time_range.start)
+    if len(kernels) != len(order):
+        names = sorted({e.name for e in prof.events() if e.device_type == torch.autograd.DeviceType.CUDA})
+        raise SystemExit(f"CUPTI saw {len(kernels)} probe kernels for {len(order)} launches: {names[:8]}")
+    times = {}
+    for case, e in zip(order, kernels, strict=True):
+        times.setdefault(case[:4], []).append(e.time_range.elapsed_us() * 1e3)  # ns
+    rounds = args.rounds
+    # per-round pairing: the i-th launch of each case is in round i
+    base = {f: np.array(times[("off", f, 1, 0)]) for f in FS}
+    issue_bound_us = {f: n_warps / sms * ITERS * f / 4 / (max_mhz * 1e6) * 1e6 for f in FS}
+
+    rows = []
+    for fmas in FS:
         for mode in MODES:
-            mine = [r for r in rows if r["mode"] == mode]
-            full = next(r for r in mine if r["stride"] == 1)
-            ratio = 1.0 + full["extra_us_paired"] / base[1]
-            line = dict(mode=mode, only_warp0=only_warp0, us=full["us"], ratio=ratio,
-                        records=full["records"])
-            if mode != "off":
-                recs = np.array([r["records"] for r in mine], float)
-                extra = np.array([r["extra_us_paired"] for r in mine]) * 1e3  # ns
-                slope, icpt = np.polyfit(recs, extra, 1)
-                pred = slope * recs + icpt
-                r2 = 1 - ((extra - pred) ** 2).sum() / max(((extra - extra.mean()) ** 2).sum(), 1e-30)
-                line.update(ns_per_record_per_sm=slope * sms, r2=r2,
-                            ns_per_record_per_sm_direct=full["extra_us_paired"] * 1e3 * sms / full["records"])
-            table.append(line)
-
-    cal = calibrate(torch, allocate_profile_buffer, decode_buffer, cp_buffer_arg)
-    clock_hz = cal["clock_hz"]
-    for line in table:
-        if "ns_per_record_per_sm" in line:
-            line["cycles_per_record_per_sm"] = line["ns_per_record_per_sm"] * clock_hz * 1e-9
-    # the staged probe's regions, raw and with the empty-region cost taken off
-    from cute_prof.calibration import subtract_overhead
-    launch_once(get("staged", False, 1))
-    probe_trace = decode_buffer(prof)
-    corrected = subtract_overhead(probe_trace, cal["empty_globaltimer"]["median_ns"])
-    region_raw_ns = float(probe_trace.events["dur_ns"].mean())
-    region_corrected_ns = float(corrected.events["dur_ns"].mean())
-    meta = dict(device=torch.cuda.get_device_name(), sms=sms,
-                driver=torch.cuda.driver_version() if hasattr(torch.cuda, "driver_version") else None,
-                torch=torch.__version__, python=platform.python_version(),
-                date=datetime.datetime.now().isoformat(timespec="seconds"),
-                command="python bench/overhead.py " + " ".join(argv or sys.argv[1:]),
-                reps=args.reps, ctas=CTAS, threads=THREADS, iters=ITERS, fmas=FMAS, clock_hz=clock_hz)
+            if mode == "off":
+                continue
+            for warps in ("all", "warp0"):
+                xs, ys = [], []
+                for stride in STRIDES:
+                    t = np.array(times[(mode, fmas, stride, warps)])
+                    added = np.median(t - base[fmas])
+                    rec_per_sm = n_warps * (1 if warps == "all" else 1 / WARPS) * (ITERS // stride) / sms
+                    xs.append(rec_per_sm)
+                    ys.append(added)
+                slope, icpt = np.polyfit(xs, ys, 1)
+                pred = slope * np.array(xs) + icpt
+                r2 = 1 - np.sum((np.array(ys) - pred) ** 2) / max(np.sum((np.array(ys) - np.mean(ys)) ** 2), 1e-30)
+                t1 = np.array(times[(mode, fmas, 1, warps)])
+                rows.append(dict(mode=mode, F=fmas, warps=warps, ns_per_rec_sm=float(slope), r2=float(r2),
+                                 intercept_ns=float(icpt),
+                                 ratio_stride1=float(np.median(t1 / base[fmas])),
+                                 median_us_stride1=float(np.median(t1) / 1e3),
+                                 sass_loop_instructions=sass_counts.get(f"{mode}_F{fmas}")))
+    result = dict(
+        date=datetime.datetime.now(datetime.timezone.utc).isoformat() + "Z", device=props.name, smi=smi, sms=sms,
+        command=" ".join(sys.argv), rounds=rounds, chains=CHAINS, clocks_after=clocks_after, shape=dict(ctas=CTAS, threads=THREADS, iters=ITERS),
+        unprofiled_us={f: float(np.median(base[f]) / 1e3) for f in FS},
+        issue_bound_us=issue_bound_us, sass_loop_instructions=sass_counts, checks=checks, rows=rows,
+        modes=MODES, timing="CUPTI kernel durations (torch.profiler), shuffled every round, medians",
+    )
     if args.json:
         with open(args.json, "w") as fh:
-            json.dump(dict(meta=meta, results=results, table=table, calibration=cal,
-                           probe_region_mean_ns=dict(raw=region_raw_ns, corrected=region_corrected_ns)),
-                      fh, indent=1)
-    print(f"\n{meta['device']}  {meta['date']}  reps={args.reps}  {CTAS}x{THREADS}, {ITERS} iters x {FMAS} FMA")
-    eg, ec, f16 = cal["empty_globaltimer"], cal["empty_clock"], cal["fma16_clock"]
-    print(f"SM clock measured in the calibration launch: {clock_hz / 1e9:.4f} GHz")
-    print(f"empty region, %globaltimer: median {eg['median_ns']:.0f} ns, mean {eg['mean_ns']:.1f} ns "
-          f"(min {eg['min_ns']:.0f}, max {eg['max_ns']:.0f}; the timer steps by 32 ns)")
-    print(f"empty region, clock64: median {ec['median_cycles']:.0f} cycles = {ec['median_ns']:.1f} ns "
-          f"(min {ec['min_cycles']} cycles); 16 dependent FMAs: median {f16['median_cycles']:.0f} cycles "
-          f"= {f16['median_ns']:.1f} ns")
-    print(f"staged probe region (64 FMAs) mean: raw {region_raw_ns:.1f} ns, "
-          f"corrected {region_corrected_ns:.1f} ns")
-    print(f"{'write path':<10} {'warps':<6} {'median us':>10} {'ratio':>7} {'records':>9} {'ns/rec/SM':>10} "
-          f"{'cyc/rec/SM':>10} {'R^2':>6}")
-    for line in table:
-        who = "warp0" if line["only_warp0"] else "all"
-        slope = f"{line['ns_per_record_per_sm']:10.2f}" if "r2" in line else f"{'-':>10}"
-        cyc = f"{line['cycles_per_record_per_sm']:10.1f}" if "r2" in line else f"{'-':>10}"
-        r2 = f"{line['r2']:6.3f}" if "r2" in line else f"{'-':>6}"
-        print(f"{line['mode']:<10} {who:<6} {line['us']:10.1f} {line['ratio']:6.3f}x {line['records']:9d} "
-              f"{slope} {cyc} {r2}")
-    return 0
+            json.dump(result, fh, indent=1)
+    print()
+    for f in FS:
+        print(f"chains={CHAINS} F={f}: unprofiled {result['unprofiled_us'][f]:.1f} us, FMA-issue bound {issue_bound_us[f]:.1f} us "
+              f"({result['unprofiled_us'][f] / issue_bound_us[f]:.2f}x), loop SASS instr off="
+              f"{sass_counts.get(f'off_F{f}')}")
+    print(f"{'mode':18} {'F':>3} {'warps':6} {'ns/rec/SM':>9} {'R2':>6} {'x unprof':>8} {'loop instr':>10}")
+    for r in rows:
+        print(f"{r['mode']:18} {r['F']:>3} {r['warps']:6} {r['ns_per_rec_sm']:9.2f} {r['r2']:6.3f} "
+              f"{r['ratio_stride1']:8.3f} {str(r['sass_loop_instructions']):>10}")
+    bad = [c["name"] for c in checks if not c["ok"]]
+    print("exactness checks:", "all OK" if not bad else f"FAILED {bad}")
+    return 1 if bad else 0
 
 
 if __name__ == "__main__":

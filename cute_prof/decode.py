@@ -272,8 +272,12 @@ def decode_buffer(
     buffer's ``clock_sync`` pairs. ``metadata`` is merged into ``Trace.metadata``.
     Records that break a rule of :data:`INVALID_REASONS` are counted, never decoded.
     """
-    table = as_tag_table(tag_table)
     words = host_words(buf)
+    if words.shape[0] and int(words[0]) == layout.SLICES_MAGIC:  # per-warp slices format
+        from .decode_slices import decode_slices
+
+        return decode_slices(words, tag_table, metadata={**source_metadata(buf), **(metadata or {})})
+    table = as_tag_table(tag_table)
     capacity = (words.shape[0] - layout.HEADER_WORDS) // layout.WORDS_PER_RECORD
     counter, counter_epoch = layout.split_counter_word(words[layout.COUNTER_INDEX])
     if counter < 0 or counter > layout.MAX_PLAUSIBLE_COUNTER:

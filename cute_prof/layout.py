@@ -310,3 +310,67 @@ def decode_where_words(words: np.ndarray) -> dict:
         "sm": _field(words, FLIGHT_SM_SHIFT, SM_BITS).astype(np.int16),
         "warp": _field(words, FLIGHT_WARP_SHIFT, WARP_BITS).astype(np.int8),
     }
+
+# ======================================================================================
+# Per-warp slices (format 2): 8-byte records, one slice of the buffer per warp.
+#
+# Word 0 is SLICES_MAGIC, a negative int64 (bit 63 set). The flat format's counter is never
+# negative (bits 40..62 may carry a launch epoch, bit 63 never does), so the two formats can
+# never be mistaken for each other. Header words::
+#
+#     word 0  SLICES_MAGIC
+#     word 1  bits 0..31 records per slice (capacity per warp), bits 32..62 number of slices
+#     word 2  records attempted by warps that found no slice (warp index >= slices): all lost
+#     word 3  zero (reserved)
+#
+# Slice ``s`` (global warp index: linear CTA index * warps per CTA + warp in the CTA) starts
+# at word ``SLICES_HEADER_WORDS + s * (SLICE_HEADER_WORDS + per_warp)``::
+#
+#     word 0  full 64-bit %globaltimer when the warp opened its recorder (0: never opened)
+#     word 1  bits 0..31 tid, 32..43 SM id, 44..49 warp in CTA, 56..62 SLICE_OPEN_MAGIC
+#     word 2  bits 0..31 records attempted by the warp, 56..62 SLICE_CLOSED_MAGIC
+#             (zero: the warp never called close(); its written records still decode)
+#     word 3  zero (reserved)
+#     then ``per_warp`` records of one word each:
+#             bits  0..31 %globaltimer_lo when the record was written (the end of a span)
+#             bits 32..47 tag id, 48..60 payload (13 bits, unsigned), 61..62 slice kind,
+#             bit 63 one (a written record is never zero; the host zeroes the buffer)
+#
+# Slice kinds: SLICE_KIND_MARK (a boundary: starts the next span, no event of its own),
+# SLICE_KIND_SPAN (a span from the previous record's time, or the open time, to this one),
+# SLICE_KIND_INSTANT. The host rebuilds the high timer bits from the open time by summing
+# the 32-bit differences between consecutive records of a warp (exact while consecutive
+# records of one warp are under 2**32 ns = 4.29 s apart).
+SLICES_MAGIC = as_int64(0xC511_CE50_0000_0002)  # "slices", format 2; negative
+SLICES_HEADER_WORDS = 4
+SLICE_HEADER_WORDS = 4
+SLICE_OPEN_MAGIC = 0x5B
+SLICE_CLOSED_MAGIC = 0x5C
+SLICE_MAGIC_SHIFT = 56
+SLICE_TAG_SHIFT, SLICE_TAG_BITS = 32, 16
+SLICE_PAYLOAD_SHIFT, SLICE_PAYLOAD_BITS = 48, 13
+SLICE_KIND_SHIFT, SLICE_KIND_BITS = 61, 2
+SLICE_WRITTEN_BIT = 63
+SLICE_KIND_MARK, SLICE_KIND_SPAN, SLICE_KIND_INSTANT = 0, 1, 2
+MAX_SLICE_PAYLOAD = (1 << SLICE_PAYLOAD_BITS) - 1
+MAX_SLICES = (1 << 31) - 1
+
+
+def slices_buffer_words(n_slices: int, per_warp: int) -> int:
+    """int64 words of a slices buffer with ``n_slices`` slices of ``per_warp`` records."""
+    return SLICES_HEADER_WORDS + int(n_slices) * (SLICE_HEADER_WORDS + int(per_warp))
+
+
+def slices_header(n_slices: int, per_warp: int) -> list[int]:
+    """The host-written header words (the rest of the buffer starts zeroed)."""
+    return [SLICES_MAGIC, (int(n_slices) << 32) | int(per_warp), 0, 0]
+
+
+def slice_record_high(tag: int, *, kind: int = SLICE_KIND_SPAN, payload: int = 0) -> int:
+    """Bits 32..63 of a slice record (as an unsigned 32-bit value), for trace-time tags."""
+    return (
+        (int(tag) & field_mask(SLICE_TAG_BITS))
+        | ((int(payload) & MAX_SLICE_PAYLOAD) << (SLICE_PAYLOAD_SHIFT - 32))
+        | ((int(kind) & field_mask(SLICE_KIND_BITS)) << (SLICE_KIND_SHIFT - 32))
+        | (1 << (SLICE_WRITTEN_BIT - 32))
+    )

@@ -20,7 +20,7 @@ PACKAGE_DIR = Path(cute_prof.__file__).parent
 STAGES = {
     "errors": 0, "layout": 0, "files": 0,
     "tags": 1, "trace": 1, "buffer": 1, "launches": 1,
-    "device": 2, "decode": 2, "calibration": 3,
+    "device": 2, "decode": 2, "decode_slices": 2, "calibration": 3,
     "readers": 3, "storage": 3,
     "analysis": 4,
     "export": 5,

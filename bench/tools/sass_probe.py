@@ -1,5 +1,5 @@
-"""Dump the SASS of the overhead probe's loop body for each write path (needs nvdisasm), to
-count what one staged record costs in instructions.
+"""Dump the SASS of the overhead probe for each write path (needs nvdisasm), to count what
+one record costs in instructions (``bench/overhead.py --sass-dir`` does the same on the GPU).
 
     python bench/tools/sass_probe.py OUTDIR
 """
@@ -27,10 +27,10 @@ nvdisasm = shutil.which("nvdisasm") or "/usr/local/cuda/bin/nvdisasm"
 launch = O.build()
 buf = torch.zeros(1 + 4 * 16, dtype=torch.int64)
 data = torch.zeros(O.CTAS * O.THREADS)
-for mode in O.MODES:
+for mode in O.MODES:  # F = 64, every warp recording every iteration
     d = tempfile.mkdtemp()
     compiled = cute.compile[cute.KeepCUBIN(), cute.KeepPTX(), cute.GPUArch("sm_90a"), DumpDir(d)](
-        launch, buffer_arg(buf), from_dlpack(data), Int32(16), 1, mode, False)
+        launch, buffer_arg(buf), from_dlpack(data), Int32(16), Int32(0), Int32(O.WARPS), 64, mode, True)
     cubins = [os.path.join(d, f) for f in os.listdir(d) if f.endswith(".cubin")]
     if not cubins:
         print(mode, "no cubin", os.listdir(d))

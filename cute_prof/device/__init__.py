@@ -6,6 +6,7 @@ Importing this package imports the CUTLASS DSL. The files, from the bottom up:
 * ``ops.py``      one-atomic record ops and the reference-compatible wrappers
 * ``phases.py``   back-to-back phases and the sampling ``Profiler`` handle
 * ``recorder.py`` the staged per-warp write path (``WarpRecorder``) and per-role recorders
+* ``slices.py``   the per-warp slice write path (``SliceRecorder``, layout format 2)
 """
 
 from .ops import (
@@ -25,12 +26,14 @@ from .ops import (
 from .phases import PhaseSequence, Profiler
 from .ptx import GUARDS, is_enabled, read_clock64, read_globaltimer, set_enabled
 from .recorder import WRITE_PATHS, RoleRecorder, WarpRecorder
+from .slices import SliceRecorder
 
 __all__ = [
     "GUARDS",
     "PhaseSequence",
     "Profiler",
     "RoleRecorder",
+    "SliceRecorder",
     "WRITE_PATHS",
     "WarpRecorder",
     "buffer_arg",

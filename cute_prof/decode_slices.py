@@ -1,0 +1,157 @@
+"""Decoding a per-warp slices buffer (layout format 2) into the same :class:`Trace`.
+
+Vectorised over all slices at once: the 32-bit record times of each warp are unwrapped by
+summing their differences modulo 2**32 from the warp's full 64-bit open time.
+
+Counts: ``attempted`` = the warps' own counts (from ``close()``) plus records of warps that
+found no slice; ``overflow`` = attempted - stored, exactly, per warp. A warp that never
+called ``close()`` still has every record that fit decoded; it is counted in
+``metadata["slices_unclosed_warps"]`` and, if its slice is full, its overflow is unknown.
+"""
+
+from __future__ import annotations
+
+import warnings
+from typing import Any
+
+import numpy as np
+
+from . import layout
+from .buffer import host_words, source_metadata
+from .errors import ProfileBufferError, ProfileWarning
+from .tags import as_tag_table
+from .trace import EVENT_DTYPE, Trace
+
+__all__ = ["is_slices_buffer", "decode_slices", "allocate_slices_buffer"]
+
+_LOW32 = np.int64(0xFFFFFFFF)
+
+
+def is_slices_buffer(words: np.ndarray) -> bool:
+    return words.shape[0] >= 1 and int(words[0]) == layout.SLICES_MAGIC
+
+
+def allocate_slices_buffer(n_warps: int, per_warp: int, device="cuda"):
+    """A zeroed int64 torch tensor holding ``n_warps`` slices of ``per_warp`` records, with
+    its header written; pass it to ``SliceRecorder`` (through ``buffer_arg``) and decode it
+    with ``decode_buffer``. Zero it and rewrite the header to reuse it: ``reset_slices``."""
+    import torch
+
+    n_warps, per_warp = int(n_warps), int(per_warp)
+    if not (0 < n_warps <= layout.MAX_SLICES and 0 <= per_warp < (1 << 32)):
+        raise ProfileBufferError(
+            f"need 1..{layout.MAX_SLICES} warps and 0..2**32-1 records per warp, got "
+            f"n_warps={n_warps}, per_warp={per_warp}")
+    words = torch.zeros(layout.slices_buffer_words(n_warps, per_warp), dtype=torch.int64,
+                        device=device)
+    words[: layout.SLICES_HEADER_WORDS] = torch.as_tensor(
+        layout.slices_header(n_warps, per_warp), dtype=torch.int64)
+    return words
+
+
+def reset_slices(words) -> None:
+    """Zero a slices tensor in place, keeping its header (so it can be launched again)."""
+    import torch
+
+    header = words[: layout.SLICES_HEADER_WORDS].clone()
+    if int(header[0]) != layout.SLICES_MAGIC:
+        words.zero_()
+        raise ProfileBufferError("not a slices buffer: word 0 is not SLICES_MAGIC")
+    words.zero_()
+    words[: layout.SLICES_HEADER_WORDS] = torch.as_tensor(
+        layout.slices_header(int(header[1]) >> 32, int(header[1]) & 0xFFFFFFFF), dtype=torch.int64)
+
+
+def decode_slices(buf, tag_table=None, *, metadata: dict[str, Any] | None = None) -> Trace:
+    """Decode a slices buffer (``decode_buffer`` calls this when word 0 says so)."""
+    table = as_tag_table(tag_table)
+    words = host_words(buf)
+    if not is_slices_buffer(words):
+        raise ProfileBufferError("not a slices buffer: word 0 is not SLICES_MAGIC")
+    if words.shape[0] < layout.SLICES_HEADER_WORDS:
+        raise ProfileBufferError("slices buffer is shorter than its header")
+    per_warp = int(words[1]) & 0xFFFFFFFF
+    n_slices = (int(words[1]) >> 32) & 0x7FFFFFFF
+    if words.shape[0] != layout.slices_buffer_words(n_slices, per_warp):
+        raise ProfileBufferError(
+            f"slices buffer has {words.shape[0]} words but its header says {n_slices} slices of "
+            f"{per_warp} records ({layout.slices_buffer_words(n_slices, per_warp)} words)")
+    lost_no_slice = int(words[2])
+    slices = words[layout.SLICES_HEADER_WORDS:].reshape(n_slices, layout.SLICE_HEADER_WORDS + per_warp)
+    base, ident, closing = slices[:, 0], slices[:, 1], slices[:, 2]
+    records = slices[:, layout.SLICE_HEADER_WORDS:]
+
+    opened = ((ident >> layout.SLICE_MAGIC_SHIFT) & 0x7F) == layout.SLICE_OPEN_MAGIC
+    closed = opened & (((closing >> layout.SLICE_MAGIC_SHIFT) & 0x7F) == layout.SLICE_CLOSED_MAGIC)
+    written = records < 0  # bit 63 set
+    # unclosed warps: the leading written records are all there is
+    leading = np.where(written.all(axis=1), per_warp, np.argmin(written, axis=1))
+    counts = np.where(closed, closing & _LOW32, 0)
+    stored = np.where(closed, np.minimum(counts, per_warp), np.where(opened, leading, 0))
+    column = np.arange(per_warp)
+    in_count = column[None, :] < stored[:, None]
+    incomplete = int(np.count_nonzero(in_count & ~written))
+    valid = in_count & written
+
+    lo = records & _LOW32
+    prev = np.empty_like(lo)
+    if per_warp:
+        prev[:, 0] = base & _LOW32
+        prev[:, 1:] = lo[:, :-1]
+    step = np.where(valid, (lo - prev) & _LOW32, 0)
+    times = base[:, None] + np.cumsum(step, axis=1)
+    starts = np.empty_like(times)
+    if per_warp:
+        starts[:, 0] = base
+        starts[:, 1:] = times[:, :-1]
+    kind = (records >> layout.SLICE_KIND_SHIFT) & layout.field_mask(layout.SLICE_KIND_BITS)
+    is_event = valid & ((kind == layout.SLICE_KIND_SPAN) | (kind == layout.SLICE_KIND_INSTANT))
+    unknown_kind = int(np.count_nonzero(valid & (kind > layout.SLICE_KIND_INSTANT)))
+    rows, cols = np.nonzero(is_event)
+    event_kind = kind[rows, cols]
+    end = times[rows, cols]
+    start = np.where(event_kind == layout.SLICE_KIND_SPAN, starts[rows, cols], end)
+    rec = records[rows, cols]
+    events = np.zeros(rows.shape[0], dtype=EVENT_DTYPE)
+    events["start_ns"] = start
+    events["dur_ns"] = end - start
+    events["tag"] = (rec >> layout.SLICE_TAG_SHIFT) & layout.field_mask(layout.SLICE_TAG_BITS)
+    events["payload"] = (rec >> layout.SLICE_PAYLOAD_SHIFT) & layout.MAX_SLICE_PAYLOAD
+    events["kind"] = np.where(event_kind == layout.SLICE_KIND_SPAN, layout.KIND_SPAN,
+                              layout.KIND_INSTANT)
+    ident_rows = ident[rows]
+    events["tid"] = (ident_rows & _LOW32).astype(np.uint32).view(np.int32)
+    events["sm"] = (ident_rows >> layout.SM_SHIFT) & layout.field_mask(layout.SM_BITS)
+    events["warp"] = (ident_rows >> layout.WARP_SHIFT) & layout.field_mask(layout.WARP_BITS)
+    events["dur_cycles"] = -1
+    events["slot"] = (layout.SLICES_HEADER_WORDS + rows * (layout.SLICE_HEADER_WORDS + per_warp)
+                      + layout.SLICE_HEADER_WORDS + cols)
+    events = events[np.argsort(events["start_ns"], kind="stable")]
+
+    unclosed = opened & ~closed
+    attempted = int(counts.sum()) + int(stored[unclosed].sum()) + lost_no_slice
+    overflow = int(np.maximum(counts - per_warp, 0).sum()) + lost_no_slice
+    meta: dict[str, Any] = source_metadata(buf)
+    meta.update(
+        format="slices", slices=n_slices, slice_capacity=per_warp,
+        slices_opened=int(opened.sum()), slices_unclosed_warps=int(unclosed.sum()),
+        slices_unclosed_full=int(np.count_nonzero(unclosed & (stored == per_warp))),
+        slices_no_slice_records=lost_no_slice,
+        slices_marks=int(np.count_nonzero(valid & (kind == layout.SLICE_KIND_MARK))),
+        capacity=n_slices * per_warp,
+    )
+    if metadata:
+        meta.update(metadata)
+    if unclosed.any():
+        warnings.warn(
+            f"{int(unclosed.sum())} warp(s) never called close() on their SliceRecorder: their "
+            f"{int(stored[unclosed].sum())} written records were decoded, but "
+            f"{meta['slices_unclosed_full']} of those warps filled their slice, so how many "
+            "records they dropped is unknown; call rec.close() before the warp exits",
+            ProfileWarning, stacklevel=2)
+    reasons = {"unknown_kind": unknown_kind} if unknown_kind else {}
+    return Trace(
+        events=events, tag_names=table.names, capacity=n_slices * per_warp,
+        attempted=attempted, overflow=overflow, incomplete=incomplete, metadata=meta,
+        invalid=unknown_kind, invalid_reasons=reasons,
+    )

@@ -1,0 +1,234 @@
+"""Per-warp slice write path (layout format 2): the cheapest record the profiler writes.
+
+Every warp owns a slice of the buffer whose size the host picks; lane 0 stores each record
+straight to global memory as one 8-byte word (``%globaltimer_lo`` and the tag), so a
+record is a timer read, a compare, an address, a store and a counter increment: no
+atomic, no shuffle, no staging. Back-to-back regions share their boundaries (a span starts
+at the previous record of the warp), so each region costs one timer read. The warp keeps
+counting past its capacity and ``close()`` stores the exact count, so overflow is exact per
+warp; a warp that never closes still leaves every record that fit, and the host says so.
+"""
+
+from __future__ import annotations
+
+from cutlass import Int32, Int64
+from cutlass._mlir.dialects import llvm
+from cutlass.cutlass_dsl import T
+
+from .. import layout
+from ..errors import ProfileBufferError
+from .ptx import (
+    LINEAR_TID_LINES,
+    ORDER_AFTER_BARRIERS,
+    buffer_address_and_words,
+    inline_asm,
+    is_enabled,
+    resolve_tag,
+    trace_time_int,
+)
+
+_OPEN_LINES = (
+    *LINEAR_TID_LINES,
+    "mov.u32 nz, %ntid.z;",
+    "mul.lo.u32 nt, nx, ny;",
+    "mul.lo.u32 nt, nt, nz;",
+    "add.u32 wpc, nt, 31;",
+    "shr.u32 wpc, wpc, 5;",  # warps per CTA
+    "shr.u32 w, lin, 5;",
+    "mov.u32 cx, %ctaid.x;", "mov.u32 cy, %ctaid.y;", "mov.u32 cz, %ctaid.z;",
+    "mov.u32 ncx, %nctaid.x;", "mov.u32 ncy, %nctaid.y;",
+    "mad.lo.u32 cl, cz, ncy, cy;",
+    "mad.lo.u32 cl, cl, ncx, cx;",
+    "mad.wide.u32 sl, cl, wpc, 0;",
+    "cvt.u64.u32 t, w;",
+    "add.u64 sl, sl, t;",  # global warp index = the slice
+    # a buffer that is not a slices buffer, or smaller than its header says, gets no
+    # store at all (state 2); a warp past the last slice only counts (state 0)
+    "ld.global.u64 hdr, [g];",
+    f"setp.eq.s64 valid, hdr, {layout.SLICES_MAGIC};",
+    "ld.global.u64 hdr, [g+8];",
+    "mov.b64 {cap, nsl}, hdr;",
+    "cvt.u64.u32 t, cap;",
+    f"add.u64 t, t, {layout.SLICE_HEADER_WORDS};",
+    "cvt.u64.u32 x64, nsl;",
+    "mul.lo.u64 t, t, x64;",
+    f"add.u64 t, t, {layout.SLICES_HEADER_WORDS};",
+    "setp.le.and.u64 valid, t, words, valid;",
+    "setp.lt.and.u64 ok, sl, x64, valid;",
+    "mov.u32 lane, %laneid;",
+    "setp.eq.and.u32 l0, lane, 0, ok;",
+    "selp.u32 lcap, cap, 0, l0;",
+    "cvt.u64.u32 t, cap;",
+    f"add.u64 t, t, {layout.SLICE_HEADER_WORDS};",
+    "mul.lo.u64 a, sl, t;",
+    f"add.u64 a, a, {layout.SLICES_HEADER_WORDS};",
+    "shl.b64 a, a, 3;",
+    "add.u64 a, a, g;",  # the slice header
+    "mov.u64 t, %globaltimer;",
+    "mov.u32 sm, %smid;",
+    "cvt.u64.u32 tw, sm;",
+    f"shl.b64 tw, tw, {layout.SM_SHIFT};",
+    "cvt.u64.u32 x64, w;",
+    f"shl.b64 x64, x64, {layout.WARP_SHIFT};",
+    "or.b64 tw, tw, x64;",
+    f"or.b64 tw, tw, {layout.SLICE_OPEN_MAGIC << layout.SLICE_MAGIC_SHIFT};",
+)
+
+
+class SliceRecorder:
+    """One warp's recorder on a slices buffer (``decode_slices.allocate_slices_buffer``).
+
+    ``SliceRecorder(buf, tid)`` opens the warp's slice (reads the full 64-bit timer once);
+    ``rec.end(tag, payload=k)`` closes the span that began at the warp's previous record (or
+    at the open, or at ``rec.begin()``) and starts the next: back-to-back regions cost one
+    record each. ``rec.instant(tag)``; ``rec.close()`` before the warp exits stores the exact
+    count (forgetting it loses no written record, only the overflow count; the decoder warns).
+    Every lane of the warp calls every method (the warp must be converged); lane 0 stores.
+    ``ordered=False`` drops the warp barrier before each timer read: cheaper, but a read
+    right after a CTA barrier can then return a time from before the barrier completed.
+    Payloads keep their low 13 bits. State travels through dynamic loops like any DSL value.
+    """
+
+    def __init__(self, buf, tid, *, ordered: bool = True, enabled=None, _state=None, _const=None):
+        self.buf, self.tid, self.ordered = buf, tid, bool(ordered)
+        self.enabled = is_enabled(enabled)
+        if not self.enabled:
+            return
+        self._const = _const if _const is not None else self._open(tid)
+        self._cursor = _state if _state is not None else Int32(0)
+
+    def _address(self):
+        address, _ = buffer_address_and_words(self.buf, 0)
+        return Int64(address)
+
+    def _open(self, tid):
+        text = "\n".join([
+            "{",
+            ".reg .pred ok, l0, valid;",
+            ".reg .u32 x, y, z, nx, ny, nz, nt, lin, w, wpc, cx, cy, cz, ncx, ncy, cl, cap, nsl, "
+            "lane, lcap, sm;",
+            ".reg .u64 g, sl, t, hdr, a, tw, x64, words;",
+            "cvta.to.global.u64 g, $3;",
+            "mov.u64 words, $5;",
+            *_OPEN_LINES,
+            "cvt.u64.u32 x64, $4;",
+            "or.b64 tw, tw, x64;",
+            "@l0 st.global.u64 [a], t;",  # slices are 8-byte aligned only
+            "@l0 st.global.u64 [a+8], tw;",
+            "add.u64 $0, a, 32;",
+            "mov.u32 $1, lcap;",
+            "selp.u32 $2, 0, 2, valid;",
+            "selp.u32 $2, 1, $2, ok;",
+            "}",
+        ])
+        struct = llvm.StructType.get_literal([T.i64(), T.i32(), T.i32()])
+        address, words = buffer_address_and_words(self.buf, 0)
+        if words is None:  # a bare pointer: trust the header's size
+            words = (1 << 62)
+        res = inline_asm(struct, [Int64(address).ir_value(), Int32(tid).ir_value(), Int64(words).ir_value()],
+                         text, "=l,=r,=r,l,r,l,~{memory}")
+        return (Int64(llvm.extractvalue(T.i64(), res, [0])),
+                Int32(llvm.extractvalue(T.i32(), res, [1])),
+                Int32(llvm.extractvalue(T.i32(), res, [2])))
+
+    def __extract_mlir_values__(self):
+        return [self._cursor.ir_value()] if self.enabled else []
+
+    def __new_from_mlir_values__(self, values):
+        if not self.enabled:
+            return SliceRecorder(self.buf, self.tid, ordered=self.ordered, enabled=False)
+        return SliceRecorder(self.buf, self.tid, ordered=self.ordered, enabled=True,
+                             _state=Int32(values[0]), _const=self._const)
+
+    def _write(self, tag, payload, kind):
+        tag = resolve_tag(tag)
+        payload = trace_time_int(payload)
+        if isinstance(payload, int) and not 0 <= payload <= layout.MAX_SLICE_PAYLOAD:
+            raise ProfileBufferError(
+                f"payload {payload} does not fit the slices format's 13 bits "
+                f"(0..{layout.MAX_SLICE_PAYLOAD}); use the staged path for wider payloads")
+        records, lane_cap, _ = self._const
+        operands = [self._cursor.ir_value(), records.ir_value(), lane_cap.ir_value()]
+        cons = ["=r", "r", "l", "r"]
+        lines = ["{", ".reg .pred p;", ".reg .u32 lo, hi;", ".reg .u64 a;"]
+        if isinstance(tag, int) and isinstance(payload, int):
+            lines.append(f"mov.u32 hi, {layout.slice_record_high(tag, kind=kind, payload=payload)};")
+        else:
+            operands += [Int32(tag).ir_value(), Int32(payload).ir_value()]
+            cons += ["r", "r"]
+            lines += [
+                f"and.b32 hi, $4, {layout.field_mask(layout.SLICE_TAG_BITS)};",
+                f"bfi.b32 hi, $5, hi, {layout.SLICE_PAYLOAD_SHIFT - 32}, {layout.SLICE_PAYLOAD_BITS};",
+                f"or.b32 hi, hi, {layout.slice_record_high(0, kind=kind)};",
+            ]
+        if self.ordered:
+            lines += [".reg .b32 om;", ORDER_AFTER_BARRIERS]
+        lines += [
+            "mov.u32 lo, %globaltimer_lo;",
+            "setp.lt.u32 p, $1, $3;",  # lane 0 below capacity (other lanes: capacity 0)
+            "mad.wide.u32 a, $1, 8, $2;",
+            "@p st.global.v2.u32 [a], {lo, hi};",
+            "add.u32 $0, $1, 1;",
+            "}",
+        ]
+        res = inline_asm(T.i32(), operands, "\n".join(lines), ",".join(cons) + ",~{memory}")
+        self._cursor = Int32(res)
+
+    def begin(self):
+        """A boundary: the next ``end()`` measures from here (no event of its own)."""
+        if self.enabled:
+            self._write(0, 0, layout.SLICE_KIND_MARK)
+
+    def end(self, tag, *, payload=0):
+        """Close the span since the warp's previous record (or open/begin); it starts the next."""
+        if self.enabled:
+            self._write(tag, payload, layout.SLICE_KIND_SPAN)
+
+    def instant(self, tag, *, payload=0):
+        if self.enabled:
+            self._write(tag, payload, layout.SLICE_KIND_INSTANT)
+
+    def region(self, tag, *, payload=0):
+        """``with rec.region(tag):`` = ``begin()`` then ``end(tag)``: two records; chain
+        ``end()`` calls instead for back-to-back regions."""
+        return _SliceRegion(self, tag, payload)
+
+    def close(self):
+        """Store the warp's exact record count (all lanes call it, once, at the end)."""
+        if not self.enabled:
+            return
+        records, _, has_slice = self._const
+        text = "\n".join([
+            "{", ".reg .pred l0, ok, w, n;", ".reg .u32 lane;", ".reg .u64 c, g;",
+            "mov.u32 lane, %laneid;",
+            "setp.eq.u32 ok, $2, 1;",
+            "setp.eq.and.u32 l0, lane, 0, ok;",
+            "setp.eq.u32 n, lane, 0;",
+            "setp.eq.and.u32 n, $2, 0, n;",  # a valid buffer, but no slice for this warp
+            "cvt.u64.u32 c, $0;",
+            f"or.b64 c, c, {layout.SLICE_CLOSED_MAGIC << layout.SLICE_MAGIC_SHIFT};",
+            "@l0 st.global.u64 [$1+-16], c;",
+            "cvta.to.global.u64 g, $3;",
+            "cvt.u64.u32 c, $0;",
+            "@n red.global.add.u64 [g+16], c;",
+            "}",
+        ])
+        operands = [self._cursor.ir_value(), records.ir_value(), has_slice.ir_value(),
+                    self._address().ir_value()]
+        inline_asm(None, operands, text, "r,l,r,l,~{memory}")
+
+
+class _SliceRegion:
+    __dsl_trace_time_ctxmgr__ = True
+
+    def __init__(self, recorder, tag, payload):
+        self._rec, self._tag, self._payload = recorder, tag, payload
+
+    def __enter__(self):
+        self._rec.begin()
+        return self._rec
+
+    def __exit__(self, exc_type, exc, tb):
+        if exc_type is None:
+            self._rec.end(self._tag, payload=self._payload)
+        return False
