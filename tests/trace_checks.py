@@ -3,8 +3,14 @@
 from __future__ import annotations
 
 import json
+from decimal import Decimal
 from pathlib import Path
 
+
+
+def _whole_ns(micros) -> int:
+    """Microseconds (a Decimal, or a number from an already-parsed trace) as whole ns."""
+    return int((Decimal(str(micros)) * 1000).to_integral_value())
 
 
 def json_nesting_violations(trace) -> list[str]:
@@ -14,7 +20,8 @@ def json_nesting_violations(trace) -> list[str]:
     ``(pid, tid)`` to nest; Perfetto's importer mis-draws or drops those that partially
     overlap. Returns one line per offending track (empty: the trace nests)."""
     if not isinstance(trace, (dict, list)):
-        trace = json.loads(Path(trace).read_text())
+        # decimals parsed exactly: µs as doubles lose whole ns beyond ~2**53 ns (104 days)
+        trace = json.loads(Path(trace).read_text(), parse_float=Decimal)
     events = trace["traceEvents"] if isinstance(trace, dict) else trace
     by_track: dict[tuple, list[tuple[float, float]]] = {}
     for event in events:
@@ -22,8 +29,8 @@ def json_nesting_violations(trace) -> list[str]:
             # timestamps are microseconds with ns decimals: compare in whole ns, so that
             # back-to-back slices (132.576 + 0.032 vs 132.608) do not cross by rounding
             key = (event.get("pid"), event.get("tid"))
-            start = round(float(event["ts"]) * 1000)
-            by_track.setdefault(key, []).append((start, start + round(float(event.get("dur", 0)) * 1000)))
+            start = _whole_ns(event["ts"])
+            by_track.setdefault(key, []).append((start, start + _whole_ns(event.get("dur", 0))))
     problems = []
     for key, spans in by_track.items():
         stack: list[int] = []  # Python ints: timestamps near the int64 limit stay exact

@@ -43,6 +43,7 @@ from .. import layout
 from ..errors import ProfileBufferError
 from ..files import atomic_open, check_output_path
 from ..trace import Event, Trace, kind_name
+from .regions import build_region_ops, misnested_spans, overlap_lanes
 
 __all__ = ["events_to_perfetto", "GROUP_BY_CHOICES"]
 
@@ -176,6 +177,26 @@ def _parents_first(start: np.ndarray, dur: np.ndarray) -> np.ndarray:
     return order
 
 
+def _nesting_lanes(ev: np.ndarray, track_index: np.ndarray, n_tracks: int) -> np.ndarray:
+    """Per row, the overlap lane of its track (0 unless its regions overlap without
+    nesting), chosen as the pftrace writer chooses them (:func:`regions.split_overlaps`)."""
+    lane = np.zeros(ev.shape[0], np.int64)
+    spans = np.flatnonzero(ev["kind"] != layout.KIND_INSTANT)
+    if spans.shape[0] < 2:
+        return lane
+    start = ev["start_ns"][spans].astype(np.int64)
+    end = start + np.maximum(ev["dur_ns"][spans].astype(np.int64), 0)
+    track = track_index[spans].astype(np.int64)
+    t0 = int(start.min())
+    none = np.zeros(0, np.int64)
+    ops = build_region_ops(track, start, end, np.zeros_like(start), np.zeros_like(start),
+                           none, none, none, none, n_tracks, t0, int(end.max()) - t0 + 1)
+    bad = misnested_spans(ops, spans.shape[0])
+    if bad.shape[0]:
+        lane[spans] = overlap_lanes(track, start, end, bad)
+    return lane
+
+
 # --------------------------------------------------------------------------- export
 def events_to_perfetto(
     events,
@@ -226,9 +247,14 @@ def events_to_perfetto(
     track_key = (process_index << 32) | (ev["tid"].astype(np.int64) + (1 << 31))
     track_keys, track_index = np.unique(track_key, return_inverse=True)
     track_index = track_index.reshape(-1)
+    # Overlapping regions of one track move to extra lanes (threads), as in the pftrace.
+    lane = _nesting_lanes(ev, track_index, track_keys.shape[0])
+    lanes_per_track = np.ones(track_keys.shape[0], np.int64)
+    np.maximum.at(lanes_per_track, track_index, lane + 1)
+    first_lane = np.r_[0, np.cumsum(lanes_per_track)[:-1]].astype(np.int64)
     process_count = len(process_names)
     json_pid = process_index + 1  # pids 1..P; tids P+1.. so no id is reused anywhere
-    json_tid = track_index.astype(np.int64) + process_count + 1
+    json_tid = first_lane[track_index] + lane + process_count + 1
 
     header_events: list[str] = []
     for i, name in enumerate(process_names):
@@ -244,15 +270,18 @@ def events_to_perfetto(
     track_process = (track_keys >> 32).tolist()
     track_tids = ((track_keys & 0xFFFFFFFF) - (1 << 31)).tolist()
     for track, (proc, tid) in enumerate(zip(track_process, track_tids)):
-        pid, jtid = proc + 1, track + process_count + 1
-        header_events.append(
-            f'{{"name":"thread_name","ph":"M","ts":0,"pid":{pid},"tid":{jtid},'
-            f'"args":{{"name":"tid {tid}"}}}}'
-        )
-        header_events.append(
-            f'{{"name":"thread_sort_index","ph":"M","ts":0,"pid":{pid},"tid":{jtid},'
-            f'"args":{{"sort_index":{track}}}}}'
-        )
+        pid = proc + 1
+        name = _dumps(trace.track_name(tid))
+        for k in range(int(lanes_per_track[track])):
+            jtid = int(first_lane[track]) + k + process_count + 1
+            header_events.append(
+                f'{{"name":"thread_name","ph":"M","ts":0,"pid":{pid},"tid":{jtid},'
+                f'"args":{{"name":{name}}}}}'
+            )
+            header_events.append(
+                f'{{"name":"thread_sort_index","ph":"M","ts":0,"pid":{pid},"tid":{jtid},'
+                f'"args":{{"sort_index":{jtid - process_count - 1}}}}}'
+            )
 
     # ------------------------------------------------------------ columns
     origin = int(ev["start_ns"].min()) if count else 0
@@ -273,6 +302,7 @@ def events_to_perfetto(
         "overflow": trace.overflow,
         "incomplete": trace.incomplete,
         "invalid": trace.invalid,
+        "invalid_reasons": dict(trace.invalid_reasons or {}),
         "events": count,
         "device": device,
         "clock_hz": trace.metadata.get("clock_hz"),

@@ -20,6 +20,7 @@ __all__ = [
     "assign_lanes",
     "build_region_ops",
     "misnested_spans",
+    "overlap_lanes",
     "pack_or_lexsort",
     "pair_index",
     "split_overlaps",
@@ -156,7 +157,9 @@ def misnested_spans(ops: RegionOps, n_spans: int) -> np.ndarray:
 def assign_lanes(start: np.ndarray, end: np.ndarray) -> np.ndarray:
     """Lane per span of one track so that each lane nests strictly (greedy, first fit).
 
-    Only runs for tracks that failed the nesting check, which real kernels rarely produce."""
+    Spans are taken by start (longer first on ties); each goes into the first lane whose
+    open regions it nests in. Only runs on clusters that failed the nesting check (see
+    :func:`overlap_lanes`), which real kernels rarely produce and keep small."""
     order = np.lexsort((-(end - start), start))
     lanes: list[list[int]] = []  # per lane: stack of open region ends
     lane = np.zeros(start.shape[0], np.int64)
@@ -174,6 +177,58 @@ def assign_lanes(start: np.ndarray, end: np.ndarray) -> np.ndarray:
     return lane
 
 
+def overlap_lanes(
+    span_track: np.ndarray, start: np.ndarray, end: np.ndarray, bad: np.ndarray
+) -> np.ndarray:
+    """Lane per span (0 for almost all) that makes every (track, lane) nest strictly.
+
+    Same result as :func:`assign_lanes` run on every track, computed with numpy except
+    inside the few clusters that misnest. A cluster is a maximal run of a track's spans
+    (in start order) whose union is connected: at a cluster boundary every earlier region
+    has ended, so first fit starts over with empty lanes and puts the first span in lane
+    0. A cluster without a misnested span nests, so first fit keeps all of it in lane 0;
+    a cluster of two overlapping spans puts them in lanes 0 and 1. Only larger clusters
+    with a misnested span run the greedy loop, on their own spans."""
+    n = span_track.shape[0]
+    lane = np.zeros(n, np.int64)
+    if n == 0 or bad.shape[0] == 0:
+        return lane
+    on_bad_track = np.flatnonzero(np.isin(span_track, np.unique(span_track[bad])))
+    track = span_track[on_bad_track]
+    s, e = start[on_bad_track], end[on_bad_track]
+    order = np.lexsort((np.arange(track.shape[0]), -(e - s), s, track))
+    rows, track, s, e = on_bad_track[order], track[order], s[order], e[order]
+    new_track = np.r_[True, track[1:] != track[:-1]]
+    # running maximum end within each track: offset each track above the previous one
+    first_row = np.flatnonzero(new_track)
+    track_number = np.cumsum(new_track) - 1
+    low = np.minimum.reduceat(s, first_row)
+    high = np.maximum.reduceat(e, first_row)
+    if float((high.astype(np.float64) - low.astype(np.float64) + 1).sum()) < 2.0**61:
+        # one running maximum over all tracks, each shifted above the previous one
+        widths = high - low + 1
+        shift = (np.r_[0, np.cumsum(widths)[:-1]] - low)[track_number]
+        running_end = np.maximum.accumulate(e + shift) - shift
+    else:  # timestamps spread near the int64 limits: one running maximum per track
+        running_end = np.empty_like(e)
+        for lo, hi in zip(first_row.tolist(), np.r_[first_row[1:], e.shape[0]].tolist()):
+            running_end[lo:hi] = np.maximum.accumulate(e[lo:hi])
+    new_cluster = new_track.copy()
+    new_cluster[1:] |= s[1:] >= running_end[:-1]
+    cluster = np.cumsum(new_cluster) - 1
+    is_bad = np.zeros(n, bool)
+    is_bad[bad] = True
+    bad_cluster = np.zeros(cluster[-1] + 1, bool)
+    bad_cluster[cluster[is_bad[rows]]] = True
+    cluster_start = np.flatnonzero(new_cluster)
+    size = np.diff(np.r_[cluster_start, cluster.shape[0]])
+    pairs = cluster_start[bad_cluster & (size == 2)]
+    lane[rows[pairs + 1]] = 1
+    for first in cluster_start[bad_cluster & (size > 2)].tolist():
+        mine = rows[first:first + int(size[cluster[first]])]
+        lane[mine] = assign_lanes(start[mine], end[mine])
+    return lane
+
 
 def split_overlaps(
     span_track: np.ndarray, start: np.ndarray, end: np.ndarray, bad: np.ndarray, n_pairs: int
@@ -181,14 +236,7 @@ def split_overlaps(
     """Give every track with misnested regions extra lanes.
 
     Returns ``(final track per span, first final track of each pair, lanes per pair)``."""
-    n_spans = span_track.shape[0]
-    bad_tracks = np.unique(span_track[bad])
-    lane = np.zeros(n_spans, np.int64)
-    on_bad_track = np.flatnonzero(np.isin(span_track, bad_tracks))
-    on_bad_track = on_bad_track[np.argsort(span_track[on_bad_track], kind="stable")]
-    bounds = np.flatnonzero(np.diff(span_track[on_bad_track])) + 1
-    for mine in np.split(on_bad_track, bounds):
-        lane[mine] = assign_lanes(start[mine], end[mine])
+    lane = overlap_lanes(span_track, start, end, bad)
     lanes_per_pair = np.zeros(n_pairs, np.int64)
     np.maximum.at(lanes_per_pair, span_track, lane)
     lanes_per_pair += 1
