@@ -43,7 +43,7 @@ from .. import layout
 from ..errors import ProfileBufferError
 from ..files import atomic_open, check_output_path
 from ..trace import Event, Trace, kind_name
-from .regions import build_region_ops, misnested_spans, overlap_lanes
+from .regions import nesting_lanes
 
 __all__ = ["events_to_perfetto", "GROUP_BY_CHOICES"]
 
@@ -187,13 +187,7 @@ def _nesting_lanes(ev: np.ndarray, track_index: np.ndarray, n_tracks: int) -> np
     start = ev["start_ns"][spans].astype(np.int64)
     end = start + np.maximum(ev["dur_ns"][spans].astype(np.int64), 0)
     track = track_index[spans].astype(np.int64)
-    t0 = int(start.min())
-    none = np.zeros(0, np.int64)
-    ops = build_region_ops(track, start, end, np.zeros_like(start), np.zeros_like(start),
-                           none, none, none, none, n_tracks, t0, int(end.max()) - t0 + 1)
-    bad = misnested_spans(ops, spans.shape[0])
-    if bad.shape[0]:
-        lane[spans] = overlap_lanes(track, start, end, bad)
+    lane[spans] = nesting_lanes(track, start, end, n_tracks)
     return lane
 
 

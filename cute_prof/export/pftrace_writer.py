@@ -53,6 +53,7 @@ from .regions import (
     build_region_ops,
     misnested_spans,
     pair_index,
+    retrack,
     split_overlaps,
 )
 
@@ -425,13 +426,12 @@ def write_pftrace(
         say(f"{np.unique(span_track[bad]).shape[0]:,} tracks have regions that overlap "
             "without nesting; giving them extra lanes")
         span_track, first_lane_track, lanes_per_pair = split_overlaps(
-            span_track, start, end, bad, n_pairs
+            span_track, start, end, bad, n_pairs, order=ops.span[ops.type == 1]
         )
-        instant_track = first_lane_track[instant_track]
         n_tracks = int(lanes_per_pair.sum())
         base_of = np.repeat(first_lane_track, lanes_per_pair)
         pair_of_track = np.repeat(np.arange(n_pairs), lanes_per_pair)
-        ops = build(span_track, instant_track, n_tracks)
+        ops = retrack(ops, span_track, first_lane_track)
         if misnested_spans(ops, n_spans).shape[0]:  # pragma: no cover - lanes guarantee it
             raise AssertionError("internal error: lanes still overlap")
     else:

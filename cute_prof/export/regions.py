@@ -19,10 +19,13 @@ __all__ = [
     "RegionOps",
     "assign_lanes",
     "build_region_ops",
+    "cluster_starts",
     "misnested_spans",
+    "nesting_lanes",
     "overlap_lanes",
     "pack_or_lexsort",
     "pair_index",
+    "retrack",
     "split_overlaps",
 ]
 
@@ -134,6 +137,20 @@ def build_region_ops(
     )
 
 
+def retrack(ops: RegionOps, new_track_of_span: np.ndarray, old_to_first: np.ndarray) -> RegionOps:
+    """``ops`` with spans moved to new tracks (instants to ``old_to_first`` of theirs),
+    still sorted by (track, time, tie-break): the same result as building them again.
+
+    The new track numbering keeps old tracks in order (lanes of one old track follow it),
+    so a stable sort by the new track, nearly sorted already, restores the order."""
+    is_instant = ops.span < 0
+    track = np.where(is_instant, old_to_first[ops.track],
+                     new_track_of_span[np.maximum(ops.span, 0)])
+    order = np.argsort(track, kind="stable")
+    return RegionOps(track=track[order], ts=ops.ts[order], type=ops.type[order],
+                     iid=ops.iid[order], payload=ops.payload[order], span=ops.span[order])
+
+
 def misnested_spans(ops: RegionOps, n_spans: int) -> np.ndarray:
     """Indices of spans whose begin/end do not pair up as a stack on their track.
 
@@ -177,8 +194,64 @@ def assign_lanes(start: np.ndarray, end: np.ndarray) -> np.ndarray:
     return lane
 
 
+def cluster_starts(track: np.ndarray, start: np.ndarray, end: np.ndarray) -> np.ndarray:
+    """For spans sorted by (track, start), True where a cluster begins: a new track, or a
+    start at or after the end of every earlier span of the track (a running maximum)."""
+    n = track.shape[0]
+    if n == 0:
+        return np.zeros(0, bool)
+    new_track = np.r_[True, track[1:] != track[:-1]]
+    first_row = np.flatnonzero(new_track)
+    low = np.minimum.reduceat(start, first_row)
+    high = np.maximum.reduceat(end, first_row)
+    if float((high.astype(np.float64) - low.astype(np.float64) + 1).sum()) < 2.0**61:
+        # one running maximum over all tracks, each shifted above the previous one
+        track_number = np.cumsum(new_track) - 1
+        shift = (np.r_[0, np.cumsum(high - low + 1)[:-1]] - low)[track_number]
+        running_end = np.maximum.accumulate(end + shift) - shift
+    else:  # timestamps spread near the int64 limits: one running maximum per track
+        running_end = np.empty_like(end)
+        for lo, hi in zip(first_row.tolist(), np.r_[first_row[1:], n].tolist()):
+            running_end[lo:hi] = np.maximum.accumulate(end[lo:hi])
+    new_cluster = new_track
+    new_cluster[1:] |= start[1:] >= running_end[:-1]
+    return new_cluster
+
+
+def nesting_lanes(track: np.ndarray, start: np.ndarray, end: np.ndarray,
+                  n_tracks: int) -> np.ndarray:
+    """Lane per span (as :func:`overlap_lanes` gives them) for spans given in start order.
+
+    Cheaper than ordering every begin/end: spans are grouped by track with one stable
+    (radix) sort, and only clusters of two or more spans, the only places where regions
+    can overlap, go through the begin/end nesting check."""
+    n = track.shape[0]
+    lane = np.zeros(n, np.int64)
+    if n < 2:
+        return lane
+    narrow = np.uint16 if n_tracks <= 1 << 16 else np.int64
+    by_track = np.argsort(track.astype(narrow), kind="stable")
+    new_cluster = cluster_starts(track[by_track], start[by_track], end[by_track])
+    cluster = np.cumsum(new_cluster) - 1
+    size = np.bincount(cluster)
+    candidates = np.sort(by_track[size[cluster] > 1])
+    if candidates.shape[0] < 2:
+        return lane
+    t, s, e = track[candidates], start[candidates], end[candidates]
+    t0 = int(s.min())
+    none = np.zeros(0, np.int64)
+    zero = np.zeros_like(s)
+    ops = build_region_ops(t, s, e, zero, zero, none, none, none, none, n_tracks, t0,
+                           int(e.max()) - t0 + 1)
+    bad = misnested_spans(ops, candidates.shape[0])
+    if bad.shape[0]:
+        lane[candidates] = overlap_lanes(t, s, e, bad)
+    return lane
+
+
 def overlap_lanes(
-    span_track: np.ndarray, start: np.ndarray, end: np.ndarray, bad: np.ndarray
+    span_track: np.ndarray, start: np.ndarray, end: np.ndarray, bad: np.ndarray, *,
+    order: np.ndarray | None = None,
 ) -> np.ndarray:
     """Lane per span (0 for almost all) that makes every (track, lane) nest strictly.
 
@@ -188,33 +261,22 @@ def overlap_lanes(
     has ended, so first fit starts over with empty lanes and puts the first span in lane
     0. A cluster without a misnested span nests, so first fit keeps all of it in lane 0;
     a cluster of two overlapping spans puts them in lanes 0 and 1. Only larger clusters
-    with a misnested span run the greedy loop, on their own spans."""
+    with a misnested span run the greedy loop, on their own spans. ``order``: the spans
+    already sorted by (track, start, longer first), e.g. the begins of a ``RegionOps``."""
     n = span_track.shape[0]
     lane = np.zeros(n, np.int64)
     if n == 0 or bad.shape[0] == 0:
         return lane
-    on_bad_track = np.flatnonzero(np.isin(span_track, np.unique(span_track[bad])))
-    track = span_track[on_bad_track]
-    s, e = start[on_bad_track], end[on_bad_track]
-    order = np.lexsort((np.arange(track.shape[0]), -(e - s), s, track))
-    rows, track, s, e = on_bad_track[order], track[order], s[order], e[order]
-    new_track = np.r_[True, track[1:] != track[:-1]]
-    # running maximum end within each track: offset each track above the previous one
-    first_row = np.flatnonzero(new_track)
-    track_number = np.cumsum(new_track) - 1
-    low = np.minimum.reduceat(s, first_row)
-    high = np.maximum.reduceat(e, first_row)
-    if float((high.astype(np.float64) - low.astype(np.float64) + 1).sum()) < 2.0**61:
-        # one running maximum over all tracks, each shifted above the previous one
-        widths = high - low + 1
-        shift = (np.r_[0, np.cumsum(widths)[:-1]] - low)[track_number]
-        running_end = np.maximum.accumulate(e + shift) - shift
-    else:  # timestamps spread near the int64 limits: one running maximum per track
-        running_end = np.empty_like(e)
-        for lo, hi in zip(first_row.tolist(), np.r_[first_row[1:], e.shape[0]].tolist()):
-            running_end[lo:hi] = np.maximum.accumulate(e[lo:hi])
-    new_cluster = new_track.copy()
-    new_cluster[1:] |= s[1:] >= running_end[:-1]
+    bad_track = np.zeros(int(span_track.max()) + 1, bool)
+    bad_track[span_track[bad]] = True
+    if order is None:
+        on_bad_track = np.flatnonzero(bad_track[span_track])
+        track, s, e = span_track[on_bad_track], start[on_bad_track], end[on_bad_track]
+        rows = on_bad_track[np.lexsort((-(e - s), s, track))]
+    else:
+        rows = order[bad_track[span_track[order]]]
+    track, s, e = span_track[rows], start[rows], end[rows]
+    new_cluster = cluster_starts(track, s, e)
     cluster = np.cumsum(new_cluster) - 1
     is_bad = np.zeros(n, bool)
     is_bad[bad] = True
@@ -225,18 +287,19 @@ def overlap_lanes(
     pairs = cluster_start[bad_cluster & (size == 2)]
     lane[rows[pairs + 1]] = 1
     for first in cluster_start[bad_cluster & (size > 2)].tolist():
-        mine = rows[first:first + int(size[cluster[first]])]
+        mine = np.sort(rows[first:first + int(size[cluster[first]])])  # ties by index
         lane[mine] = assign_lanes(start[mine], end[mine])
     return lane
 
 
 def split_overlaps(
-    span_track: np.ndarray, start: np.ndarray, end: np.ndarray, bad: np.ndarray, n_pairs: int
+    span_track: np.ndarray, start: np.ndarray, end: np.ndarray, bad: np.ndarray, n_pairs: int,
+    *, order: np.ndarray | None = None,
 ) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
     """Give every track with misnested regions extra lanes.
 
     Returns ``(final track per span, first final track of each pair, lanes per pair)``."""
-    lane = overlap_lanes(span_track, start, end, bad)
+    lane = overlap_lanes(span_track, start, end, bad, order=order)
     lanes_per_pair = np.zeros(n_pairs, np.int64)
     np.maximum.at(lanes_per_pair, span_track, lane)
     lanes_per_pair += 1
