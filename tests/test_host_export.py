@@ -199,3 +199,43 @@ def test_nesting_lanes_equal_lanes_from_the_full_check():
                                4, 0, 200)
         expected = overlap_lanes(track, start, end, misnested_spans(ops, n))
         assert nesting_lanes(track, start, end, 4).tolist() == expected.tolist()
+
+
+def two_launch_trace() -> Trace:
+    S = layout.KIND_SPAN
+    trace = make_trace([(0, 10, 0, 3, S, 0, 1), (20, 10, 1, 3, S, 0, 1), (25, 2, 2, 4, S, 0, 2)])
+    trace.events["launch"] = [0, 1, 1]  # rows are in start order
+    trace.launches = [{"name": "gemm"}, {"kernel": "gemm_v2"}]
+    trace.track_names = {3: "producer"}
+    return trace
+
+
+def test_json_shows_each_launch_as_its_own_process(tmp_path):
+    data = json.loads(Path(events_to_perfetto(two_launch_trace(), tmp_path / "t.json")).read_text())
+    processes = {e["pid"]: e["args"]["name"] for e in data["traceEvents"]
+                 if e["ph"] == "M" and e["name"] == "process_name"}
+    assert sorted(processes.values()) == ["gemm #0 (test)", "gemm_v2 #1 (test)"]
+    threads = {(e["pid"], e["tid"]): e["args"]["name"] for e in data["traceEvents"]
+               if e["ph"] == "M" and e["name"] == "thread_name"}
+    assert sorted(threads.values()) == ["producer", "producer", "tid 4"]
+    for event in (e for e in data["traceEvents"] if e["ph"] == "X"):
+        expected = "gemm #0 (test)" if event["args"]["start_ns"] == 0 else "gemm_v2 #1 (test)"
+        assert processes[event["pid"]] == expected
+    by_sm = json.loads(Path(events_to_perfetto(two_launch_trace(), tmp_path / "s.json",
+                                               group_by="sm")).read_text())
+    assert sorted(e["args"]["name"] for e in by_sm["traceEvents"]
+                  if e["ph"] == "M" and e["name"] == "process_name") == [
+        "gemm #0 / SM 1", "gemm_v2 #1 / SM 1", "gemm_v2 #1 / SM 2"]
+
+
+@pytest.mark.parametrize("group_by, tracks", [
+    ("tid", {(0, "gemm #0/producer"), (20, "gemm_v2 #1/producer"), (25, "gemm_v2 #1/tid 4")}),
+    ("sm", {(0, "gemm #0 / SM 1/producer"), (20, "gemm_v2 #1 / SM 1/producer"),
+            (25, "gemm_v2 #1 / SM 2/tid 4")}),
+    ("warp", {(0, "gemm #0 / producer/warp 0"), (20, "gemm_v2 #1 / producer/warp 0"),
+              (25, "gemm_v2 #1 / tid 4/warp 0")}),
+])
+def test_pftrace_shows_each_launch_as_its_own_track_group(tmp_path, group_by, tracks):
+    slices, _ = read_pftrace(write_pftrace(two_launch_trace(), tmp_path / "t.pftrace",
+                                           group_by=group_by))
+    assert {(int(s["start_ns"]), s["track"]) for s in slices} == tracks

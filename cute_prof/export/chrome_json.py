@@ -43,9 +43,9 @@ from .. import layout
 from ..errors import ProfileBufferError
 from ..files import atomic_open, check_output_path
 from ..trace import Event, Trace, kind_name
-from .regions import nesting_lanes
+from .regions import launch_label, nesting_lanes
 
-__all__ = ["events_to_perfetto", "GROUP_BY_CHOICES"]
+__all__ = ["GROUP_BY_CHOICES", "events_to_perfetto"]
 
 GROUP_BY_CHOICES = ("device", "sm", "rank")
 _CHUNK_EVENTS = 32_768
@@ -222,7 +222,15 @@ def events_to_perfetto(
 
     # ------------------------------------------------------------ tracks
     device = str(trace.metadata.get("device") or "GPU")
-    if group_by == "sm":
+    launches = trace.launches if len(trace.launches) > 1 else []
+    if launches:  # each kernel launch its own process (per SM too with group_by="sm")
+        launch_of_row = np.clip(ev["launch"].astype(np.int64), 0, len(launches) - 1)
+    if group_by == "sm" and launches:
+        keys, process_index = np.unique((launch_of_row << 16) | (ev["sm"].astype(np.int64)
+                                                                 & 0xFFFF), return_inverse=True)
+        process_names = [f"{launch_label(launches, k >> 16)} / SM {np.int16(k & 0xFFFF)}"
+                         for k in keys.tolist()]
+    elif group_by == "sm":
         sm_ids, process_index = np.unique(ev["sm"], return_inverse=True)
         process_names = [f"SM {sm}" for sm in sm_ids.tolist()]
     elif group_by == "rank":  # a gathered multi-GPU trace: one process per rank
@@ -233,6 +241,10 @@ def events_to_perfetto(
                  (trace.metadata.get("distributed") or {}).get("ranks", [])}
         process_names = [f"rank {r} {ranks.get(r, {}).get('host', '')} GPU "
                          f"{ranks.get(r, {}).get('gpu', '?')}" for r in rank_ids.tolist()]
+    elif launches:
+        used, process_index = np.unique(launch_of_row, return_inverse=True)
+        process_names = [f"{launch_label(launches, i)} ({process_name or device})"
+                         for i in used.tolist()]
     else:
         process_index = np.zeros(count, dtype=np.int64)
         process_names = [process_name or device]

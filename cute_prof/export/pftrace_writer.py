@@ -50,6 +50,7 @@ from ..trace import Trace
 from .regions import (
     SPAN_KINDS,
     RegionOps,
+    launch_label,
     build_region_ops,
     misnested_spans,
     pair_index,
@@ -99,20 +100,40 @@ class _Tracks:
 
 
 def _group_and_leaf(
-    events: np.ndarray, rows: np.ndarray, group_by: str
-) -> tuple[np.ndarray | None, np.ndarray, str, str]:
-    """Group key (None: no group level) and leaf key of the selected rows, plus labels."""
+    trace: Trace, rows: np.ndarray, group_by: str
+) -> tuple[np.ndarray | None, np.ndarray, Callable[[int], str], Callable[[int], str]]:
+    """Group key (None: no group level) and leaf key of the selected rows, and how to name
+    each. With several kernel launches the launch is part of the group: each launch is
+    its own track group, named from ``trace.launches``."""
+    events = trace.events
+
     def column(name: str) -> np.ndarray:
         return events[name][rows].astype(np.int64)
 
-    if group_by in ("tid", "device"):
-        return None, column("tid"), "", "tid"
-    if group_by == "sm":
-        return column("sm"), column("tid"), "SM", "tid"
-    if group_by == "warp":
-        return column("tid"), column("warp"), "tid", "warp"
-    raise ProfileBufferError(f"group_by must be one of {GROUP_BY}, got {group_by!r}")
+    def tid_name(tid: int) -> str:
+        return trace.track_name(tid)
 
+    if group_by not in GROUP_BY:
+        raise ProfileBufferError(f"group_by must be one of {GROUP_BY}, got {group_by!r}")
+    launches = trace.launches if len(trace.launches) > 1 else []
+    launch = np.clip(column("launch"), 0, max(len(launches) - 1, 0)) if launches else None
+    if group_by in ("tid", "device"):
+        if launch is None:
+            return None, column("tid"), str, tid_name
+        return launch, column("tid"), lambda g: launch_label(launches, g), tid_name
+    if group_by == "sm":
+        if launch is None:
+            return column("sm"), column("tid"), lambda g: f"SM {g}", tid_name
+        return ((launch << 16) | (column("sm") & 0xFFFF), column("tid"),
+                lambda g: f"{launch_label(launches, g >> 16)} / SM {np.int16(g & 0xFFFF)}",
+                tid_name)
+    warp_name = lambda w: f"warp {w}"
+    if launch is None:
+        return column("tid"), column("warp"), tid_name, warp_name
+    return ((launch << 32) | (column("tid") + (1 << 31)), column("warp"),
+            lambda g: f"{launch_label(launches, g >> 32)} / "
+                      f"{trace.track_name((g & 0xFFFFFFFF) - (1 << 31))}",
+            warp_name)
 
 
 # --------------------------------------------------------------------------------------
@@ -407,7 +428,7 @@ def write_pftrace(
     span_iid = np.searchsorted(tag_ids, span_tag) + 1
     instant_iid = np.searchsorted(tag_ids, instant_tag) + 1
 
-    group_all, leaf_all, group_label, leaf_label = _group_and_leaf(events, rows, group_by)
+    group_all, leaf_all, group_namer, leaf_namer = _group_and_leaf(trace, rows, group_by)
     pair, pair_group, pair_leaf = pair_index(group_all, leaf_all)
     span_track, instant_track = pair[:n_spans], pair[n_spans:]
     n_pairs = pair_group.shape[0]
@@ -448,14 +469,12 @@ def write_pftrace(
     else:
         group_values, group_index = np.unique(pair_group, return_inverse=True)
         group_index = group_index.reshape(-1)
-        group_names = [trace.track_name(g) if group_label == "tid" else f"{group_label} {g}"
-                       for g in group_values.tolist()]
+        group_names = [group_namer(g) for g in group_values.tolist()]
         parent = group_index[pair_of_track]
         first_pair_of_group = np.searchsorted(group_index, np.arange(group_values.shape[0]))
         rank = pair_of_track - first_pair_of_group[parent]
     rank = np.where(lane_of > 0, lane_of, rank)
-    leaf_names = [trace.track_name(v) if leaf_label == "tid" else f"{leaf_label} {v}"
-                  for v in pair_leaf.tolist()]
+    leaf_names = [leaf_namer(v) for v in pair_leaf.tolist()]
     tracks = _Tracks(
         names=[leaf_names[p] for p in pair_of_track.tolist()],
         parent=parent,

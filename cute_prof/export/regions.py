@@ -9,6 +9,7 @@ regions of one track that overlap without nesting drawable.
 from __future__ import annotations
 
 from dataclasses import dataclass
+from typing import Any
 
 import numpy as np
 
@@ -19,6 +20,7 @@ __all__ = [
     "RegionOps",
     "assign_lanes",
     "build_region_ops",
+    "launch_label",
     "cluster_starts",
     "misnested_spans",
     "nesting_lanes",
@@ -30,6 +32,13 @@ __all__ = [
 ]
 
 SPAN_KINDS = (layout.KIND_SPAN, layout.KIND_CLOCK_SPAN)
+
+
+def launch_label(launches: list[dict[str, Any]], index: int) -> str:
+    """Display name of kernel launch ``index``: its name (``name`` or ``kernel`` key) and index."""
+    launch = launches[index] if 0 <= index < len(launches) else {}
+    name = launch.get("name") or launch.get("kernel") or "launch"
+    return f"{name} #{index}"
 
 
 def pair_index(
