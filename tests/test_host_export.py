@@ -239,3 +239,67 @@ def test_pftrace_shows_each_launch_as_its_own_track_group(tmp_path, group_by, tr
     slices, _ = read_pftrace(write_pftrace(two_launch_trace(), tmp_path / "t.pftrace",
                                            group_by=group_by))
     assert {(int(s["start_ns"]), s["track"]) for s in slices} == tracks
+
+
+FLOW_DTYPE = np.dtype([("src", np.int64), ("dst", np.int64)])
+
+
+def flow_trace() -> Trace:
+    S = layout.KIND_SPAN
+    # rows (start order): 0 = [100, 200) tid 1, 1 = [150, 160) tid 1, 2 = [300, 400) tid 2
+    return make_trace([(100, 100, 0, 1, S), (150, 10, 1, 1, S), (300, 100, 2, 2, S)])
+
+
+COUNTER = {"name": "smem bytes", "ts": np.array([100, 250], np.int64),
+           "value": np.array([1.5, 4096.0]), "tid": 2}
+
+
+def test_json_flows_and_counters(tmp_path):
+    flows = np.array([(1, 2), (0, 2)], FLOW_DTYPE)
+    data = json.loads(Path(events_to_perfetto(flow_trace(), tmp_path / "t.json", flows=flows,
+                                              counters=[COUNTER])).read_text())
+    events = data["traceEvents"]
+    slice_of = {e["args"]["start_ns"]: e for e in events if e["ph"] == "X"}
+    starts = [e for e in events if e["ph"] == "s"]
+    ends = [e for e in events if e["ph"] == "f"]
+    assert [(e["id"], e["ts"], e["tid"]) for e in starts] == [
+        (1, 0.05, slice_of[150]["tid"]), (2, 0.0, slice_of[100]["tid"])]  # µs since 100 ns
+    assert [(e["id"], e["ts"], e["tid"], e["bp"]) for e in ends] == [
+        (1, 0.2, slice_of[300]["tid"], "e"), (2, 0.2, slice_of[300]["tid"], "e")]
+    samples = [(e["name"], e["ts"], e["args"]["value"]) for e in events if e["ph"] == "C"]
+    assert samples == [("smem bytes (tid 2)", 0.0, 1.5), ("smem bytes (tid 2)", 0.15, 4096.0)]
+    assert json_nesting_violations(data) == []
+
+
+def test_pftrace_flows_and_counters(tmp_path):
+    from perfetto.protos.perfetto.trace import perfetto_trace_pb2 as pb
+
+    flows = np.array([(1, 2), (0, 2)], FLOW_DTYPE)
+    path = write_pftrace(flow_trace(), tmp_path / "t.pftrace", flows=flows, counters=[COUNTER])
+    parsed = pb.Trace()
+    parsed.ParseFromString(Path(path).read_bytes())
+    begins = {p.timestamp: p.track_event for p in parsed.packet
+              if p.HasField("track_event") and p.track_event.type == pb.TrackEvent.TYPE_SLICE_BEGIN}
+    assert list(begins[150].flow_ids) == [1] and list(begins[100].flow_ids) == [2]
+    assert list(begins[300].terminating_flow_ids) == [1, 2]
+    assert not begins[300].flow_ids and not begins[100].terminating_flow_ids
+    counter_tracks = {p.track_descriptor.uuid: p.track_descriptor.name for p in parsed.packet
+                      if p.HasField("track_descriptor") and p.track_descriptor.HasField("counter")}
+    assert list(counter_tracks.values()) == ["smem bytes (tid 2)"]
+    samples = [(p.timestamp, p.track_event.double_counter_value) for p in parsed.packet
+               if p.HasField("track_event") and p.track_event.type == pb.TrackEvent.TYPE_COUNTER]
+    assert samples == [(100, 1.5), (250, 4096.0)]
+    # the slices are unchanged by the flows
+    slices, _ = read_pftrace(path)
+    assert sorted(slices["start_ns"].tolist()) == [100, 150, 300]
+
+
+def test_flows_must_connect_existing_regions(tmp_path):
+    from cute_prof.errors import ProfileBufferError
+
+    with pytest.raises(ProfileBufferError, match="flow rows must be in"):
+        write_pftrace(flow_trace(), tmp_path / "t.pftrace",
+                      flows=np.array([(0, 9)], FLOW_DTYPE))
+    with pytest.raises(ProfileBufferError, match="flow rows must be in"):
+        events_to_perfetto(flow_trace(), tmp_path / "t.json",
+                           flows=np.array([(-1, 0)], FLOW_DTYPE))

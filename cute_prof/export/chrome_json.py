@@ -177,6 +177,61 @@ def _parents_first(start: np.ndarray, dur: np.ndarray) -> np.ndarray:
     return order
 
 
+def _micros_text(ns: np.ndarray) -> list[str]:
+    """ns values as the µs decimals the events use (with the Perfetto rounding guard)."""
+    if ns.shape[0] == 0:
+        return []
+    block = _decimal_block(ns, micros=True, guard=_perfetto_needs_guard(ns))
+    return [row.tobytes().decode("ascii").strip() for row in block]
+
+
+def _flow_events(flows, position, ev, relative_start, json_pid, json_tid) -> list[str]:
+    """``s``/``f`` event pairs, one flow per row of ``flows``, at the slices' starts."""
+    if flows is None or len(flows) == 0:
+        return []
+    try:
+        src = np.asarray(flows["src"], dtype=np.int64).reshape(-1)
+        dst = np.asarray(flows["dst"], dtype=np.int64).reshape(-1)
+    except (KeyError, ValueError, TypeError, IndexError) as err:
+        raise ProfileBufferError("flows must be a structured array with int64 fields "
+                                 "'src' and 'dst' (row indices into trace.events)") from err
+    count = position.shape[0]
+    for rows in (src, dst):
+        if rows.shape[0] and (rows.min() < 0 or rows.max() >= count):
+            raise ProfileBufferError(f"flow rows must be in [0, {count}): got "
+                                     f"{int(rows.min())}..{int(rows.max())}")
+    lines = []
+    for phase, rows, binding in (("s", src, ""), ("f", dst, ',"bp":"e"')):
+        at = position[rows]
+        for k, (ts, pid, tid) in enumerate(zip(_micros_text(relative_start[at]),
+                                               json_pid[at].tolist(), json_tid[at].tolist())):
+            lines.append(f'{{"name":"flow","cat":"flow","ph":"{phase}","id":{k + 1},'
+                         f'"ts":{ts},"pid":{pid},"tid":{tid}{binding}}}')
+    return lines
+
+
+def _counter_events(counters, trace: Trace, origin: int) -> list[str]:
+    """One ``C`` event per counter sample, in the first process."""
+    lines = []
+    for counter in counters or []:
+        try:
+            name = str(counter["name"])
+            ts = np.asarray(counter["ts"], dtype=np.int64).reshape(-1)
+            value = np.asarray(counter["value"], dtype=np.float64).reshape(-1)
+        except (KeyError, ValueError, TypeError) as err:
+            raise ProfileBufferError("a counter is a dict with 'name', 'ts' (int64 ns) and "
+                                     "'value' (float64) arrays") from err
+        if ts.shape != value.shape:
+            raise ProfileBufferError(f"counter {name!r}: ts and value differ in length")
+        if counter.get("tid") is not None:
+            name = f"{name} ({trace.track_name(int(counter['tid']))})"
+        quoted = _dumps(name)
+        for t, v in zip(_micros_text(ts - origin), value.tolist()):
+            lines.append(f'{{"name":{quoted},"ph":"C","ts":{t},"pid":1,'
+                         f'"args":{{"value":{_dumps(v)}}}}}')
+    return lines
+
+
 def _nesting_lanes(ev: np.ndarray, track_index: np.ndarray, n_tracks: int) -> np.ndarray:
     """Per row, the overlap lane of its track (0 unless its regions overlap without
     nesting), chosen as the pftrace writer chooses them (:func:`regions.split_overlaps`)."""
@@ -199,13 +254,20 @@ def events_to_perfetto(
     group_by: str = "device",
     process_name: str | None = None,
     metadata: dict[str, Any] | None = None,
+    flows: np.ndarray | None = None,
+    counters: list[dict[str, Any]] | None = None,
 ) -> Path:
     """Write ``events`` (a Trace, or a list of Event) as Chrome Trace Event JSON.
 
     ``group_by``: ``"device"`` (one process for the GPU), ``"sm"`` (one per SM) or
     ``"rank"`` (one per rank of a :mod:`cute_prof.distributed` trace, from its launches).
     ``process_name`` overrides the GPU process name (default: the trace's device).
-    ``metadata`` is added to the file's ``otherData``. Returns the path written.
+    ``metadata`` is added to the file's ``otherData``. ``flows``: a structured array with
+    int64 fields ``src`` and ``dst`` (row indices into ``trace.events``): a flow arrow
+    (``s``/``f`` events bound to the enclosing slices) from each src to its dst.
+    ``counters``: dicts ``{"name", "ts" (int64 ns), "value" (float64), optional "tid"}``,
+    written as ``C`` events. With several kernel launches each launch is its own process.
+    Returns the path written.
     """
     target = check_output_path(path)
     if group_by not in GROUP_BY_CHOICES:
@@ -215,10 +277,12 @@ def events_to_perfetto(
     count = ev.shape[0]
     # Parents before children: order by start, then longer first for equal starts.
     start = ev["start_ns"]
+    row_of = np.arange(count)  # original row of each written event
     if count and not (start[1:] >= start[:-1]).all():
-        ev = ev[np.argsort(start, kind="stable")]
-        start = ev["start_ns"]
-    ev = ev[_parents_first(start, ev["dur_ns"])]
+        row_of = np.argsort(start, kind="stable")
+        start = ev["start_ns"][row_of]
+    row_of = row_of[_parents_first(start, ev["dur_ns"][row_of])]
+    ev = ev[row_of]
 
     # ------------------------------------------------------------ tracks
     device = str(trace.metadata.get("device") or "GPU")
@@ -293,6 +357,10 @@ def events_to_perfetto(
     origin = int(ev["start_ns"].min()) if count else 0
     relative_start = ev["start_ns"] - origin
     ts_guard = _perfetto_needs_guard(relative_start)
+    position = np.empty(count, np.int64)
+    position[row_of] = np.arange(count)
+    header_events += _flow_events(flows, position, ev, relative_start, json_pid, json_tid)
+    header_events += _counter_events(counters, trace, origin)
     dur_guard = _perfetto_needs_guard(ev["dur_ns"])
     name_index, names = trace.name_table(ev["tag"])
     name_table = _padded_table([_dumps(name) for name in names] or ['""'])

@@ -66,6 +66,7 @@ PAYLOAD_ANNOTATION = "payload"
 PAYLOAD_ANNOTATION_IID = 1
 ROOT_TRACK_UUID = 1
 _GROUP_UUID_BASE = 1 << 32
+_COUNTER_UUID_BASE = 3 << 32
 _TRACK_UUID_BASE = 2 << 32
 _ROOT_SEQUENCE = 1
 _FIRST_TRACK_SEQUENCE = 2
@@ -222,14 +223,16 @@ _ENCODE_CHUNK = 1 << 20
 
 
 def _encode_events(pb, ts: np.ndarray, types: np.ndarray, iids: np.ndarray,
-                   payloads: np.ndarray, sequences: np.ndarray) -> bytes:
+                   payloads: np.ndarray, sequences: np.ndarray,
+                   overrides: dict[int, bytes] | None = None) -> bytes:
     """Event packets framed as ``Trace.packet`` entries, encoded with numpy.
 
     A packet is ``timestamp``, ``trusted_packet_sequence_id`` and the fields it shares
     with every packet of the same type, name and payload: those are serialised once per
     distinct combination with the official protos (a template), so only two varints and
     the framing are computed here. Parsers accept fields in any order, so the bytes parse
-    into exactly the message the protobuf library would build."""
+    into exactly the message the protobuf library would build. ``overrides``: op index ->
+    its own template (events that start or end flows)."""
     n = ts.shape[0]
     if n == 0:
         return b""
@@ -242,6 +245,9 @@ def _encode_events(pb, ts: np.ndarray, types: np.ndarray, iids: np.ndarray,
         payload = combo & 0xFFFFFFFF
         payload -= (1 << 32) if payload >= (1 << 31) else 0  # back to a signed int32
         templates.append(_event_template(pb, combo >> 50, (combo >> 32) & 0x3FFFF, payload))
+    for op, template in (overrides or {}).items():
+        combo_of[op] = len(templates)
+        templates.append(template)
     template_length = np.array([len(t) for t in templates], np.int64)
     table = np.zeros((len(templates), int(template_length.max())), np.uint8)
     for row, template in enumerate(templates):
@@ -272,10 +278,94 @@ def _encode_events(pb, ts: np.ndarray, types: np.ndarray, iids: np.ndarray,
     return out.tobytes()
 
 
-def _serialize_events(pb, ops: RegionOps, lo: int, hi: int) -> bytes:
+def _serialize_events(pb, ops: RegionOps, lo: int, hi: int,
+                      flow_templates: dict[int, bytes] | None = None) -> bytes:
     """Event packets of ``ops[lo:hi]``."""
+    overrides = {op - lo: t for op, t in (flow_templates or {}).items() if lo <= op < hi}
     return _encode_events(pb, ops.ts[lo:hi], ops.type[lo:hi], ops.iid[lo:hi],
-                          ops.payload[lo:hi], ops.track[lo:hi] + _FIRST_TRACK_SEQUENCE)
+                          ops.payload[lo:hi], ops.track[lo:hi] + _FIRST_TRACK_SEQUENCE,
+                          overrides)
+
+
+def _flow_templates(pb, ops: RegionOps, span_of_row: np.ndarray, flows) -> dict[int, bytes]:
+    """Per begin op that starts or ends a flow, its template with ``flow_ids`` /
+    ``terminating_flow_ids`` (flow k has id k + 1)."""
+    if flows is None or len(flows) == 0:
+        return {}
+    src, dst = _flow_rows(flows, span_of_row.shape[0])
+    begin_op = np.empty(int(ops.span.max()) + 1 if ops.span.shape[0] else 0, np.int64)
+    is_begin = ops.type == 1
+    begin_op[ops.span[is_begin]] = np.flatnonzero(is_begin)
+    for name, rows in (("source", src), ("destination", dst)):
+        if (span_of_row[rows] < 0).any():
+            bad = int(rows[span_of_row[rows] < 0][0])
+            raise ProfileBufferError(f"flow {name} row {bad} is not a region (span); flows "
+                                     "connect regions")
+    outgoing: dict[int, list[int]] = {}
+    incoming: dict[int, list[int]] = {}
+    for k, (a, b) in enumerate(zip(begin_op[span_of_row[src]].tolist(),
+                                   begin_op[span_of_row[dst]].tolist())):
+        outgoing.setdefault(a, []).append(k + 1)
+        incoming.setdefault(b, []).append(k + 1)
+    templates = {}
+    for op in set(outgoing) | set(incoming):
+        packet = pb.TracePacket()
+        packet.MergeFromString(_event_template(pb, int(ops.type[op]), int(ops.iid[op]),
+                                               int(ops.payload[op])))
+        packet.track_event.flow_ids.extend(outgoing.get(op, []))
+        packet.track_event.terminating_flow_ids.extend(incoming.get(op, []))
+        templates[op] = packet.SerializeToString()
+    return templates
+
+
+def _flow_rows(flows, n_rows: int) -> tuple[np.ndarray, np.ndarray]:
+    """``flows``' src and dst columns as int64 row indices, checked."""
+    try:
+        src = np.asarray(flows["src"], dtype=np.int64).reshape(-1)
+        dst = np.asarray(flows["dst"], dtype=np.int64).reshape(-1)
+    except (KeyError, ValueError, TypeError, IndexError) as err:
+        raise ProfileBufferError("flows must be a structured array with int64 fields "
+                                 "'src' and 'dst' (row indices into trace.events)") from err
+    for rows in (src, dst):
+        if rows.shape[0] and (rows.min() < 0 or rows.max() >= n_rows):
+            raise ProfileBufferError(f"flow rows must be in [0, {n_rows}): got "
+                                     f"{int(rows.min())}..{int(rows.max())}")
+    return src, dst
+
+
+def _counter_packets(pb, counters, first_ts: int, offset: int, trace: Trace) -> list:
+    """A counter track per entry of ``counters`` under the root, with its samples."""
+    packets = []
+    for index, counter in enumerate(counters or []):
+        try:
+            name = str(counter["name"])
+            ts = np.asarray(counter["ts"], dtype=np.int64).reshape(-1)
+            value = np.asarray(counter["value"], dtype=np.float64).reshape(-1)
+        except (KeyError, ValueError, TypeError) as err:
+            raise ProfileBufferError("a counter is a dict with 'name', 'ts' (int64 ns) and "
+                                     "'value' (float64) arrays") from err
+        if ts.shape != value.shape:
+            raise ProfileBufferError(f"counter {name!r}: ts and value differ in length")
+        if counter.get("tid") is not None:
+            name = f"{name} ({trace.track_name(int(counter['tid']))})"
+        uuid = _COUNTER_UUID_BASE + index
+        packet = pb.TracePacket()
+        packet.timestamp = first_ts
+        packet.trusted_packet_sequence_id = _ROOT_SEQUENCE
+        packet.track_descriptor.uuid = uuid
+        packet.track_descriptor.name = name
+        packet.track_descriptor.parent_uuid = ROOT_TRACK_UUID
+        packet.track_descriptor.counter.SetInParent()
+        packets.append(packet)
+        for t, v in zip((ts + offset).tolist(), value.tolist()):
+            packet = pb.TracePacket()
+            packet.timestamp = max(t, 0)
+            packet.trusted_packet_sequence_id = _ROOT_SEQUENCE
+            packet.track_event.type = pb.TrackEvent.TYPE_COUNTER
+            packet.track_event.track_uuid = uuid
+            packet.track_event.double_counter_value = v
+            packets.append(packet)
+    return packets
 
 
 def _annotation(pb, name: str, value: Any):
@@ -382,6 +472,8 @@ def write_pftrace(
     payloads: bool = True,
     workers: int | None = None,
     progress: Callable[[str], None] | None = None,
+    flows: np.ndarray | None = None,
+    counters: list[dict[str, Any]] | None = None,
 ) -> Path:
     """Write ``trace`` as a native Perfetto protobuf trace (open it in ui.perfetto.dev).
 
@@ -390,7 +482,10 @@ def write_pftrace(
     (a group per tid, a track per warp). ``payloads``: attach nonzero payloads as the
     ``payload`` arg (False: a ~10% smaller file, same speed). ``workers`` is accepted for
     callers of the earlier multi-process writer and has no effect: encoding is vectorised.
-    ``progress``: called with a line per stage. The file is
+    ``progress``: called with a line per stage. ``flows``: a structured array with int64
+    fields ``src`` and ``dst`` (row indices into ``trace.events``, both regions): a flow
+    arrow from each src slice to its dst slice. ``counters``: dicts ``{"name", "ts" (int64
+    ns), "value" (float64), optional "tid"}``, each drawn as a counter track. The file is
     written atomically. Returns the path.
     """
     if group_by not in GROUP_BY:
@@ -492,12 +587,17 @@ def write_pftrace(
     header.packet.extend(_descriptor_packets(pb, tracks, track_uuid, group_by, info, first_ts))
     n_ops = ops.ts.shape[0]
     _sequence_headers(pb, header, ops, 0, n_ops, track_uuid, names)
+    header.packet.extend(_counter_packets(pb, counters, first_ts, offset, trace))
+    span_of_row = np.full(events.shape[0], -1, np.int64)
+    span_of_row[span_rows] = np.arange(n_spans)
+    flow_templates = _flow_templates(pb, ops, span_of_row, flows)
     path = Path(path)
     say(f"encoding {n_ops:,} events and writing {path}")
     with atomic_write(path) as handle:
         handle.write(header.SerializeToString())
         for lo in range(0, n_ops, _ENCODE_CHUNK):
-            handle.write(_serialize_events(pb, ops, lo, min(lo + _ENCODE_CHUNK, n_ops)))
+            handle.write(_serialize_events(pb, ops, lo, min(lo + _ENCODE_CHUNK, n_ops),
+                                           flow_templates))
     return path
 
 
