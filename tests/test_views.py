@@ -64,3 +64,17 @@ def test_no_option_keeps_everything_and_bad_input_is_clear():
         select(trace(), tags=["nope"])
     with pytest.raises(ProfileBufferError, match="every_nth_cta"):
         select(trace(), every_nth_cta=0)
+
+
+def test_export_warns_past_the_ui_size_and_names_the_view_options(tmp_path, monkeypatch):
+    import cute_prof.export as export
+
+    monkeypatch.setattr(export, "UI_COMFORTABLE_RECORDS", 4)
+    with pytest.warns(UserWarning, match="every_nth_cta="):
+        export.export_trace(trace(), tmp_path / "t.json")
+    monkeypatch.setattr(export, "UI_COMFORTABLE_RECORDS", 5)
+    import warnings
+
+    with warnings.catch_warnings():
+        warnings.simplefilter("error")
+        export.export_trace(trace(), tmp_path / "u.json")
