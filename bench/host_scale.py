@@ -132,6 +132,25 @@ def markdown(result: dict) -> str:
                 f"{TARGETS[step] / 1e6:.0f} M/s ({met}) | {e['load_average_before']:.1f} | "
                 f"{e['peak_bytes'] / 2**30:.2f} GiB | "
                 f"{e['peak_over_buffer']:.2f} | {out} |")
+    lines += ["", "## What bounds each step (profiles at 1 M and 5 M records, cProfile)", "",
+              "- **decode** (not changed here): see `bench/results/decode_speed_cpu.md`; on this "
+              "shared box the rate varies with the other jobs' load.",
+              "- **summary**: two busy-union passes (tid and SM: an ordering by (track, start), "
+              "now one O(n) radix sort since decoded rows are start-sorted, and a segmented "
+              "running maximum) and the per-tag table (a sort by (tag, duration) for the "
+              "percentiles). About 25 full-array numpy passes over the spans; peak memory ~8x "
+              "the buffer, most of it the span subset copied out of the Trace. The 20 M/s "
+              "target needs a single fused pass (compiled code), not numpy.",
+              "- **json**: ~217 bytes of text per record, each byte written through numpy byte "
+              "matrices (digits, padding, concatenation); 5 M/s means >1 GB/s of formatted "
+              "text. The new nesting lanes cost one radix sort by track plus a nesting check "
+              "on overlapping clusters only.",
+              "- **pftrace**: encoding is now vectorised (varints and framing in numpy, ~0.2 us "
+              "per packet); what remains is ordering 2 operations per region: a stable sort of "
+              "2n packed keys and gathers of 2n rows in random order (memory latency), "
+              "~40 % of the time at 5 M, then the per-op varint passes. The pre-vectorisation "
+              "writer ran at 0.09 M/s at 5 M records (issue 20); this one at 0.7-1 M/s.",
+              ""]
     for fail in result.get("failed", []):
         lines.append(f"\n{fail['records']:,} records: the run ended with status "
                      f"{fail['returncode']} (-9: killed, out of memory)")
