@@ -29,7 +29,7 @@ from cute_prof.trace import EVENT_DTYPE, Trace
 from trace_checks import json_nesting_violations
 
 sys.path.insert(0, str(Path(__file__).parent / "reference"))
-import old_pftrace_writer  # noqa: E402  (the writer as it was before vectorising)
+import old_pftrace_writer  # the writer as it was before vectorising (tests/reference)
 
 ROOT = Path(__file__).resolve().parents[1]
 GEMM_JSON = ROOT / "examples" / "traces" / "ws_gemm_256x1024x4096_h200.json"

@@ -20,6 +20,10 @@ Output layout::
   are small positive numbers unique across the file (Perfetto ignores negative ids, treats
   pid 0 as the kernel's swapper and keys threads by tid as Linux does); the thread name
   shows the kernel's tid, and ``thread_sort_index`` orders threads by it.
+* Regions of one track that overlap without nesting go to extra threads with the same
+  name (the pftrace writer's first-fit lanes, ``regions.nesting_lanes``), so every
+  ``(pid, tid)`` nests strictly, as the format requires. Several kernel launches
+  (``len(trace.launches) > 1``) are one process each.
 * The file is written atomically: a temporary file in the same directory, fsync, then
   ``os.replace``. A failure leaves neither a partial trace nor the temporary file.
 
