@@ -139,8 +139,10 @@ def markdown(result: dict) -> str:
               "now one O(n) radix sort since decoded rows are start-sorted, and a segmented "
               "running maximum) and the per-tag table (a sort by (tag, duration) for the "
               "percentiles). About 25 full-array numpy passes over the spans; peak memory ~8x "
-              "the buffer, most of it the span subset copied out of the Trace. The 20 M/s "
-              "target needs a single fused pass (compiled code), not numpy.",
+              "the buffer: the buffer and the Trace (~3x), then int64 columns, sort "
+              "permutations and running maxima per pass (copying only the needed columns "
+              "instead of whole rows, after this run, gave 7.9x at 5 M). The 20 M/s target "
+              "needs a single fused pass (compiled code), not numpy.",
               "- **json**: ~217 bytes of text per record, each byte written through numpy byte "
               "matrices (digits, padding, concatenation); 5 M/s means >1 GB/s of formatted "
               "text. The new nesting lanes cost one radix sort by track plus a nesting check "
