@@ -89,7 +89,50 @@ def _load(args, progress: _Progress):
         progress(f"loading {args.trace}")
     trace = load_any(args.trace)
     progress(f"loaded {len(trace.events):,} records")
+    view = _view_options(args)
+    if view:
+        from .views import select
+
+        trace = select(trace, **view)
+        progress(f"view {view}: {len(trace.events):,} records")
     return trace
+
+
+def _int_list(text: str) -> list[int]:
+    try:
+        return [int(part) for part in text.split(",") if part.strip()]
+    except ValueError as err:
+        raise ProfileBufferError(f"expected comma-separated integers, got {text!r}") from err
+
+
+def _view_options(args) -> dict:
+    """The ``cute_prof.views.select`` options given on the command line."""
+    view: dict = {}
+    for name in ("ctas", "sms", "warps", "launch"):
+        if getattr(args, name, None) is not None:
+            view[name] = _int_list(getattr(args, name))
+    if getattr(args, "tags", None) is not None:
+        view["tags"] = [int(t) if t.strip().isdigit() else t.strip()
+                        for t in args.tags.split(",") if t.strip()]
+    if getattr(args, "time_window", None) is not None:
+        parts = _int_list(args.time_window.replace(":", ","))
+        if len(parts) != 2:
+            raise ProfileBufferError(f"--time-window is FROM_NS:TO_NS, got {args.time_window!r}")
+        view["time_window"] = tuple(parts)
+    if getattr(args, "every_nth_cta", None) is not None:
+        view["every_nth_cta"] = args.every_nth_cta
+    return view
+
+
+def _add_view_options(command) -> None:
+    group = command.add_argument_group("view (a subset of the records)")
+    group.add_argument("--ctas", help="CTA indices, e.g. 0,3 (needs a role spec's tid_stride)")
+    group.add_argument("--sms", help="SM ids, e.g. 0,1,2")
+    group.add_argument("--warps", help="warp indices inside the CTA")
+    group.add_argument("--tags", help="tag names or ids")
+    group.add_argument("--time-window", help="FROM_NS:TO_NS since the first record")
+    group.add_argument("--launch", help="launch indices")
+    group.add_argument("--every-nth-cta", type=int, help="keep CTAs whose index is a multiple of N")
 
 
 def _cmd_summary(args, progress: _Progress) -> int:
@@ -248,6 +291,7 @@ def _parser() -> argparse.ArgumentParser:
 
     summary = commands.add_parser("summary", help="per-tag statistics, busy fractions, gaps")
     summary.add_argument("trace", metavar="TRACE")
+    _add_view_options(summary)
     summary.add_argument("--json", action="store_true", help="print the statistics as JSON")
     summary.add_argument("--max-rows", type=int, default=8,
                          help="SM / tid rows listed (least and most busy); default 8")
@@ -284,6 +328,7 @@ def _parser() -> argparse.ArgumentParser:
 
     export = commands.add_parser("export", help="write .pftrace, .json, .png or .svg")
     export.add_argument("trace", metavar="TRACE")
+    _add_view_options(export)
     export.add_argument("-o", "--output", required=True, help="output file; suffix picks format")
     export.add_argument("--format", help="pftrace, json, png, svg or pdf (overrides the suffix)")
     export.add_argument("--group-by", help="track grouping: tid (or device), sm; pftrace: warp")
@@ -291,6 +336,7 @@ def _parser() -> argparse.ArgumentParser:
 
     plot = commands.add_parser("plot", help="draw a timeline picture")
     plot.add_argument("trace", metavar="TRACE")
+    _add_view_options(plot)
     plot.add_argument("-o", "--output", required=True, help="output .png, .svg or .pdf")
     plot.add_argument("--format", help="png, svg or pdf (overrides the suffix)")
     plot.add_argument("--group-by", choices=("tid", "device", "sm"), help="rows per tid or SM")

@@ -21,7 +21,7 @@ STAGES = {
     "errors": 0, "layout": 0, "files": 0,
     "tags": 1, "trace": 1, "buffer": 1, "launches": 1,
     "device": 2, "decode": 2, "decode_slices": 2, "calibration": 3,
-    "readers": 3, "storage": 3,
+    "readers": 3, "storage": 3, "views": 3,
     "analysis": 4,
     "export": 5,
     "merge": 6, "loops": 6, "distributed": 6, "flight": 6, "session": 6, "report": 6,

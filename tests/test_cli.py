@@ -226,3 +226,21 @@ def test_a_bug_still_ends_with_one_line(saved, monkeypatch, capsys):
     monkeypatch.setenv("CUTE_PROF_TRACEBACK", "1")
     with pytest.raises(RuntimeError):
         main(["-q", "summary", str(saved["npz"])])
+
+
+def test_view_options_on_every_verb(saved):
+    # SM 1 holds tids 1 and 4: their share of the records, on every verb
+    data = json.loads(run("-q", "summary", saved["npz"], "--json", "--sms", "1",
+                          check_rc=0).stdout)
+    assert sorted(row["track"] for row in data["tids"]) == [1, 4]
+    assert all(row["track"] == 1 for row in data["sms"])
+    out = saved["dir"] / "sm1.pftrace"
+    run("-q", "export", saved["npz"], "-o", out, "--sms", "1", "--tags", "load", check_rc=0)
+    slices, _ = read_pftrace(out)
+    assert set(slices["track"].tolist()) == {"tid 1", "tid 4"}
+    assert set(slices["name"].tolist()) == {"load"}
+    picture = saved["dir"] / "sm1.svg"
+    run("-q", "plot", saved["npz"], "-o", picture, "--sms", "1", check_rc=0)
+    assert picture.stat().st_size > 0
+    bad = run("-q", "export", saved["npz"], "-o", out, "--time-window", "5", check_rc=2)
+    assert "FROM_NS:TO_NS" in bad.stderr

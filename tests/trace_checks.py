@@ -8,6 +8,11 @@ from pathlib import Path
 
 
 
+def _whole_ns(micros) -> int:
+    """Microseconds (a Decimal, or a number from an already-parsed trace) as whole ns."""
+    return int((Decimal(str(micros)) * 1000).to_integral_value())
+
+
 def json_nesting_violations(trace) -> list[str]:
     """Tracks of a Chrome trace-event JSON whose complete (``X``) events do not nest strictly.
 
@@ -15,7 +20,7 @@ def json_nesting_violations(trace) -> list[str]:
     ``(pid, tid)`` to nest; Perfetto's importer mis-draws or drops those that partially
     overlap. Returns one line per offending track (empty: the trace nests)."""
     if not isinstance(trace, (dict, list)):
-        # exact decimals: a float cannot hold ns digits of microsecond values past 2**53 ns
+        # decimals parsed exactly: µs as doubles lose whole ns beyond ~2**53 ns (104 days)
         trace = json.loads(Path(trace).read_text(), parse_float=Decimal)
     events = trace["traceEvents"] if isinstance(trace, dict) else trace
     by_track: dict[tuple, list[tuple[float, float]]] = {}
@@ -24,9 +29,8 @@ def json_nesting_violations(trace) -> list[str]:
             # timestamps are microseconds with ns decimals: compare in whole ns, so that
             # back-to-back slices (132.576 + 0.032 vs 132.608) do not cross by rounding
             key = (event.get("pid"), event.get("tid"))
-            start = round(Decimal(str(event["ts"])) * 1000)
-            dur = round(Decimal(str(event.get("dur", 0))) * 1000)
-            by_track.setdefault(key, []).append((start, start + dur))
+            start = _whole_ns(event["ts"])
+            by_track.setdefault(key, []).append((start, start + _whole_ns(event.get("dur", 0))))
     problems = []
     for key, spans in by_track.items():
         stack: list[int] = []  # Python ints: timestamps near the int64 limit stay exact

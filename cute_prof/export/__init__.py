@@ -11,12 +11,17 @@ picks the format from a path's suffix.
 from __future__ import annotations
 
 import os
+import warnings
 from pathlib import Path
 
 from ..errors import ProfileBufferError
 from ..trace import Trace
 
-__all__ = ["EXPORT_FORMATS", "export_trace", "format_of"]
+__all__ = ["EXPORT_FORMATS", "UI_COMFORTABLE_RECORDS", "export_trace", "format_of"]
+
+# About what the Perfetto UI loads in a browser tab (issue 20: a 245 MB, 5 M-slice pftrace is
+# near the limit); past it, export still works but the user should export a view.
+UI_COMFORTABLE_RECORDS = 5_000_000
 
 EXPORT_FORMATS = {
     ".json": "json",
@@ -59,6 +64,12 @@ def export_trace(trace: Trace, path: str | os.PathLike, *, format: str | None = 
     """
     path = Path(path)
     fmt = format_of(path, format)
+    if fmt in ("json", "pftrace") and len(trace.events) > UI_COMFORTABLE_RECORDS:
+        warnings.warn(
+            f"{len(trace.events):,} records is more than the Perfetto UI loads comfortably "
+            f"(~{UI_COMFORTABLE_RECORDS:,}); export a smaller view with "
+            "cute_prof.views.select(trace, ctas=, sms=, warps=, tags=, time_window=, "
+            "launch=, every_nth_cta=)", stacklevel=2)
     if fmt == "pftrace":
         from .pftrace_writer import write_pftrace
 

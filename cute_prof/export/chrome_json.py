@@ -15,14 +15,15 @@ Output layout::
   and *truncates* ``value * 1000`` to integer ns, which loses 1 ns on ~1% of values. Where
   that would happen we append a ``1`` in the fourth decimal (+0.1 ns), so Perfetto lands
   on the exact nanosecond and readers that round still get it too.
-* Tracks: by default one process per GPU and one thread per kernel ``tid`` (named with
-  ``Trace.track_name``); regions of one tid that overlap without nesting go to extra
-  threads of the same name, so the duration events of every thread nest strictly as the
-  format requires; with
+* Tracks: by default one process per GPU and one thread per kernel ``tid``; with
   ``group_by="sm"`` one process per SM, threads per ``tid`` within it. JSON pids and tids
   are small positive numbers unique across the file (Perfetto ignores negative ids, treats
   pid 0 as the kernel's swapper and keys threads by tid as Linux does); the thread name
   shows the kernel's tid, and ``thread_sort_index`` orders threads by it.
+* Regions of one track that overlap without nesting go to extra threads with the same
+  name (the pftrace writer's first-fit lanes, ``regions.nesting_lanes``), so every
+  ``(pid, tid)`` nests strictly, as the format requires. Several kernel launches
+  (``len(trace.launches) > 1``) are one process each.
 * The file is written atomically: a temporary file in the same directory, fsync, then
   ``os.replace``. A failure leaves neither a partial trace nor the temporary file.
 
@@ -46,9 +47,9 @@ from .. import layout
 from ..errors import ProfileBufferError
 from ..files import atomic_open, check_output_path
 from ..trace import Event, Trace, kind_name
-from .regions import SPAN_KINDS, nesting_lanes
+from .regions import launch_label, nesting_lanes
 
-__all__ = ["events_to_perfetto", "GROUP_BY_CHOICES"]
+__all__ = ["GROUP_BY_CHOICES", "events_to_perfetto"]
 
 GROUP_BY_CHOICES = ("device", "sm", "rank")
 _CHUNK_EVENTS = 32_768
@@ -180,6 +181,75 @@ def _parents_first(start: np.ndarray, dur: np.ndarray) -> np.ndarray:
     return order
 
 
+def _micros_text(ns: np.ndarray) -> list[str]:
+    """ns values as the µs decimals the events use (with the Perfetto rounding guard)."""
+    if ns.shape[0] == 0:
+        return []
+    block = _decimal_block(ns, micros=True, guard=_perfetto_needs_guard(ns))
+    return [row.tobytes().decode("ascii").strip() for row in block]
+
+
+def _flow_events(flows, position, ev, relative_start, json_pid, json_tid) -> list[str]:
+    """``s``/``f`` event pairs, one flow per row of ``flows``, at the slices' starts."""
+    if flows is None or len(flows) == 0:
+        return []
+    try:
+        src = np.asarray(flows["src"], dtype=np.int64).reshape(-1)
+        dst = np.asarray(flows["dst"], dtype=np.int64).reshape(-1)
+    except (KeyError, ValueError, TypeError, IndexError) as err:
+        raise ProfileBufferError("flows must be a structured array with int64 fields "
+                                 "'src' and 'dst' (row indices into trace.events)") from err
+    count = position.shape[0]
+    for rows in (src, dst):
+        if rows.shape[0] and (rows.min() < 0 or rows.max() >= count):
+            raise ProfileBufferError(f"flow rows must be in [0, {count}): got "
+                                     f"{int(rows.min())}..{int(rows.max())}")
+    lines = []
+    for phase, rows, binding in (("s", src, ""), ("f", dst, ',"bp":"e"')):
+        at = position[rows]
+        for k, (ts, pid, tid) in enumerate(zip(_micros_text(relative_start[at]),
+                                               json_pid[at].tolist(), json_tid[at].tolist())):
+            lines.append(f'{{"name":"flow","cat":"flow","ph":"{phase}","id":{k + 1},'
+                         f'"ts":{ts},"pid":{pid},"tid":{tid}{binding}}}')
+    return lines
+
+
+def _counter_events(counters, trace: Trace, origin: int) -> list[str]:
+    """One ``C`` event per counter sample, in the first process."""
+    lines = []
+    for counter in counters or []:
+        try:
+            name = str(counter["name"])
+            ts = np.asarray(counter["ts"], dtype=np.int64).reshape(-1)
+            value = np.asarray(counter["value"], dtype=np.float64).reshape(-1)
+        except (KeyError, ValueError, TypeError) as err:
+            raise ProfileBufferError("a counter is a dict with 'name', 'ts' (int64 ns) and "
+                                     "'value' (float64) arrays") from err
+        if ts.shape != value.shape:
+            raise ProfileBufferError(f"counter {name!r}: ts and value differ in length")
+        if counter.get("tid") is not None:
+            name = f"{name} ({trace.track_name(int(counter['tid']))})"
+        quoted = _dumps(name)
+        for t, v in zip(_micros_text(ts - origin), value.tolist()):
+            lines.append(f'{{"name":{quoted},"ph":"C","ts":{t},"pid":1,'
+                         f'"args":{{"value":{_dumps(v)}}}}}')
+    return lines
+
+
+def _nesting_lanes(ev: np.ndarray, track_index: np.ndarray, n_tracks: int) -> np.ndarray:
+    """Per row, the overlap lane of its track (0 unless its regions overlap without
+    nesting), chosen as the pftrace writer chooses them (:func:`regions.split_overlaps`)."""
+    lane = np.zeros(ev.shape[0], np.int64)
+    spans = np.flatnonzero(ev["kind"] != layout.KIND_INSTANT)
+    if spans.shape[0] < 2:
+        return lane
+    start = ev["start_ns"][spans].astype(np.int64)
+    end = start + np.maximum(ev["dur_ns"][spans].astype(np.int64), 0)
+    track = track_index[spans].astype(np.int64)
+    lane[spans] = nesting_lanes(track, start, end, n_tracks)
+    return lane
+
+
 # --------------------------------------------------------------------------- export
 def events_to_perfetto(
     events,
@@ -188,13 +258,20 @@ def events_to_perfetto(
     group_by: str = "device",
     process_name: str | None = None,
     metadata: dict[str, Any] | None = None,
+    flows: np.ndarray | None = None,
+    counters: list[dict[str, Any]] | None = None,
 ) -> Path:
     """Write ``events`` (a Trace, or a list of Event) as Chrome Trace Event JSON.
 
     ``group_by``: ``"device"`` (one process for the GPU), ``"sm"`` (one per SM) or
     ``"rank"`` (one per rank of a :mod:`cute_prof.distributed` trace, from its launches).
     ``process_name`` overrides the GPU process name (default: the trace's device).
-    ``metadata`` is added to the file's ``otherData``. Returns the path written.
+    ``metadata`` is added to the file's ``otherData``. ``flows``: a structured array with
+    int64 fields ``src`` and ``dst`` (row indices into ``trace.events``): a flow arrow
+    (``s``/``f`` events bound to the enclosing slices) from each src to its dst.
+    ``counters``: dicts ``{"name", "ts" (int64 ns), "value" (float64), optional "tid"}``,
+    written as ``C`` events. With several kernel launches each launch is its own process.
+    Returns the path written.
     """
     target = check_output_path(path)
     if group_by not in GROUP_BY_CHOICES:
@@ -204,14 +281,24 @@ def events_to_perfetto(
     count = ev.shape[0]
     # Parents before children: order by start, then longer first for equal starts.
     start = ev["start_ns"]
+    row_of = np.arange(count)  # original row of each written event
     if count and not (start[1:] >= start[:-1]).all():
-        ev = ev[np.argsort(start, kind="stable")]
-        start = ev["start_ns"]
-    ev = ev[_parents_first(start, ev["dur_ns"])]
+        row_of = np.argsort(start, kind="stable")
+        start = ev["start_ns"][row_of]
+    row_of = row_of[_parents_first(start, ev["dur_ns"][row_of])]
+    ev = ev[row_of]
 
     # ------------------------------------------------------------ tracks
     device = str(trace.metadata.get("device") or "GPU")
-    if group_by == "sm":
+    launches = trace.launches if len(trace.launches) > 1 else []
+    if launches:  # each kernel launch its own process (per SM too with group_by="sm")
+        launch_of_row = np.clip(ev["launch"].astype(np.int64), 0, len(launches) - 1)
+    if group_by == "sm" and launches:
+        keys, process_index = np.unique((launch_of_row << 16) | (ev["sm"].astype(np.int64)
+                                                                 & 0xFFFF), return_inverse=True)
+        process_names = [f"{launch_label(launches, k >> 16)} / SM {np.int16(k & 0xFFFF)}"
+                         for k in keys.tolist()]
+    elif group_by == "sm":
         sm_ids, process_index = np.unique(ev["sm"], return_inverse=True)
         process_names = [f"SM {sm}" for sm in sm_ids.tolist()]
     elif group_by == "rank":  # a gathered multi-GPU trace: one process per rank
@@ -222,29 +309,26 @@ def events_to_perfetto(
                  (trace.metadata.get("distributed") or {}).get("ranks", [])}
         process_names = [f"rank {r} {ranks.get(r, {}).get('host', '')} GPU "
                          f"{ranks.get(r, {}).get('gpu', '?')}" for r in rank_ids.tolist()]
+    elif launches:
+        used, process_index = np.unique(launch_of_row, return_inverse=True)
+        process_names = [f"{launch_label(launches, i)} ({process_name or device})"
+                         for i in used.tolist()]
     else:
         process_index = np.zeros(count, dtype=np.int64)
         process_names = [process_name or device]
     process_index = process_index.reshape(-1).astype(np.int64)
     # One track per (process, tid); offsetting tid by 2**31 keeps signed order in the key.
-    tid_key = (process_index << 32) | (ev["tid"].astype(np.int64) + (1 << 31))
-    tid_keys, tid_index = np.unique(tid_key, return_inverse=True)
-    tid_index = tid_index.reshape(-1)
-    # Duration events on one thread must nest: regions of a tid that overlap without
-    # nesting go to extra threads of the same name (the lanes the pftrace writer uses).
-    is_span = (ev["kind"] == SPAN_KINDS[0]) | (ev["kind"] == SPAN_KINDS[1])
-    lane = np.zeros(count, np.int64)
-    span_rows = np.flatnonzero(is_span)
-    span_start = ev["start_ns"][span_rows]
-    lane[span_rows] = nesting_lanes(tid_index[span_rows], span_start,
-                                    span_start + ev["dur_ns"][span_rows])
-    lanes = int(lane.max()) + 1 if count else 1
-    track_keys, track_index = np.unique(tid_index * lanes + lane, return_inverse=True)
+    track_key = (process_index << 32) | (ev["tid"].astype(np.int64) + (1 << 31))
+    track_keys, track_index = np.unique(track_key, return_inverse=True)
     track_index = track_index.reshape(-1)
-    track_keys = tid_keys[track_keys // lanes]
+    # Overlapping regions of one track move to extra lanes (threads), as in the pftrace.
+    lane = _nesting_lanes(ev, track_index, track_keys.shape[0])
+    lanes_per_track = np.ones(track_keys.shape[0], np.int64)
+    np.maximum.at(lanes_per_track, track_index, lane + 1)
+    first_lane = np.r_[0, np.cumsum(lanes_per_track)[:-1]].astype(np.int64)
     process_count = len(process_names)
     json_pid = process_index + 1  # pids 1..P; tids P+1.. so no id is reused anywhere
-    json_tid = track_index.astype(np.int64) + process_count + 1
+    json_tid = first_lane[track_index] + lane + process_count + 1
 
     header_events: list[str] = []
     for i, name in enumerate(process_names):
@@ -260,20 +344,27 @@ def events_to_perfetto(
     track_process = (track_keys >> 32).tolist()
     track_tids = ((track_keys & 0xFFFFFFFF) - (1 << 31)).tolist()
     for track, (proc, tid) in enumerate(zip(track_process, track_tids)):
-        pid, jtid = proc + 1, track + process_count + 1
-        header_events.append(
-            f'{{"name":"thread_name","ph":"M","ts":0,"pid":{pid},"tid":{jtid},'
-            f'"args":{{"name":{_dumps(trace.track_name(tid))}}}}}'
-        )
-        header_events.append(
-            f'{{"name":"thread_sort_index","ph":"M","ts":0,"pid":{pid},"tid":{jtid},'
-            f'"args":{{"sort_index":{track}}}}}'
-        )
+        pid = proc + 1
+        name = _dumps(trace.track_name(tid))
+        for k in range(int(lanes_per_track[track])):
+            jtid = int(first_lane[track]) + k + process_count + 1
+            header_events.append(
+                f'{{"name":"thread_name","ph":"M","ts":0,"pid":{pid},"tid":{jtid},'
+                f'"args":{{"name":{name}}}}}'
+            )
+            header_events.append(
+                f'{{"name":"thread_sort_index","ph":"M","ts":0,"pid":{pid},"tid":{jtid},'
+                f'"args":{{"sort_index":{jtid - process_count - 1}}}}}'
+            )
 
     # ------------------------------------------------------------ columns
     origin = int(ev["start_ns"].min()) if count else 0
     relative_start = ev["start_ns"] - origin
     ts_guard = _perfetto_needs_guard(relative_start)
+    position = np.empty(count, np.int64)
+    position[row_of] = np.arange(count)
+    header_events += _flow_events(flows, position, ev, relative_start, json_pid, json_tid)
+    header_events += _counter_events(counters, trace, origin)
     dur_guard = _perfetto_needs_guard(ev["dur_ns"])
     name_index, names = trace.name_table(ev["tag"])
     name_table = _padded_table([_dumps(name) for name in names] or ['""'])
@@ -289,6 +380,7 @@ def events_to_perfetto(
         "overflow": trace.overflow,
         "incomplete": trace.incomplete,
         "invalid": trace.invalid,
+        "invalid_reasons": dict(trace.invalid_reasons or {}),
         "events": count,
         "device": device,
         "clock_hz": trace.metadata.get("clock_hz"),

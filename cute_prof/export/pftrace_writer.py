@@ -22,13 +22,14 @@ Layout of the file:
   state, interns the event names used on that track and sets the track as the default for
   all its events, so each event packet carries only timestamp, type and name id.
 
-Speed: building protobuf messages in Python costs a fraction of a microsecond per field,
-and a region needs two packets. So the events are ordered, checked and split into
-per-track sequences with numpy; each distinct (type, name, payload) combination is
-serialised once as a template and merged into its packets with ``MergeFromString``, so the
-per-packet loop sets only timestamp and sequence; and on Linux large traces are serialised
-by forked worker processes whose outputs are concatenated (a serialised ``Trace`` is just
-a sequence of packets, and packet order only matters within a sequence).
+Speed: building protobuf messages in Python costs about a microsecond per packet, and a
+region needs two packets. So the events are ordered, checked and split into per-track
+sequences with numpy, and the event packets are encoded with numpy too: each distinct
+(type, name, payload) combination is serialised once with the official protos as a
+template, and the per-packet timestamp and sequence varints and the packet framing are
+written with array operations (``_encode_events``). The tests parse the output with the
+official protos and compare it with the slices the earlier protobuf-per-packet writer
+produced.
 """
 
 
@@ -36,8 +37,6 @@ from __future__ import annotations
 
 import json
 import os
-import sys
-import warnings
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any, Callable
@@ -51,9 +50,11 @@ from ..trace import Trace
 from .regions import (
     SPAN_KINDS,
     RegionOps,
+    launch_label,
     build_region_ops,
     misnested_spans,
     pair_index,
+    retrack,
     split_overlaps,
 )
 
@@ -65,10 +66,10 @@ PAYLOAD_ANNOTATION = "payload"
 PAYLOAD_ANNOTATION_IID = 1
 ROOT_TRACK_UUID = 1
 _GROUP_UUID_BASE = 1 << 32
+_COUNTER_UUID_BASE = 3 << 32
 _TRACK_UUID_BASE = 2 << 32
 _ROOT_SEQUENCE = 1
 _FIRST_TRACK_SEQUENCE = 2
-_PARALLEL_MIN_OPS = 300_000
 
 
 def load_protos():
@@ -100,20 +101,40 @@ class _Tracks:
 
 
 def _group_and_leaf(
-    events: np.ndarray, rows: np.ndarray, group_by: str
-) -> tuple[np.ndarray | None, np.ndarray, str, str]:
-    """Group key (None: no group level) and leaf key of the selected rows, plus labels."""
+    trace: Trace, rows: np.ndarray, group_by: str
+) -> tuple[np.ndarray | None, np.ndarray, Callable[[int], str], Callable[[int], str]]:
+    """Group key (None: no group level) and leaf key of the selected rows, and how to name
+    each. With several kernel launches the launch is part of the group: each launch is
+    its own track group, named from ``trace.launches``."""
+    events = trace.events
+
     def column(name: str) -> np.ndarray:
         return events[name][rows].astype(np.int64)
 
-    if group_by in ("tid", "device"):
-        return None, column("tid"), "", "tid"
-    if group_by == "sm":
-        return column("sm"), column("tid"), "SM", "tid"
-    if group_by == "warp":
-        return column("tid"), column("warp"), "tid", "warp"
-    raise ProfileBufferError(f"group_by must be one of {GROUP_BY}, got {group_by!r}")
+    def tid_name(tid: int) -> str:
+        return trace.track_name(tid)
 
+    if group_by not in GROUP_BY:
+        raise ProfileBufferError(f"group_by must be one of {GROUP_BY}, got {group_by!r}")
+    launches = trace.launches if len(trace.launches) > 1 else []
+    launch = np.clip(column("launch"), 0, max(len(launches) - 1, 0)) if launches else None
+    if group_by in ("tid", "device"):
+        if launch is None:
+            return None, column("tid"), str, tid_name
+        return launch, column("tid"), lambda g: launch_label(launches, g), tid_name
+    if group_by == "sm":
+        if launch is None:
+            return column("sm"), column("tid"), lambda g: f"SM {g}", tid_name
+        return ((launch << 16) | (column("sm") & 0xFFFF), column("tid"),
+                lambda g: f"{launch_label(launches, g >> 16)} / SM {np.int16(g & 0xFFFF)}",
+                tid_name)
+    warp_name = lambda w: f"warp {w}"
+    if launch is None:
+        return column("tid"), column("warp"), tid_name, warp_name
+    return ((launch << 32) | (column("tid") + (1 << 31)), column("warp"),
+            lambda g: f"{launch_label(launches, g >> 32)} / "
+                      f"{trace.track_name((g & 0xFFFFFFFF) - (1 << 31))}",
+            warp_name)
 
 
 # --------------------------------------------------------------------------------------
@@ -173,110 +194,178 @@ def _event_template(pb, kind: int, iid: int, payload: int) -> bytes:
     return packet.SerializeToString()
 
 
-def _templates_per_op(pb, types: np.ndarray, iids: np.ndarray, payloads: np.ndarray) -> list[bytes]:
-    """Per op, the serialised template of its (type, name, payload) combination.
+def _varint_lengths(values: np.ndarray) -> np.ndarray:
+    """Bytes of each uint64 value as a protobuf varint (1..10)."""
+    lengths = np.ones(values.shape[0], np.int64)
+    for k in range(1, 10):
+        lengths += values >= np.uint64(1 << (7 * k))
+    return lengths
 
-    Combinations repeat a lot (a few tags times a few loop indices), so each distinct one
-    is built once; finding them is one ``np.unique`` over a packed int64 key."""
+
+def _put_varints(out: np.ndarray, at: np.ndarray, values: np.ndarray, lengths: np.ndarray) -> None:
+    """Write ``values`` as varints into ``out`` at byte offsets ``at`` (all vectorised:
+    one pass per byte position, over the values that are that long)."""
+    rest = values.copy()
+    for k in range(int(lengths.max()) if lengths.shape[0] else 0):
+        live = np.flatnonzero(lengths > k)
+        if live.shape[0] == 0:
+            break
+        byte = (rest[live] & np.uint64(0x7F)).astype(np.uint8)
+        byte |= np.where(lengths[live] > k + 1, np.uint8(0x80), np.uint8(0))
+        out[at[live] + k] = byte
+        rest >>= np.uint64(7)
+
+
+_PACKET_FIELD = 0x0A  # Trace.packet, field 1, length-delimited
+_TIMESTAMP_FIELD = 0x40  # TracePacket.timestamp, field 8, varint
+_SEQUENCE_FIELD = 0x50  # TracePacket.trusted_packet_sequence_id, field 10, varint
+_ENCODE_CHUNK = 1 << 20
+
+
+def _encode_events(pb, ts: np.ndarray, types: np.ndarray, iids: np.ndarray,
+                   payloads: np.ndarray, sequences: np.ndarray,
+                   overrides: dict[int, bytes] | None = None) -> bytes:
+    """Event packets framed as ``Trace.packet`` entries, encoded with numpy.
+
+    A packet is ``timestamp``, ``trusted_packet_sequence_id`` and the fields it shares
+    with every packet of the same type, name and payload: those are serialised once per
+    distinct combination with the official protos (a template), so only two varints and
+    the framing are computed here. Parsers accept fields in any order, so the bytes parse
+    into exactly the message the protobuf library would build. ``overrides``: op index ->
+    its own template (events that start or end flows)."""
+    n = ts.shape[0]
+    if n == 0:
+        return b""
     key = ((types.astype(np.int64) << 50) | (iids.astype(np.int64) << 32)
            | (payloads.astype(np.int64) & 0xFFFFFFFF))
-    combos, index = np.unique(key, return_inverse=True)
+    combos, combo_of = np.unique(key, return_inverse=True)
+    combo_of = combo_of.reshape(-1)
     templates = []
     for combo in combos.tolist():
         payload = combo & 0xFFFFFFFF
         payload -= (1 << 32) if payload >= (1 << 31) else 0  # back to a signed int32
         templates.append(_event_template(pb, combo >> 50, (combo >> 32) & 0x3FFFF, payload))
-    return [templates[i] for i in index.reshape(-1).tolist()]
+    for op, template in (overrides or {}).items():
+        combo_of[op] = len(templates)
+        templates.append(template)
+    template_length = np.array([len(t) for t in templates], np.int64)
+    table = np.zeros((len(templates), int(template_length.max())), np.uint8)
+    for row, template in enumerate(templates):
+        table[row, : len(template)] = np.frombuffer(template, np.uint8)
+
+    ts = ts.astype(np.uint64)
+    sequences = sequences.astype(np.uint64)
+    ts_length = _varint_lengths(ts)
+    sequence_length = _varint_lengths(sequences)
+    body = 2 + ts_length + sequence_length + template_length[combo_of]
+    body_length = _varint_lengths(body.astype(np.uint64))
+    size = 1 + body_length + body
+    start = np.r_[0, np.cumsum(size)[:-1]]
+    out = np.empty(int(size.sum()), np.uint8)
+    out[start] = _PACKET_FIELD
+    _put_varints(out, start + 1, body.astype(np.uint64), body_length)
+    at = start + 1 + body_length
+    out[at] = _TIMESTAMP_FIELD
+    _put_varints(out, at + 1, ts, ts_length)
+    at += 1 + ts_length
+    out[at] = _SEQUENCE_FIELD
+    _put_varints(out, at + 1, sequences, sequence_length)
+    at += 1 + sequence_length
+    length = template_length[combo_of]
+    for k in range(table.shape[1]):
+        live = np.flatnonzero(length > k)
+        out[at[live] + k] = table[combo_of[live], k]
+    return out.tobytes()
 
 
-def _serialize_events(
-    pb, trace, ts: list[int], templates: list[bytes], sequences: list[int]
-) -> None:
-    """The hot loop: one packet per operation. Everything but the timestamp and the
-    sequence comes from the op's template, merged in with one ``MergeFromString`` call
-    (the result is byte-identical to setting each field by hand, at half the cost)."""
-    add = trace.packet.add
-    for timestamp, template, sequence in zip(ts, templates, sequences):
-        packet = add()
-        packet.MergeFromString(template)
-        packet.timestamp = timestamp
-        packet.trusted_packet_sequence_id = sequence
+def _serialize_events(pb, ops: RegionOps, lo: int, hi: int,
+                      flow_templates: dict[int, bytes] | None = None) -> bytes:
+    """Event packets of ``ops[lo:hi]``."""
+    overrides = {op - lo: t for op, t in (flow_templates or {}).items() if lo <= op < hi}
+    return _encode_events(pb, ops.ts[lo:hi], ops.type[lo:hi], ops.iid[lo:hi],
+                          ops.payload[lo:hi], ops.track[lo:hi] + _FIRST_TRACK_SEQUENCE,
+                          overrides)
 
 
-_JOB: dict[str, Any] = {}
+def _flow_templates(pb, ops: RegionOps, span_of_row: np.ndarray, flows) -> dict[int, bytes]:
+    """Per begin op that starts or ends a flow, its template with ``flow_ids`` /
+    ``terminating_flow_ids`` (flow k has id k + 1)."""
+    if flows is None or len(flows) == 0:
+        return {}
+    src, dst = _flow_rows(flows, span_of_row.shape[0])
+    begin_op = np.empty(int(ops.span.max()) + 1 if ops.span.shape[0] else 0, np.int64)
+    is_begin = ops.type == 1
+    begin_op[ops.span[is_begin]] = np.flatnonzero(is_begin)
+    for name, rows in (("source", src), ("destination", dst)):
+        if (span_of_row[rows] < 0).any():
+            bad = int(rows[span_of_row[rows] < 0][0])
+            raise ProfileBufferError(f"flow {name} row {bad} is not a region (span); flows "
+                                     "connect regions")
+    outgoing: dict[int, list[int]] = {}
+    incoming: dict[int, list[int]] = {}
+    for k, (a, b) in enumerate(zip(begin_op[span_of_row[src]].tolist(),
+                                   begin_op[span_of_row[dst]].tolist())):
+        outgoing.setdefault(a, []).append(k + 1)
+        incoming.setdefault(b, []).append(k + 1)
+    templates = {}
+    for op in set(outgoing) | set(incoming):
+        packet = pb.TracePacket()
+        packet.MergeFromString(_event_template(pb, int(ops.type[op]), int(ops.iid[op]),
+                                               int(ops.payload[op])))
+        packet.track_event.flow_ids.extend(outgoing.get(op, []))
+        packet.track_event.terminating_flow_ids.extend(incoming.get(op, []))
+        templates[op] = packet.SerializeToString()
+    return templates
 
 
-def _serialize_chunk(bounds: tuple[int, int]) -> bytes:
-    """Sequence headers and events of ops[lo:hi] (whole tracks), from the job the parent
-    prepared before forking."""
-    lo, hi = bounds
-    job = _JOB
-    pb, ops = job["pb"], job["ops"]
-    trace = pb.Trace()
-    _sequence_headers(pb, trace, ops, lo, hi, job["track_uuid"], job["names"])
-    _serialize_events(
-        pb,
-        trace,
-        ops.ts[lo:hi].tolist(),
-        _templates_per_op(pb, ops.type[lo:hi], ops.iid[lo:hi], ops.payload[lo:hi]),
-        (ops.track[lo:hi] + _FIRST_TRACK_SEQUENCE).tolist(),
-    )
-    return trace.SerializeToString()
-
-
-def _chunk_bounds(track: np.ndarray, shares: list[float]) -> list[tuple[int, int]]:
-    """Split the op array into pieces of the given relative sizes, at track boundaries."""
-    n = track.shape[0]
-    if len(shares) <= 1 or n == 0:
-        return [(0, n)]
-    starts = np.flatnonzero(np.r_[True, track[1:] != track[:-1]])
-    targets = (np.cumsum(shares)[:-1] / np.sum(shares) * n).astype(np.int64)
-    cuts = starts[np.clip(np.searchsorted(starts, targets), 0, starts.shape[0] - 1)]
-    edges = sorted({0, n, *[int(c) for c in cuts if 0 < c < n]})
-    return list(zip(edges[:-1], edges[1:]))
-
-
-def _usable_cpus() -> int:
+def _flow_rows(flows, n_rows: int) -> tuple[np.ndarray, np.ndarray]:
+    """``flows``' src and dst columns as int64 row indices, checked."""
     try:
-        return len(os.sched_getaffinity(0))
-    except (AttributeError, OSError):  # pragma: no cover - non-Linux
-        return os.cpu_count() or 1
+        src = np.asarray(flows["src"], dtype=np.int64).reshape(-1)
+        dst = np.asarray(flows["dst"], dtype=np.int64).reshape(-1)
+    except (KeyError, ValueError, TypeError, IndexError) as err:
+        raise ProfileBufferError("flows must be a structured array with int64 fields "
+                                 "'src' and 'dst' (row indices into trace.events)") from err
+    for rows in (src, dst):
+        if rows.shape[0] and (rows.min() < 0 or rows.max() >= n_rows):
+            raise ProfileBufferError(f"flow rows must be in [0, {n_rows}): got "
+                                     f"{int(rows.min())}..{int(rows.max())}")
+    return src, dst
 
 
-# The parent also writes the track descriptors, so it takes a smaller share of events.
-_PARENT_SHARE = 0.75
-
-
-def _serialize_all(pb, ops: RegionOps, track_uuid: np.ndarray, names: list[str], workers: int,
-                   parent_work: Callable[[], bytes]) -> tuple[bytes, list[bytes]]:
-    """``(parent_work(), serialised chunks)``, the chunks in ``workers`` forked processes
-    when possible (Linux), with the parent doing ``parent_work`` and one chunk itself."""
-    global _JOB
-    _JOB = {"pb": pb, "ops": ops, "track_uuid": track_uuid, "names": names}
-    try:
-        shares = [_PARENT_SHARE] + [1.0] * (workers - 1)
-        chunks = _chunk_bounds(ops.track, shares)
-        pool = None
-        if len(chunks) > 1:
-            import multiprocessing
-
-            try:
-                with warnings.catch_warnings():
-                    # Python >= 3.12 warns about fork() in threaded processes (torch starts
-                    # threads); the workers only run numpy and protobuf serialisation
-                    warnings.simplefilter("ignore", DeprecationWarning)
-                    pool = multiprocessing.get_context("fork").Pool(processes=len(chunks) - 1)
-            except (ValueError, OSError):  # no fork here: everything in this process
-                pool = None
-        if pool is None:
-            return parent_work(), [_serialize_chunk((0, ops.ts.shape[0]))]
-        with pool:
-            pending = pool.map_async(_serialize_chunk, chunks[1:])
-            prefix = parent_work()
-            first = _serialize_chunk(chunks[0])
-            return prefix, [first, *pending.get()]
-    finally:
-        _JOB = {}
+def _counter_packets(pb, counters, first_ts: int, offset: int, trace: Trace) -> list:
+    """A counter track per entry of ``counters`` under the root, with its samples."""
+    packets = []
+    for index, counter in enumerate(counters or []):
+        try:
+            name = str(counter["name"])
+            ts = np.asarray(counter["ts"], dtype=np.int64).reshape(-1)
+            value = np.asarray(counter["value"], dtype=np.float64).reshape(-1)
+        except (KeyError, ValueError, TypeError) as err:
+            raise ProfileBufferError("a counter is a dict with 'name', 'ts' (int64 ns) and "
+                                     "'value' (float64) arrays") from err
+        if ts.shape != value.shape:
+            raise ProfileBufferError(f"counter {name!r}: ts and value differ in length")
+        if counter.get("tid") is not None:
+            name = f"{name} ({trace.track_name(int(counter['tid']))})"
+        uuid = _COUNTER_UUID_BASE + index
+        packet = pb.TracePacket()
+        packet.timestamp = first_ts
+        packet.trusted_packet_sequence_id = _ROOT_SEQUENCE
+        packet.track_descriptor.uuid = uuid
+        packet.track_descriptor.name = name
+        packet.track_descriptor.parent_uuid = ROOT_TRACK_UUID
+        packet.track_descriptor.counter.SetInParent()
+        packets.append(packet)
+        for t, v in zip((ts + offset).tolist(), value.tolist()):
+            packet = pb.TracePacket()
+            packet.timestamp = max(t, 0)
+            packet.trusted_packet_sequence_id = _ROOT_SEQUENCE
+            packet.track_event.type = pb.TrackEvent.TYPE_COUNTER
+            packet.track_event.track_uuid = uuid
+            packet.track_event.double_counter_value = v
+            packets.append(packet)
+    return packets
 
 
 def _annotation(pb, name: str, value: Any):
@@ -383,15 +472,20 @@ def write_pftrace(
     payloads: bool = True,
     workers: int | None = None,
     progress: Callable[[str], None] | None = None,
+    flows: np.ndarray | None = None,
+    counters: list[dict[str, Any]] | None = None,
 ) -> Path:
     """Write ``trace`` as a native Perfetto protobuf trace (open it in ui.perfetto.dev).
 
     ``group_by``: ``"tid"`` (alias ``"device"``, one flat list of tid tracks, as the JSON
     exporter's default), ``"sm"`` (a group per SM, a track per tid on it) or ``"warp"``
     (a group per tid, a track per warp). ``payloads``: attach nonzero payloads as the
-    ``payload`` arg (False: a ~10% smaller file, same speed). ``workers``: processes that
-    serialise in parallel (Linux only); None uses the usable CPUs for large traces, 1
-    stays in this process. ``progress``: called with a line per stage. The file is
+    ``payload`` arg (False: a ~10% smaller file, same speed). ``workers`` is accepted for
+    callers of the earlier multi-process writer and has no effect: encoding is vectorised.
+    ``progress``: called with a line per stage. ``flows``: a structured array with int64
+    fields ``src`` and ``dst`` (row indices into ``trace.events``, both regions): a flow
+    arrow from each src slice to its dst slice. ``counters``: dicts ``{"name", "ts" (int64
+    ns), "value" (float64), optional "tid"}``, each drawn as a counter track. The file is
     written atomically. Returns the path.
     """
     if group_by not in GROUP_BY:
@@ -429,7 +523,7 @@ def write_pftrace(
     span_iid = np.searchsorted(tag_ids, span_tag) + 1
     instant_iid = np.searchsorted(tag_ids, instant_tag) + 1
 
-    group_all, leaf_all, group_label, leaf_label = _group_and_leaf(events, rows, group_by)
+    group_all, leaf_all, group_namer, leaf_namer = _group_and_leaf(trace, rows, group_by)
     pair, pair_group, pair_leaf = pair_index(group_all, leaf_all)
     span_track, instant_track = pair[:n_spans], pair[n_spans:]
     n_pairs = pair_group.shape[0]
@@ -448,13 +542,12 @@ def write_pftrace(
         say(f"{np.unique(span_track[bad]).shape[0]:,} tracks have regions that overlap "
             "without nesting; giving them extra lanes")
         span_track, first_lane_track, lanes_per_pair = split_overlaps(
-            span_track, start, end, bad, n_pairs
+            span_track, start, end, bad, n_pairs, order=ops.span[ops.type == 1]
         )
-        instant_track = first_lane_track[instant_track]
         n_tracks = int(lanes_per_pair.sum())
         base_of = np.repeat(first_lane_track, lanes_per_pair)
         pair_of_track = np.repeat(np.arange(n_pairs), lanes_per_pair)
-        ops = build(span_track, instant_track, n_tracks)
+        ops = retrack(ops, span_track, first_lane_track)
         if misnested_spans(ops, n_spans).shape[0]:  # pragma: no cover - lanes guarantee it
             raise AssertionError("internal error: lanes still overlap")
     else:
@@ -471,12 +564,12 @@ def write_pftrace(
     else:
         group_values, group_index = np.unique(pair_group, return_inverse=True)
         group_index = group_index.reshape(-1)
-        group_names = [f"{group_label} {g}" for g in group_values.tolist()]
+        group_names = [group_namer(g) for g in group_values.tolist()]
         parent = group_index[pair_of_track]
         first_pair_of_group = np.searchsorted(group_index, np.arange(group_values.shape[0]))
         rank = pair_of_track - first_pair_of_group[parent]
     rank = np.where(lane_of > 0, lane_of, rank)
-    leaf_names = [f"{leaf_label} {v}" for v in pair_leaf.tolist()]
+    leaf_names = [leaf_namer(v) for v in pair_leaf.tolist()]
     tracks = _Tracks(
         names=[leaf_names[p] for p in pair_of_track.tolist()],
         parent=parent,
@@ -490,24 +583,21 @@ def write_pftrace(
     info = _trace_info(trace, group_by, offset)
     first_ts = int(ops.ts[0]) if ops.ts.shape[0] else t0
 
-    def descriptors() -> bytes:
-        header = pb.Trace()
-        header.packet.extend(_descriptor_packets(pb, tracks, track_uuid, group_by, info,
-                                                 first_ts))
-        return header.SerializeToString()
-
-    if workers is None:
-        parallel_ok = sys.platform.startswith("linux") and ops.ts.shape[0] >= _PARALLEL_MIN_OPS
-        workers = min(_usable_cpus(), 8) if parallel_ok else 1
-    workers = max(1, int(workers))
-    say(f"serialising {ops.ts.shape[0]:,} events with {workers} process(es)")
-    prefix, bodies = _serialize_all(pb, ops, track_uuid, names, workers, descriptors)
+    header = pb.Trace()
+    header.packet.extend(_descriptor_packets(pb, tracks, track_uuid, group_by, info, first_ts))
+    n_ops = ops.ts.shape[0]
+    _sequence_headers(pb, header, ops, 0, n_ops, track_uuid, names)
+    header.packet.extend(_counter_packets(pb, counters, first_ts, offset, trace))
+    span_of_row = np.full(events.shape[0], -1, np.int64)
+    span_of_row[span_rows] = np.arange(n_spans)
+    flow_templates = _flow_templates(pb, ops, span_of_row, flows)
     path = Path(path)
-    say(f"writing {path}")
+    say(f"encoding {n_ops:,} events and writing {path}")
     with atomic_write(path) as handle:
-        handle.write(prefix)
-        for body in bodies:
-            handle.write(body)
+        handle.write(header.SerializeToString())
+        for lo in range(0, n_ops, _ENCODE_CHUNK):
+            handle.write(_serialize_events(pb, ops, lo, min(lo + _ENCODE_CHUNK, n_ops),
+                                           flow_templates))
     return path
 
 

@@ -220,7 +220,8 @@ def plot_timeline(
         if members.shape[0] == 0:
             row_labels.append("")
         elif members.shape[0] == 1:
-            row_labels.append(f"{label} {members[0]}")
+            row_labels.append(trace.track_name(members[0]) if track_field == "tid"
+                              else f"{label} {members[0]}")
         else:
             row_labels.append(f"{label} {members[0]}–{members[-1]}")
 

@@ -9,6 +9,7 @@ regions of one track that overlap without nesting drawable.
 from __future__ import annotations
 
 from dataclasses import dataclass
+from typing import Any
 
 import numpy as np
 
@@ -19,14 +20,25 @@ __all__ = [
     "RegionOps",
     "assign_lanes",
     "build_region_ops",
+    "launch_label",
+    "cluster_starts",
     "misnested_spans",
     "nesting_lanes",
+    "overlap_lanes",
     "pack_or_lexsort",
     "pair_index",
+    "retrack",
     "split_overlaps",
 ]
 
 SPAN_KINDS = (layout.KIND_SPAN, layout.KIND_CLOCK_SPAN)
+
+
+def launch_label(launches: list[dict[str, Any]], index: int) -> str:
+    """Display name of kernel launch ``index``: its name (``name`` or ``kernel`` key) and index."""
+    launch = launches[index] if 0 <= index < len(launches) else {}
+    name = launch.get("name") or launch.get("kernel") or "launch"
+    return f"{name} #{index}"
 
 
 def pair_index(
@@ -114,13 +126,24 @@ def build_region_ops(
     tie_class = np.concatenate(
         [np.ones(n, np.int64), np.where(zero, 1, 0).astype(np.int64), np.full(m, 2, np.int64)]
     )
-    # tie-break inside a class, shifted to be non-negative: begins 2r, zero-length ends 2r+1,
-    # other ends -2r (later-opened first)
-    tie = np.concatenate([2 * rank, np.where(zero, 2 * rank + 1, -2 * rank), np.zeros(m, np.int64)])
-    tie += 2 * n
-    order = pack_or_lexsort(
-        [(track, n_tracks), (ts - t0, t_range), (tie_class, 3), (tie, 4 * n + 2)]
-    )
+    # tie-break inside a class: begins by rank with each zero-length end right after its
+    # begin, other ends by falling rank (later-opened first), instants in input order.
+    # Listing the ops in that order first, a stable sort by (track, time, class) finishes
+    # the job with one packed int64 key instead of a four-key lexsort.
+    zero_by_rank = zero[span_order]
+    class1 = np.stack([span_order, n + span_order], axis=1).reshape(-1)
+    class1 = class1[np.stack([np.ones(n, bool), zero_by_rank], axis=1).reshape(-1)]
+    class0 = (n + span_order[::-1])[~zero_by_rank[::-1]]
+    pre = np.concatenate([class0, class1, 2 * n + np.arange(m, dtype=np.int64)])
+    if n_tracks * t_range * 3 < (1 << 62):
+        key = ((track[pre] * t_range + (ts[pre] - t0)) * 3 + tie_class[pre])
+        order = pre[np.argsort(key, kind="stable")]
+    else:  # extreme time ranges: the four keys, tie values shifted to be non-negative
+        tie = np.concatenate([2 * rank, np.where(zero, 2 * rank + 1, -2 * rank),
+                              np.zeros(m, np.int64)]) + 2 * n
+        order = pack_or_lexsort(
+            [(track, n_tracks), (ts - t0, t_range), (tie_class, 3), (tie, 4 * n + 2)]
+        )
     span_index = np.arange(n, dtype=np.int64)
     return RegionOps(
         track=track[order],
@@ -132,6 +155,20 @@ def build_region_ops(
         payload=np.concatenate([span_payload, np.zeros(n, np.int64), instant_payload])[order],
         span=np.concatenate([span_index, span_index, np.full(m, -1, np.int64)])[order],
     )
+
+
+def retrack(ops: RegionOps, new_track_of_span: np.ndarray, old_to_first: np.ndarray) -> RegionOps:
+    """``ops`` with spans moved to new tracks (instants to ``old_to_first`` of theirs),
+    still sorted by (track, time, tie-break): the same result as building them again.
+
+    The new track numbering keeps old tracks in order (lanes of one old track follow it),
+    so a stable sort by the new track, nearly sorted already, restores the order."""
+    is_instant = ops.span < 0
+    track = np.where(is_instant, old_to_first[ops.track],
+                     new_track_of_span[np.maximum(ops.span, 0)])
+    order = np.argsort(track, kind="stable")
+    return RegionOps(track=track[order], ts=ops.ts[order], type=ops.type[order],
+                     iid=ops.iid[order], payload=ops.payload[order], span=ops.span[order])
 
 
 def misnested_spans(ops: RegionOps, n_spans: int) -> np.ndarray:
@@ -157,7 +194,9 @@ def misnested_spans(ops: RegionOps, n_spans: int) -> np.ndarray:
 def assign_lanes(start: np.ndarray, end: np.ndarray) -> np.ndarray:
     """Lane per span of one track so that each lane nests strictly (greedy, first fit).
 
-    Only runs for tracks that failed the nesting check, which real kernels rarely produce."""
+    Spans are taken by start (longer first on ties); each goes into the first lane whose
+    open regions it nests in. Only runs on clusters that failed the nesting check (see
+    :func:`overlap_lanes`), which real kernels rarely produce and keep small."""
     order = np.lexsort((-(end - start), start))
     lanes: list[list[int]] = []  # per lane: stack of open region ends
     lane = np.zeros(start.shape[0], np.int64)
@@ -175,44 +214,114 @@ def assign_lanes(start: np.ndarray, end: np.ndarray) -> np.ndarray:
     return lane
 
 
+def cluster_starts(track: np.ndarray, start: np.ndarray, end: np.ndarray) -> np.ndarray:
+    """For spans sorted by (track, start), True where a cluster begins: a new track, or a
+    start at or after the end of every earlier span of the track (a running maximum)."""
+    n = track.shape[0]
+    if n == 0:
+        return np.zeros(0, bool)
+    new_track = np.r_[True, track[1:] != track[:-1]]
+    first_row = np.flatnonzero(new_track)
+    low = np.minimum.reduceat(start, first_row)
+    high = np.maximum.reduceat(end, first_row)
+    if float((high.astype(np.float64) - low.astype(np.float64) + 1).sum()) < 2.0**61:
+        # one running maximum over all tracks, each shifted above the previous one
+        track_number = np.cumsum(new_track) - 1
+        shift = (np.r_[0, np.cumsum(high - low + 1)[:-1]] - low)[track_number]
+        running_end = np.maximum.accumulate(end + shift) - shift
+    else:  # timestamps spread near the int64 limits: one running maximum per track
+        running_end = np.empty_like(end)
+        for lo, hi in zip(first_row.tolist(), np.r_[first_row[1:], n].tolist()):
+            running_end[lo:hi] = np.maximum.accumulate(end[lo:hi])
+    new_cluster = new_track
+    new_cluster[1:] |= start[1:] >= running_end[:-1]
+    return new_cluster
+
+
+def nesting_lanes(track: np.ndarray, start: np.ndarray, end: np.ndarray,
+                  n_tracks: int) -> np.ndarray:
+    """Lane per span (as :func:`overlap_lanes` gives them) for spans given in start order.
+
+    Cheaper than ordering every begin/end: spans are grouped by track with one stable
+    (radix) sort, and only clusters of two or more spans, the only places where regions
+    can overlap, go through the begin/end nesting check."""
+    n = track.shape[0]
+    lane = np.zeros(n, np.int64)
+    if n < 2:
+        return lane
+    narrow = np.uint16 if n_tracks <= 1 << 16 else np.int64
+    by_track = np.argsort(track.astype(narrow), kind="stable")
+    new_cluster = cluster_starts(track[by_track], start[by_track], end[by_track])
+    cluster = np.cumsum(new_cluster) - 1
+    size = np.bincount(cluster)
+    candidates = np.sort(by_track[size[cluster] > 1])
+    if candidates.shape[0] < 2:
+        return lane
+    t, s, e = track[candidates], start[candidates], end[candidates]
+    t0 = int(s.min())
+    none = np.zeros(0, np.int64)
+    zero = np.zeros_like(s)
+    ops = build_region_ops(t, s, e, zero, zero, none, none, none, none, n_tracks, t0,
+                           int(e.max()) - t0 + 1)
+    bad = misnested_spans(ops, candidates.shape[0])
+    if bad.shape[0]:
+        lane[candidates] = overlap_lanes(t, s, e, bad)
+    return lane
+
+
+def overlap_lanes(
+    span_track: np.ndarray, start: np.ndarray, end: np.ndarray, bad: np.ndarray, *,
+    order: np.ndarray | None = None,
+) -> np.ndarray:
+    """Lane per span (0 for almost all) that makes every (track, lane) nest strictly.
+
+    Same result as :func:`assign_lanes` run on every track, computed with numpy except
+    inside the few clusters that misnest. A cluster is a maximal run of a track's spans
+    (in start order) whose union is connected: at a cluster boundary every earlier region
+    has ended, so first fit starts over with empty lanes and puts the first span in lane
+    0. A cluster without a misnested span nests, so first fit keeps all of it in lane 0;
+    a cluster of two overlapping spans puts them in lanes 0 and 1. Only larger clusters
+    with a misnested span run the greedy loop, on their own spans. ``order``: the spans
+    already sorted by (track, start, longer first), e.g. the begins of a ``RegionOps``."""
+    n = span_track.shape[0]
+    lane = np.zeros(n, np.int64)
+    if n == 0 or bad.shape[0] == 0:
+        return lane
+    bad_track = np.zeros(int(span_track.max()) + 1, bool)
+    bad_track[span_track[bad]] = True
+    if order is None:
+        on_bad_track = np.flatnonzero(bad_track[span_track])
+        track, s, e = span_track[on_bad_track], start[on_bad_track], end[on_bad_track]
+        rows = on_bad_track[np.lexsort((-(e - s), s, track))]
+    else:
+        rows = order[bad_track[span_track[order]]]
+    track, s, e = span_track[rows], start[rows], end[rows]
+    new_cluster = cluster_starts(track, s, e)
+    cluster = np.cumsum(new_cluster) - 1
+    is_bad = np.zeros(n, bool)
+    is_bad[bad] = True
+    bad_cluster = np.zeros(cluster[-1] + 1, bool)
+    bad_cluster[cluster[is_bad[rows]]] = True
+    cluster_start = np.flatnonzero(new_cluster)
+    size = np.diff(np.r_[cluster_start, cluster.shape[0]])
+    pairs = cluster_start[bad_cluster & (size == 2)]
+    lane[rows[pairs + 1]] = 1
+    for first in cluster_start[bad_cluster & (size > 2)].tolist():
+        mine = np.sort(rows[first:first + int(size[cluster[first]])])  # ties by index
+        lane[mine] = assign_lanes(start[mine], end[mine])
+    return lane
+
 
 def split_overlaps(
-    span_track: np.ndarray, start: np.ndarray, end: np.ndarray, bad: np.ndarray, n_pairs: int
+    span_track: np.ndarray, start: np.ndarray, end: np.ndarray, bad: np.ndarray, n_pairs: int,
+    *, order: np.ndarray | None = None,
 ) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
     """Give every track with misnested regions extra lanes.
 
     Returns ``(final track per span, first final track of each pair, lanes per pair)``."""
-    n_spans = span_track.shape[0]
-    bad_tracks = np.unique(span_track[bad])
-    lane = np.zeros(n_spans, np.int64)
-    on_bad_track = np.flatnonzero(np.isin(span_track, bad_tracks))
-    on_bad_track = on_bad_track[np.argsort(span_track[on_bad_track], kind="stable")]
-    bounds = np.flatnonzero(np.diff(span_track[on_bad_track])) + 1
-    for mine in np.split(on_bad_track, bounds):
-        lane[mine] = assign_lanes(start[mine], end[mine])
+    lane = overlap_lanes(span_track, start, end, bad, order=order)
     lanes_per_pair = np.zeros(n_pairs, np.int64)
     np.maximum.at(lanes_per_pair, span_track, lane)
     lanes_per_pair += 1
     first_lane_track = np.r_[0, np.cumsum(lanes_per_pair)[:-1]].astype(np.int64)
     return first_lane_track[span_track] + lane, first_lane_track, lanes_per_pair
-
-
-def nesting_lanes(track: np.ndarray, start: np.ndarray, end: np.ndarray) -> np.ndarray:
-    """Lane per span so that the spans of every ``(track, lane)`` nest strictly: 0 on tracks
-    that nest already, 0.. on tracks whose regions overlap without nesting (the same lanes
-    the pftrace writer draws). ``track``: dense track index per span."""
-    n = track.shape[0]
-    lane = np.zeros(n, np.int64)
-    if n == 0:
-        return lane
-    n_tracks = int(track.max()) + 1
-    t0 = int(start.min())
-    t_range = int(end.max()) - t0 + 1
-    zeros, empty = np.zeros(n, np.int64), np.zeros(0, np.int64)
-    ops = build_region_ops(track, start, end, zeros, zeros, empty, empty, empty, empty,
-                           n_tracks, t0, t_range)
-    bad = misnested_spans(ops, n)
-    if bad.shape[0]:
-        final_track, first_lane_track, _ = split_overlaps(track, start, end, bad, n_tracks)
-        lane = final_track - first_lane_track[track]
-    return lane
