@@ -89,6 +89,11 @@ def _load(args, progress: _Progress):
         progress(f"loading {args.trace}")
     trace = load_any(args.trace)
     progress(f"loaded {len(trace.events):,} records")
+    spec = _role_spec(args)
+    if spec is not None:  # names tracks in every output, and gives --ctas its CTAs
+        from .analysis.roles import apply_roles
+
+        trace = apply_roles(trace, spec)
     view = _view_options(args)
     if view:
         from .views import select
@@ -126,7 +131,9 @@ def _view_options(args) -> dict:
 
 def _add_view_options(command) -> None:
     group = command.add_argument_group("view (a subset of the records)")
-    group.add_argument("--ctas", help="CTA indices, e.g. 0,3 (needs a role spec's tid_stride)")
+    group.add_argument("--roles", metavar="SPEC.json",
+                       help="role spec: names the tracks, and says what a CTA is for --ctas")
+    group.add_argument("--ctas", help="CTA indices, e.g. 0,3 (needs --roles with a tid_stride)")
     group.add_argument("--sms", help="SM ids, e.g. 0,1,2")
     group.add_argument("--warps", help="warp indices inside the CTA")
     group.add_argument("--tags", help="tag names or ids")
@@ -152,7 +159,7 @@ def _cmd_summary(args, progress: _Progress) -> int:
 def _role_spec(args):
     from .analysis.roles import load_role_spec
 
-    return load_role_spec(args.roles) if args.roles else None
+    return load_role_spec(args.roles) if getattr(args, "roles", None) else None
 
 
 def _cmd_analyze(args, progress: _Progress) -> int:
@@ -230,6 +237,14 @@ def _cmd_export(args, progress: _Progress) -> int:
         options["group_by"] = args.group_by
     if fmt == "pftrace":
         options["progress"] = progress
+    if args.flows:
+        from .analysis.flows import pipeline_flows
+
+        spec = _role_spec(args)
+        if spec is None:
+            raise ProfileBufferError("--flows needs --roles SPEC.json with pipeline tags")
+        options["flows"] = pipeline_flows(trace, spec)
+        progress(f"{options['flows'].shape[0]:,} producer -> consumer flow arrows")
     progress(f"writing {fmt} to {output}")
     export_trace(trace, output, format=fmt, **options)
     progress(f"wrote {output} ({output.stat().st_size:,} bytes)")
@@ -332,6 +347,9 @@ def _parser() -> argparse.ArgumentParser:
     export.add_argument("-o", "--output", required=True, help="output file; suffix picks format")
     export.add_argument("--format", help="pftrace, json, png, svg or pdf (overrides the suffix)")
     export.add_argument("--group-by", help="track grouping: tid (or device), sm; pftrace: warp")
+    export.add_argument("--flows", action="store_true",
+                        help="arrows from each k-tile's producer region to its consumers "
+                        "(needs --roles with pipeline tags)")
     export.set_defaults(run=_cmd_export)
 
     plot = commands.add_parser("plot", help="draw a timeline picture")

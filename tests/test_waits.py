@@ -160,3 +160,24 @@ def test_flows_connect_exactly_the_matching_k_tiles():
     np.testing.assert_array_equal(src["tid"] // 16, dst["tid"] // 16)
     assert sorted(zip((dst["tid"] // 16).tolist(), dst["payload"].tolist())) == [
         (c, k) for c in range(2) for k in range(4)]
+
+
+def test_cli_export_with_roles_and_flows(tmp_path):
+    import json
+    import subprocess
+    import sys
+    from pathlib import Path
+
+    root = Path(__file__).parent.parent
+    trace = root / "examples" / "traces" / "ws_gemm_256x1024x4096_h200.json"
+    spec = root / "examples" / "ws_gemm_roles.json"
+    out = tmp_path / "flows.json"
+    done = subprocess.run([sys.executable, "-m", "cute_prof.cli", "-q", "export", str(trace),
+                           "--roles", str(spec), "--flows", "--ctas", "0", "-o", str(out)],
+                          capture_output=True, text=True, timeout=120)
+    assert done.returncode == 0, done.stderr
+    events = json.loads(out.read_text())["traceEvents"]
+    names = {e["args"]["name"] for e in events if e.get("name") == "thread_name"}
+    assert names == {"producer cta 0 slot 0"} | {f"consumer cta 0 slot {s}" for s in range(1, 9)}
+    # CTA 0: 8 consumer warps x 64 k-tiles acquire, each fed by the producer's issue
+    assert sum(e.get("ph") == "s" for e in events) == sum(e.get("ph") == "f" for e in events) == 512
