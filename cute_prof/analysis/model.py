@@ -37,15 +37,13 @@ Loads from JSON (``load_pipeline``)::
 from __future__ import annotations
 
 import graphlib
-import json
 import os
 from collections.abc import Mapping, Sequence
 from dataclasses import dataclass, field, replace
-from pathlib import Path
 from typing import Any
 
 from ..errors import ProfileBufferError
-from .roles import RoleSpec
+from .roles import RoleSpec, read_spec
 
 __all__ = ["Relation", "Resource", "Region", "PipelineSpec", "load_pipeline"]
 
@@ -246,13 +244,4 @@ class PipelineSpec:
 
 def load_pipeline(source: str | os.PathLike | Mapping[str, Any]) -> PipelineSpec:
     """A :class:`PipelineSpec` from a dict or a JSON file."""
-    if isinstance(source, Mapping):
-        return PipelineSpec.from_dict(source)
-    path = Path(source)
-    try:
-        data = json.loads(path.read_text())
-    except (OSError, ValueError) as err:
-        raise ProfileBufferError(f"cannot read pipeline spec {str(path)!r}: {err}") from None
-    if not isinstance(data, Mapping):
-        raise ProfileBufferError(f"pipeline spec {str(path)!r} must be a JSON object")
-    return PipelineSpec.from_dict(data)
+    return PipelineSpec.from_dict(read_spec(source, "pipeline spec"))

@@ -30,7 +30,7 @@ import numpy as np
 from ..errors import ProfileBufferError
 from ..trace import Trace
 
-__all__ = ["TAG_KINDS", "RoleSpec", "apply_roles", "load_role_spec"]
+__all__ = ["TAG_KINDS", "RoleSpec", "apply_roles", "load_role_spec", "read_spec"]
 
 TAG_KINDS = ("work", "wait", "phase")
 PIPELINE_KEYS = ("producer", "consumer", "issue", "acquire")
@@ -166,19 +166,23 @@ class RoleSpec:
         return kinds
 
 
-def load_role_spec(source: str | os.PathLike | Mapping[str, Any]) -> RoleSpec:
-    """A :class:`RoleSpec` from a dict or a JSON file."""
+def read_spec(source: str | os.PathLike | Mapping[str, Any], what: str) -> Mapping[str, Any]:
+    """The JSON object of a spec file (or ``source`` itself when it is a dict)."""
     if isinstance(source, Mapping):
-        return RoleSpec.from_dict(source)
+        return source
     path = Path(source)
     try:
         data = json.loads(path.read_text())
     except (OSError, ValueError) as err:
-        raise ProfileBufferError(f"cannot read role spec {str(path)!r}: {err}") from None
+        raise ProfileBufferError(f"cannot read {what} {str(path)!r}: {err}") from None
     if not isinstance(data, Mapping):
-        raise ProfileBufferError(f"role spec {str(path)!r} must be a JSON object")
-    return RoleSpec.from_dict(data)
+        raise ProfileBufferError(f"{what} {str(path)!r} must be a JSON object")
+    return data
 
+
+def load_role_spec(source: str | os.PathLike | Mapping[str, Any]) -> RoleSpec:
+    """A :class:`RoleSpec` from a dict or a JSON file."""
+    return RoleSpec.from_dict(read_spec(source, "role spec"))
 
 def apply_roles(trace: Trace, spec: RoleSpec) -> Trace:
     """``trace`` with its tracks named by ``spec`` and the spec kept in its metadata (the

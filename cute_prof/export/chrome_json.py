@@ -47,7 +47,7 @@ from .. import layout
 from ..errors import ProfileBufferError
 from ..files import atomic_open, check_output_path
 from ..trace import Event, Trace, kind_name
-from .regions import launch_label, nesting_lanes
+from .regions import counter_series, launch_label, nesting_lanes
 
 __all__ = ["GROUP_BY_CHOICES", "events_to_perfetto"]
 
@@ -217,18 +217,7 @@ def _flow_events(flows, position, ev, relative_start, json_pid, json_tid) -> lis
 def _counter_events(counters, trace: Trace, origin: int) -> list[str]:
     """One ``C`` event per counter sample, in the first process."""
     lines = []
-    for counter in counters or []:
-        try:
-            name = str(counter["name"])
-            ts = np.asarray(counter["ts"], dtype=np.int64).reshape(-1)
-            value = np.asarray(counter["value"], dtype=np.float64).reshape(-1)
-        except (KeyError, ValueError, TypeError) as err:
-            raise ProfileBufferError("a counter is a dict with 'name', 'ts' (int64 ns) and "
-                                     "'value' (float64) arrays") from err
-        if ts.shape != value.shape:
-            raise ProfileBufferError(f"counter {name!r}: ts and value differ in length")
-        if counter.get("tid") is not None:
-            name = f"{name} ({trace.track_name(int(counter['tid']))})"
+    for name, ts, value in counter_series(counters, trace):
         quoted = _dumps(name)
         for t, v in zip(_micros_text(ts - origin), value.tolist()):
             lines.append(f'{{"name":{quoted},"ph":"C","ts":{t},"pid":1,'

@@ -50,6 +50,7 @@ from ..trace import Trace
 from .regions import (
     SPAN_KINDS,
     RegionOps,
+    counter_series,
     launch_label,
     build_region_ops,
     misnested_spans,
@@ -336,18 +337,7 @@ def _flow_rows(flows, n_rows: int) -> tuple[np.ndarray, np.ndarray]:
 def _counter_packets(pb, counters, first_ts: int, offset: int, trace: Trace) -> list:
     """A counter track per entry of ``counters`` under the root, with its samples."""
     packets = []
-    for index, counter in enumerate(counters or []):
-        try:
-            name = str(counter["name"])
-            ts = np.asarray(counter["ts"], dtype=np.int64).reshape(-1)
-            value = np.asarray(counter["value"], dtype=np.float64).reshape(-1)
-        except (KeyError, ValueError, TypeError) as err:
-            raise ProfileBufferError("a counter is a dict with 'name', 'ts' (int64 ns) and "
-                                     "'value' (float64) arrays") from err
-        if ts.shape != value.shape:
-            raise ProfileBufferError(f"counter {name!r}: ts and value differ in length")
-        if counter.get("tid") is not None:
-            name = f"{name} ({trace.track_name(int(counter['tid']))})"
+    for index, (name, ts, value) in enumerate(counter_series(counters, trace)):
         uuid = _COUNTER_UUID_BASE + index
         packet = pb.TracePacket()
         packet.timestamp = first_ts

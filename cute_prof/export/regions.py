@@ -24,6 +24,7 @@ __all__ = [
     "cluster_starts",
     "misnested_spans",
     "nesting_lanes",
+    "counter_series",
     "overlap_lanes",
     "pack_or_lexsort",
     "pair_index",
@@ -325,3 +326,25 @@ def split_overlaps(
     lanes_per_pair += 1
     first_lane_track = np.r_[0, np.cumsum(lanes_per_pair)[:-1]].astype(np.int64)
     return first_lane_track[span_track] + lane, first_lane_track, lanes_per_pair
+
+
+def counter_series(counters, trace) -> list[tuple[str, np.ndarray, np.ndarray]]:
+    """``(display name, ts int64 ns, value float64)`` per entry of an exporter's ``counters=``
+    option (dicts with ``name``, ``ts``, ``value`` and an optional ``tid``), checked."""
+    from ..errors import ProfileBufferError
+
+    out = []
+    for counter in counters or []:
+        try:
+            name = str(counter["name"])
+            ts = np.asarray(counter["ts"], dtype=np.int64).reshape(-1)
+            value = np.asarray(counter["value"], dtype=np.float64).reshape(-1)
+        except (KeyError, ValueError, TypeError) as err:
+            raise ProfileBufferError("a counter is a dict with 'name', 'ts' (int64 ns) and "
+                                     "'value' (float64) arrays") from err
+        if ts.shape != value.shape:
+            raise ProfileBufferError(f"counter {name!r}: ts and value differ in length")
+        if counter.get("tid") is not None:
+            name = f"{name} ({trace.track_name(int(counter['tid']))})"
+        out.append((name, ts, value))
+    return out
