@@ -109,6 +109,30 @@ class WaitAnalysis:
         return "\n".join(lines)
 
 
+def _dense_groups(values: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
+    """``np.unique(values, return_inverse=True)`` by a lookup table where the values span a
+    small range (track and SM ids always do), so no sort of every record is needed."""
+    values = np.asarray(values, dtype=np.int64)
+    if values.shape[0] == 0:
+        return values, values
+    low = int(values.min())
+    size = int(values.max()) - low + 1
+    if size > 4 * values.shape[0] + (1 << 16):
+        keys, index = np.unique(values, return_inverse=True)
+        return keys, index.reshape(-1)
+    present = np.zeros(size, dtype=bool)
+    present[values - low] = True
+    rank = np.cumsum(present) - 1
+    return np.flatnonzero(present) + low, rank[values - low]
+
+
+def _max_per_group(values: np.ndarray, keys: np.ndarray) -> np.ndarray:
+    groups, index = _dense_groups(keys)
+    out = np.full(groups.shape[0], np.iinfo(np.int64).min, dtype=np.int64)
+    np.maximum.at(out, index, values)
+    return out
+
+
 def _role_split(trace: Trace, spec: RoleSpec, kinds: np.ndarray) -> np.ndarray:
     ev = trace.events
     spans = ev[span_mask(ev)]
@@ -116,8 +140,7 @@ def _role_split(trace: Trace, spec: RoleSpec, kinds: np.ndarray) -> np.ndarray:
     start = spans["start_ns"]
     end = start + spans["dur_ns"]
     kind = kinds[np.minimum(spans["tag"], kinds.shape[0] - 1)]
-    tracks, track_of = np.unique(tid, return_inverse=True)
-    track_of = track_of.reshape(-1)
+    tracks, track_of = _dense_groups(tid)
     first = np.full(tracks.shape[0], np.iinfo(np.int64).max, dtype=np.int64)
     last = np.full(tracks.shape[0], np.iinfo(np.int64).min, dtype=np.int64)
     np.minimum.at(first, track_of, start)
@@ -230,12 +253,8 @@ def analyze_waits(trace: Trace, spec: RoleSpec, *, stall_ns: int = 64) -> WaitAn
     if ev.shape[0]:
         end = ev["start_ns"] + ev["dur_ns"]
         kernel_end, kernel_start = int(end.max()), int(ev["start_ns"].min())
-        sm_ids, sm_index = np.unique(ev["sm"], return_inverse=True)
-        sm_last = np.full(sm_ids.shape[0], np.iinfo(np.int64).min)
-        np.maximum.at(sm_last, sm_index.reshape(-1), end)
-        groups, group_index = np.unique(spec.group_of(ev["tid"]), return_inverse=True)
-        group_last = np.full(groups.shape[0], np.iinfo(np.int64).min)
-        np.maximum.at(group_last, group_index.reshape(-1), end)
+        sm_last = _max_per_group(end, ev["sm"])
+        group_last = _max_per_group(end, spec.group_of(ev["tid"]))
         sm_tail, group_tail = kernel_end - sm_last, kernel_end - group_last
         kernel_ns = kernel_end - kernel_start
     else:
@@ -244,6 +263,6 @@ def analyze_waits(trace: Trace, spec: RoleSpec, *, stall_ns: int = 64) -> WaitAn
     facts: dict[str, Any] = {}
     verdict = _verdict(roles, spec, facts)
     return WaitAnalysis(roles=roles, latency_ns=latency, run_ahead=run_ahead, stalls=stalls,
-                            acquires=acquires, stall_ns=stall_ns, unmatched_acquires=unmatched,
-                            sm_tail_ns=sm_tail, group_tail_ns=group_tail, kernel_ns=kernel_ns,
-                            verdict=verdict, facts=facts)
+                        acquires=acquires, stall_ns=stall_ns, unmatched_acquires=unmatched,
+                        sm_tail_ns=sm_tail, group_tail_ns=group_tail, kernel_ns=kernel_ns,
+                        verdict=verdict, facts=facts)
