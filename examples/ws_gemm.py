@@ -153,6 +153,31 @@ class GemmConfig:
     # the plain non-cluster launch.
     cluster_m: int = 2
     cluster_n: int = 1
+    # persistent kernel: one CTA per SM (whole clusters), each looping over output tiles
+    # (static round-robin: cluster work index = launched cluster + i * clusters launched),
+    # the smem ring and its pipeline states carried from tile to tile
+    persistent: bool = False
+    # persistent only: at most this many CTAs (None: the SMs of the current GPU, 132 without one)
+    persistent_ctas: Optional[int] = None
+
+
+# persistent kernel, level 2: per-k-tile payload = tile_local_index * PERSISTENT_TILE_MODULO + k
+# (tile_local_index = i, the CTA's i-th output tile; a power of two >= any k-tile count up
+# to K = 4 M, so the host splits payload // modulo, payload % modulo without knowing K;
+# ``examples/ws_gemm_persistent_pipeline.json`` carries it as "tile_modulo")
+PERSISTENT_TILE_MODULO = 1 << 16
+
+
+def _device_sms() -> int:
+    try:
+        import torch
+
+        if torch.cuda.is_available():
+            return int(torch.cuda.get_device_properties(torch.cuda.current_device())
+                       .multi_processor_count)
+    except Exception:  # noqa: BLE001
+        pass
+    return 132  # H100 SXM
 
 
 class WsGemm:
@@ -206,6 +231,15 @@ class WsGemm:
         self.epilog_barrier = pipeline.NamedBarrier(
             barrier_id=1, num_threads=self.num_consumer_threads
         )
+        self.persistent = bool(config.persistent)
+        if self.persistent:
+            ctas = config.persistent_ctas or _device_sms()
+            # whole clusters only
+            self.max_clusters = max(1, ctas // self.cluster_size)
+            num_epi = (config.tile_m // self.epi_tile[0]) * (config.tile_n // self.epi_tile[1])
+            if num_epi % self.epi_stages:
+                # the epilogue's smem buffer index restarts at 0 with every tile
+                raise ValueError("persistent: epi_stages must divide the epilogue sub-tiles")
 
     # ---------------------------------------------------------------- host-side facts
     def grid_shape(self, m: int, n: int) -> tuple[int, int]:
@@ -223,8 +257,31 @@ class WsGemm:
 
     def num_ctas(self, m: int, n: int) -> int:
         """CTAs launched (cluster padding included): the CTAs that record."""
+        if self.persistent:
+            return self.launched_clusters(m, n) * self.cluster_size
         gm, gn = self.padded_grid_shape(m, n)
         return gm * gn
+
+    def num_clusters(self, m: int, n: int) -> int:
+        """Cluster work units (cluster-padded output tiles / cluster size)."""
+        gm, gn = self.padded_grid_shape(m, n)
+        return gm * gn // self.cluster_size
+
+    def launched_clusters(self, m: int, n: int) -> int:
+        """Persistent kernel: clusters launched (at most one CTA per SM)."""
+        return min(self.num_clusters(m, n), self.max_clusters)
+
+    def tiles_per_cta(self, m: int, n: int):
+        """Output tiles each launched CTA runs, in tid (cta_linear) order: 1 each for the
+        non-persistent kernel; the persistent scheduler gives cluster c the work units
+        c, c + launched, c + 2 * launched, ..."""
+        import numpy as np
+
+        if not self.persistent:
+            return np.ones(self.num_ctas(m, n), dtype=np.int64)
+        total, launched = self.num_clusters(m, n), self.launched_clusters(m, n)
+        per_cluster = (total - np.arange(launched) + launched - 1) // launched
+        return np.repeat(per_cluster, self.cluster_size)
 
     def k_tiles(self, k: int) -> int:
         return math.ceil(k / self.cfg.tile_k)
@@ -325,32 +382,59 @@ class WsGemm:
         num_m_clusters = (num_m_tiles + cm - 1) // cm
         num_n_clusters = (num_n_tiles + cn - 1) // cn
 
-        self.kernel(
-            tma_atom_a,
-            tma_a,
-            tma_atom_b,
-            tma_b,
-            tma_atom_c,
-            tma_c,
-            tiled_mma,
-            a_smem_staged,
-            b_smem_staged,
-            epi_smem_staged,
-            num_m_tiles,
-            num_n_tiles,
-            num_m_clusters,
-            num_n_clusters,
-            prof_buf,
-            max_events,
-            profile_level,
-        ).launch(
-            # x: cluster_m CTAs per cluster, clusters in launch (rasterisation) order;
-            # y: the cluster_n CTAs of a cluster row
-            grid=[num_m_clusters * num_n_clusters * cm, cn, 1],
-            block=[self.threads_per_cta, 1, 1],
-            cluster=self.launch_cluster,
-            stream=stream,
-        )
+        if cutlass.const_expr(self.persistent):
+            launched = cutlass.min(num_m_clusters * num_n_clusters, self.max_clusters)
+            self.kernel_persistent(
+                tma_atom_a,
+                tma_a,
+                tma_atom_b,
+                tma_b,
+                tma_atom_c,
+                tma_c,
+                tiled_mma,
+                a_smem_staged,
+                b_smem_staged,
+                epi_smem_staged,
+                num_m_tiles,
+                num_n_tiles,
+                num_m_clusters,
+                num_n_clusters,
+                prof_buf,
+                max_events,
+                profile_level,
+            ).launch(
+                grid=[launched * cm, cn, 1],
+                block=[self.threads_per_cta, 1, 1],
+                cluster=self.launch_cluster,
+                stream=stream,
+            )
+        else:
+            self.kernel(
+                tma_atom_a,
+                tma_a,
+                tma_atom_b,
+                tma_b,
+                tma_atom_c,
+                tma_c,
+                tiled_mma,
+                a_smem_staged,
+                b_smem_staged,
+                epi_smem_staged,
+                num_m_tiles,
+                num_n_tiles,
+                num_m_clusters,
+                num_n_clusters,
+                prof_buf,
+                max_events,
+                profile_level,
+            ).launch(
+                # x: cluster_m CTAs per cluster, clusters in launch (rasterisation) order;
+                # y: the cluster_n CTAs of a cluster row
+                grid=[num_m_clusters * num_n_clusters * cm, cn, 1],
+                block=[self.threads_per_cta, 1, 1],
+                cluster=self.launch_cluster,
+                stream=stream,
+            )
 
     # ---------------------------------------------------------------- device kernel
     @cute.kernel
@@ -674,6 +758,332 @@ class WsGemm:
                 probe.stop(t_epi, TAG_EPILOGUE, payload=pid_m * 65536 + pid_n)
                 probe.flush()
 
+    # ---------------------------------------------------------------- persistent kernel
+    @cute.kernel
+    def kernel_persistent(
+        self,
+        tma_atom_a: cute.CopyAtom,
+        mA: cute.Tensor,
+        tma_atom_b: cute.CopyAtom,
+        mB: cute.Tensor,
+        tma_atom_c: cute.CopyAtom,
+        mC: cute.Tensor,
+        tiled_mma: cute.TiledMma,
+        a_smem_staged: cute.ComposedLayout,
+        b_smem_staged: cute.ComposedLayout,
+        epi_smem_staged: cute.ComposedLayout,
+        num_m_tiles: Int32,
+        num_n_tiles: Int32,
+        num_m_clusters: Int32,
+        num_n_clusters: Int32,
+        prof_buf: cute.Tensor,
+        max_events: Int32,
+        profile_level: cutlass.Constexpr[int],
+    ):
+        """One CTA per SM (whole clusters). Cluster c of the ``launched`` ones runs the
+        cluster work units c, c + launched, ... (static round-robin, the schedule of
+        CUTLASS's Hopper persistent GEMMs), each rasterised like the non-persistent grid.
+        The producer and consumers keep their pipeline states across tiles: the producer
+        loads the next tile's first stages while the consumers finish the previous tile's
+        MMAs and epilogue."""
+        tidx, _, _ = cute.arch.thread_idx()
+        bidx, _, _ = cute.arch.block_idx()
+        gdimx, _, _ = cute.arch.grid_dim()
+        warp_idx = cute.arch.make_warp_uniform(cute.arch.warp_idx())
+
+        if warp_idx == self.producer_warp:
+            cute.nvgpu.cpasync.prefetch_descriptor(tma_atom_a)
+            cute.nvgpu.cpasync.prefetch_descriptor(tma_atom_b)
+            cute.nvgpu.cpasync.prefetch_descriptor(tma_atom_c)
+
+        cm, cn = self.cluster_mn
+        cta_layout_mnk = cute.make_layout((cm, cn, 1))
+        first_cluster = bidx
+        rank_m = 0
+        rank_n = 0
+        cta_rank = 0
+        cta_linear = bidx
+        launched = gdimx
+        if cutlass.const_expr(self.cluster_size > 1):
+            cta_rank = cute.arch.make_warp_uniform(cute.arch.block_idx_in_cluster())
+            cluster_coord = cta_layout_mnk.get_flat_coord(cta_rank)
+            rank_m = cluster_coord[0]
+            rank_n = cluster_coord[1]
+            first_cluster = bidx // cm
+            cta_linear = first_cluster * self.cluster_size + cta_rank
+            launched = gdimx // cm
+        total_clusters = num_m_clusters * num_n_clusters
+        my_tiles = (total_clusters - first_cluster + launched - 1) // launched
+        group_m = max(1, self.cfg.group_m // cm)
+        tiles_per_group = group_m * num_n_clusters
+
+        # ---- shared memory and the mainloop pipeline (as the non-persistent kernel)
+        smem = _SmemAllocator()
+        storage = smem.allocate(self.shared_storage)
+        a_bytes = cute.size_in_bytes(self.ab_dtype, cute.slice_(a_smem_staged, (None, None, 0)))
+        b_bytes = cute.size_in_bytes(self.ab_dtype, cute.slice_(b_smem_staged, (None, None, 0)))
+        ab_pipe = pipeline.PipelineTmaAsync.create(
+            barrier_storage=storage.mbar.data_ptr(),
+            num_stages=self.num_stages,
+            producer_group=pipeline.CooperativeGroup(pipeline.Agent.Thread),
+            consumer_group=pipeline.CooperativeGroup(
+                pipeline.Agent.Thread, self.num_consumer_warps * self.mcast_peers
+            ),
+            tx_count=a_bytes + b_bytes,
+            cta_layout_vmnk=cute.make_layout((1, cm, cn, 1)),
+        )
+        sA = storage.sA.get_tensor(a_smem_staged.outer, swizzle=a_smem_staged.inner)
+        sB = storage.sB.get_tensor(b_smem_staged.outer, swizzle=b_smem_staged.inner)
+        sC = storage.sC.get_tensor(epi_smem_staged.outer, swizzle=epi_smem_staged.inner)
+
+        # every tile of the matrices: (bM, bK, m_tiles, k_tiles), (bN, bK, n_tiles, k_tiles),
+        # (bM, bN, m_tiles, n_tiles); a tile's slice is taken inside the tile loop
+        gA_all = cute.local_tile(
+            mA, (self.tile_shape_mnk[0], self.tile_shape_mnk[2]), (None, None)
+        )
+        gB_all = cute.local_tile(
+            mB, (self.tile_shape_mnk[1], self.tile_shape_mnk[2]), (None, None)
+        )
+        gC_all = cute.local_tile(
+            mC, (self.tile_shape_mnk[0], self.tile_shape_mnk[1]), (None, None)
+        )
+        k_tiles = cute.size(gA_all, mode=[3])
+
+        # ================================================================ producer
+        if warp_idx < self.first_consumer_warp:
+            cute.arch.setmaxregister_decrease(self.cfg.producer_regs)
+            if warp_idx == self.producer_warp:
+                tAsA, tAgA = cute.nvgpu.cpasync.tma_partition(
+                    tma_atom_a,
+                    rank_n,
+                    cute.make_layout(cn),
+                    cute.group_modes(sA, 0, 2),
+                    cute.group_modes(gA_all, 0, 2),
+                )
+                tBsB, tBgB = cute.nvgpu.cpasync.tma_partition(
+                    tma_atom_b,
+                    rank_m,
+                    cute.make_layout(cm),
+                    cute.group_modes(sB, 0, 2),
+                    cute.group_modes(gB_all, 0, 2),
+                )
+                if cutlass.const_expr(self.cluster_size > 1):
+                    a_mcast_mask = cute.make_layout_image_mask(
+                        cta_layout_mnk, cluster_coord, mode=1
+                    )
+                    b_mcast_mask = cute.make_layout_image_mask(
+                        cta_layout_mnk, cluster_coord, mode=0
+                    )
+                prod_tid = cta_linear * TID_STRIDE + PRODUCER_SLOT
+                if cutlass.const_expr(profile_level >= 1):
+                    probe = cp.RoleRecorder(prof_buf, max_events, prod_tid, write_path=self.cfg.recorder)
+
+                state = pipeline.make_pipeline_state(
+                    pipeline.PipelineUserType.Producer, self.num_stages
+                )
+                for i in cutlass.range(my_tiles, unroll=1):
+                    work = first_cluster + i * launched
+                    group_id = work // tiles_per_group
+                    first_m = group_id * group_m
+                    rows_in_group = cutlass.min(num_m_clusters - first_m, group_m)
+                    in_group = work % tiles_per_group
+                    pid_m = (first_m + in_group % rows_in_group) * cm + rank_m
+                    pid_n = (in_group // rows_in_group) * cn + rank_n
+                    if cutlass.const_expr(profile_level >= 1):
+                        t_main = probe.start()
+                        t_a = t_main
+                    for k in cutlass.range(k_tiles, unroll=1):
+                        ab_pipe.sync_object_empty.wait(state.index, state.phase)
+                        if cutlass.const_expr(profile_level >= 2):
+                            t_b = probe.start()
+                            probe.stop(t_a, TAG_WAIT_EMPTY,
+                                       payload=i * PERSISTENT_TILE_MODULO + k, end=t_b)
+                        ab_pipe.sync_object_full.arrive(state.index, ab_pipe.producer_mask)
+                        full_bar = ab_pipe.producer_get_barrier(state)
+                        if cutlass.const_expr(cn > 1):
+                            cute.copy(
+                                tma_atom_a, tAgA[(None, pid_m, k)], tAsA[(None, state.index)],
+                                tma_bar_ptr=full_bar, mcast_mask=a_mcast_mask,
+                            )
+                        else:
+                            cute.copy(
+                                tma_atom_a, tAgA[(None, pid_m, k)], tAsA[(None, state.index)],
+                                tma_bar_ptr=full_bar,
+                            )
+                        if cutlass.const_expr(cm > 1):
+                            cute.copy(
+                                tma_atom_b, tBgB[(None, pid_n, k)], tBsB[(None, state.index)],
+                                tma_bar_ptr=full_bar, mcast_mask=b_mcast_mask,
+                            )
+                        else:
+                            cute.copy(
+                                tma_atom_b, tBgB[(None, pid_n, k)], tBsB[(None, state.index)],
+                                tma_bar_ptr=full_bar,
+                            )
+                        state.advance()
+                        if cutlass.const_expr(profile_level >= 2):
+                            t_a = probe.start()
+                            probe.stop(t_b, TAG_TMA_ISSUE,
+                                       payload=i * PERSISTENT_TILE_MODULO + k, end=t_a)
+                            if cutlass.const_expr(self.cfg.recorder == "staged"):
+                                if k % FLUSH_EVERY == FLUSH_EVERY - 1:
+                                    probe.flush()
+                    if cutlass.const_expr(profile_level >= 1):
+                        # per tile; payload: the cluster work index of the tile
+                        probe.stop(t_main, TAG_PRODUCER_MAINLOOP, payload=work)
+                if cutlass.const_expr(profile_level >= 1):
+                    probe.flush()
+
+                if cutlass.const_expr(self.cluster_size > 1):
+                    # producer tail: every stage released by all consumers (peers included)
+                    for _ in cutlass.range_constexpr(self.num_stages):
+                        ab_pipe.sync_object_empty.wait(state.index, state.phase)
+                        state.advance()
+
+        # ================================================================ consumers
+        if warp_idx >= self.first_consumer_warp:
+            cute.arch.setmaxregister_increase(self.cfg.consumer_regs)
+            ctidx = tidx - 128
+            cons_wg = warp_idx // 4 - 1
+            cons_tid = cta_linear * TID_STRIDE + 1 + (warp_idx - self.first_consumer_warp)
+
+            thr_mma = tiled_mma.get_slice(cons_wg * 128)
+            tCsA = thr_mma.partition_A(sA)
+            tCsB = thr_mma.partition_B(sB)
+            tCrA = tiled_mma.make_fragment_A(tCsA)
+            tCrB = tiled_mma.make_fragment_B(tCsB)
+            tCgC = thr_mma.partition_C(gC_all[(None, None, 0, 0)])
+            acc = cute.make_rmem_tensor(tCgC.shape, self.acc_dtype)
+            num_k_blocks = cute.size(tCrA, mode=[2])
+            tiled_mma.set(cute.nvgpu.warpgroup.Field.ACCUMULATE, True)
+
+            # epilogue pieces that do not depend on the tile
+            copy_atom_r2s = sm90_utils.get_smem_store_op(
+                LayoutEnum.ROW_MAJOR, elem_ty_d=self.c_dtype, elem_ty_acc=self.acc_dtype
+            )
+            copy_atom_c = cute.make_copy_atom(
+                cute.nvgpu.warp.StMatrix8x8x16bOp(False, 4), self.c_dtype
+            )
+            tiled_copy_c_atom = cute.make_tiled_copy_C_atom(copy_atom_c, tiled_mma)
+            tiled_copy_r2s = cute.make_tiled_copy_S(copy_atom_r2s, tiled_copy_c_atom)
+            thr_copy_r2s = tiled_copy_r2s.get_slice(ctidx)
+            tRS_sD = thr_copy_r2s.partition_D(sC)
+            tRS_rAcc = tiled_copy_r2s.retile(acc)
+            rD_shape = cute.shape(thr_copy_r2s.partition_S(sC))
+            tRS_rD = cute.make_rmem_tensor(rD_shape[:3], self.acc_dtype)
+            tRS_rD_out = cute.make_rmem_tensor(rD_shape[:3], self.c_dtype)
+            size_rD = cute.size(tRS_rD)
+            store_pipe = pipeline.PipelineTmaStore.create(
+                num_stages=self.epi_stages,
+                producer_group=pipeline.CooperativeGroup(
+                    pipeline.Agent.Thread, self.num_consumer_threads
+                ),
+            )
+
+            if cutlass.const_expr(profile_level >= 1):
+                probe = cp.RoleRecorder(prof_buf, max_events, cons_tid, write_path=self.cfg.recorder)
+
+            read_state = pipeline.make_pipeline_state(
+                pipeline.PipelineUserType.Consumer, self.num_stages
+            )
+            release_state = pipeline.make_pipeline_state(
+                pipeline.PipelineUserType.Consumer, self.num_stages
+            )
+            for i in cutlass.range(my_tiles, unroll=1):
+                work = first_cluster + i * launched
+                group_id = work // tiles_per_group
+                first_m = group_id * group_m
+                rows_in_group = cutlass.min(num_m_clusters - first_m, group_m)
+                in_group = work % tiles_per_group
+                pid_m = (first_m + in_group % rows_in_group) * cm + rank_m
+                pid_n = (in_group // rows_in_group) * cn + rank_n
+                base = i * PERSISTENT_TILE_MODULO
+                if cutlass.const_expr(profile_level >= 1):
+                    t_main = probe.start()
+                    t_issue = t_main
+
+                acc.fill(0.0)
+                for k in cutlass.range(k_tiles, unroll=1):
+                    if cutlass.const_expr(profile_level >= 2):
+                        t_w = probe.start()
+                    ab_pipe.consumer_wait(read_state)
+                    if cutlass.const_expr(profile_level >= 2):
+                        t_m = probe.start()
+                        probe.stop(t_w, TAG_WAIT_FULL, payload=base + k, end=t_m)
+                        if k > 0:
+                            probe.stop(t_issue, TAG_MMA_KTILE, payload=base + k - 1, end=t_m)
+                        t_issue = t_m
+                        if cutlass.const_expr(self.cfg.recorder == "staged"):
+                            if k % FLUSH_EVERY == FLUSH_EVERY - 1:
+                                probe.flush()
+                    cute.nvgpu.warpgroup.fence()
+                    for kb in cutlass.range_constexpr(num_k_blocks):
+                        coord = (None, None, kb, read_state.index)
+                        cute.gemm(tiled_mma, acc, tCrA[coord], tCrB[coord], acc)
+                    cute.nvgpu.warpgroup.commit_group()
+                    cute.nvgpu.warpgroup.wait_group(1)
+                    if k > 0:
+                        ab_pipe.consumer_release(release_state)
+                        release_state.advance()
+                    read_state.advance()
+                cute.nvgpu.warpgroup.wait_group(0)
+                ab_pipe.consumer_release(release_state)
+                release_state.advance()
+                if cutlass.const_expr(profile_level >= 2):
+                    t_done = probe.start()
+                    probe.stop(t_issue, TAG_MMA_KTILE, payload=base + k_tiles - 1, end=t_done)
+                if cutlass.const_expr(profile_level >= 1):
+                    t_epi = probe.start()
+                    probe.stop(t_main, TAG_CONSUMER_MAINLOOP, payload=work)
+
+                # -------------------------------------------------------- epilogue
+                gC = gC_all[(None, None, pid_m, pid_n)]
+                gC_epi = cute.zipped_divide(gC, self.epi_tile)
+                bSG_sD, bSG_gD = cute.nvgpu.cpasync.tma_partition(
+                    tma_atom_c,
+                    0,
+                    cute.make_layout(1),
+                    cute.group_modes(sC, 0, 2),
+                    gC_epi,
+                )
+                epi_rest = gC_epi.shape[1]
+                num_epi = cute.size(epi_rest)
+                epi_order = cute.make_layout(epi_rest, stride=(epi_rest[1], 1))
+                if cutlass.const_expr(self.cluster_size > 1):
+                    tile_valid = (pid_m < num_m_tiles) & (pid_n < num_n_tiles)
+                for e in cutlass.range_constexpr(num_epi):
+                    for v in cutlass.range_constexpr(size_rD):
+                        tRS_rD[v] = tRS_rAcc[e * size_rD + v]
+                    tRS_rD_out.store(tRS_rD.load().to(self.c_dtype))
+                    buf_idx = e % self.epi_stages
+                    cute.copy(tiled_copy_r2s, tRS_rD_out, tRS_sD[(None, None, None, buf_idx)])
+                    cute.arch.fence_proxy("async.shared", space="cta")
+                    self.epilog_barrier.arrive_and_wait()
+                    if warp_idx == self.epi_store_warp:
+                        if cutlass.const_expr(self.cluster_size > 1):
+                            if tile_valid:
+                                cute.copy(
+                                    tma_atom_c,
+                                    bSG_sD[(None, buf_idx)],
+                                    bSG_gD[(None, epi_order.get_hier_coord(e))],
+                                )
+                        else:
+                            cute.copy(
+                                tma_atom_c,
+                                bSG_sD[(None, buf_idx)],
+                                bSG_gD[(None, epi_order.get_hier_coord(e))],
+                            )
+                        store_pipe.producer_commit()
+                        store_pipe.producer_acquire()
+                    self.epilog_barrier.arrive_and_wait()
+                if cutlass.const_expr(profile_level >= 1):
+                    probe.stop(t_epi, TAG_EPILOGUE, payload=pid_m * 65536 + pid_n)
+
+            if warp_idx == self.epi_store_warp:
+                store_pipe.producer_tail()
+            if cutlass.const_expr(profile_level >= 1):
+                probe.flush()
+
 
 # ======================================================================================
 # host helpers
@@ -684,9 +1094,12 @@ def expected_counts(gemm: WsGemm, m: int, n: int, k: int, profile_level: int) ->
     cluster padding included: ``gemm.num_ctas``).
 
     Returns ``{"per_producer_warp": {tag: count}, "per_consumer_warp": {tag: count},
-    "producers": int, "consumer_warps": int, "total": int}``."""
+    "producers": int, "consumer_warps": int, "tiles_per_cta": array, "total": int}``; the
+    per-warp counts are per output tile (a persistent CTA records them for each of its
+    ``tiles_per_cta`` tiles, the others for their one tile)."""
     kt = gemm.k_tiles(k)
     ctas = gemm.num_ctas(m, n)
+    tiles = gemm.tiles_per_cta(m, n)  # the counts below are per tile
     prod, cons = {}, {}
     if profile_level >= 1:
         prod[TAG_PRODUCER_MAINLOOP] = 1
@@ -698,12 +1111,14 @@ def expected_counts(gemm: WsGemm, m: int, n: int, k: int, profile_level: int) ->
         cons[TAG_WAIT_FULL] = kt
         cons[TAG_MMA_KTILE] = kt
     cw = ctas * len(gemm.recording_slots)
-    total = ctas * sum(prod.values()) + cw * sum(cons.values())
+    n_tiles = int(tiles.sum())
+    total = n_tiles * (sum(prod.values()) + len(gemm.recording_slots) * sum(cons.values()))
     return {
         "per_producer_warp": prod,
         "per_consumer_warp": cons,
         "producers": ctas,
         "consumer_warps": cw,
+        "tiles_per_cta": tiles,
         "total": total,
     }
 
@@ -874,11 +1289,13 @@ def check_counts(records, gemm: WsGemm, m: int, n: int, k: int, profile_level: i
             sel = records["tag"] == ids[name]
             for s in slots:
                 counts = np.bincount(cta[sel & (slot == s)], minlength=ctas)
-                bad = np.nonzero(counts != want)[0]
+                wanted = want * exp["tiles_per_cta"]
+                bad = np.nonzero(counts[:ctas] != wanted)[0]
                 if bad.size:
                     errors.append(
-                        f"{role} slot {s} tag {name}: {bad.size} CTAs with a count != {want} "
-                        f"(e.g. CTA {bad[0]}: {counts[bad[0]]})"
+                        f"{role} slot {s} tag {name}: {bad.size} CTAs with a count != "
+                        f"{want} per tile (e.g. CTA {bad[0]}: {counts[bad[0]]}, "
+                        f"{exp['tiles_per_cta'][bad[0]]} tiles)"
                     )
         # expected warps: producer records come from warp 0, consumer slot s from warp 3 + s
         if table:
@@ -892,23 +1309,33 @@ def check_counts(records, gemm: WsGemm, m: int, n: int, k: int, profile_level: i
     if profile_level >= 2 and len(records):
         kt = gemm.k_tiles(k)
         per_k = np.isin(records["tag"], [ids[t] for t in (TAG_WAIT_EMPTY, TAG_TMA_ISSUE, TAG_WAIT_FULL, TAG_MMA_KTILE)])
-        pl = records["payload"][per_k]
+        pl = records["payload"][per_k].astype(np.int64)
+        if gemm.persistent:
+            # payload = tile_local_index * PERSISTENT_TILE_MODULO + k
+            tile_of = pl // PERSISTENT_TILE_MODULO
+            pl = pl % PERSISTENT_TILE_MODULO
+            owner = np.minimum(cta[per_k], ctas - 1)
+            if (tile_of < 0).any() or (tile_of >= exp["tiles_per_cta"][owner]).any():
+                errors.append("tile index (payload // tile modulo) out of range")
         if pl.min() < 0 or pl.max() >= kt:
             errors.append("k-tile payload out of range")
     return errors
 
 
 def emit_ptx(out_dir: str, levels=(0, 1, 2), m: int = 1000, n: int = 1032, k: int = 520,
-             recorder: str = "staged", cluster=(2, 1), suffix: str = "") -> dict:
+             recorder: str = "staged", cluster=(2, 1), suffix: str = "", *,
+             persistent: bool = False) -> dict:
     """Compile for every level with CPU tensors and write
-    ``ws_gemm_{recorder}{suffix}_l{level}.ptx`` into ``out_dir``. Needs
+    ``ws_gemm_{recorder}{suffix}_l{level}.ptx`` into ``out_dir`` (``persistent``: the
+    persistent kernel). Needs
     ``CUTE_DSL_ARCH=sm_90a`` (and KEEP=ptx) in the environment when run without a GPU.
     Returns {level: path}."""
     import os
 
     import torch
 
-    gemm = WsGemm(GemmConfig(recorder=recorder, cluster_m=cluster[0], cluster_n=cluster[1]))
+    gemm = WsGemm(GemmConfig(recorder=recorder, cluster_m=cluster[0], cluster_n=cluster[1],
+                             persistent=persistent))
     a = torch.zeros(m, k, dtype=torch.bfloat16)
     b = torch.zeros(n, k, dtype=torch.bfloat16)
     c = torch.zeros(m, n, dtype=torch.bfloat16)
@@ -928,7 +1355,8 @@ def emit_ptx(out_dir: str, levels=(0, 1, 2), m: int = 1000, n: int = 1032, k: in
         ptx = compiled.__ptx__
         if not ptx:
             raise RuntimeError("no PTX kept: set CUTE_DSL_KEEP=ptx and CUTE_DSL_DUMP_DIR")
-        path = os.path.join(out_dir, f"ws_gemm_{recorder}{suffix}_l{level}.ptx")
+        kind = "persistent_" if persistent else ""
+        path = os.path.join(out_dir, f"ws_gemm_{kind}{recorder}{suffix}_l{level}.ptx")
         with open(path, "w") as f:
             f.write(ptx)
         paths[level] = path
@@ -947,7 +1375,19 @@ def _main(argv=None) -> int:
     ap.add_argument("--recorder", default="staged", choices=RECORDERS)
     ap.add_argument("--cluster-m", type=int, default=GemmConfig.cluster_m, choices=[1, 2])
     ap.add_argument("--cluster-n", type=int, default=GemmConfig.cluster_n, choices=[1, 2])
+    ap.add_argument("--persistent", action="store_true",
+                    help="the persistent kernel (one CTA per SM looping over tiles); with "
+                    "--emit-ptx: levels 0 and 2 of it, as ws_gemm_persistent_{recorder}"
+                    "_c{M}x{N}_l{level}.ptx, for the 1x1 and the default cluster")
     args = ap.parse_args(argv)
+    if args.emit_ptx and args.persistent:
+        for recorder in RECORDERS:
+            for cl in [(1, 1), (GemmConfig.cluster_m, GemmConfig.cluster_n)]:
+                for level, path in emit_ptx(args.emit_ptx, levels=(0, 2), recorder=recorder,
+                                            cluster=cl, suffix=f"_c{cl[0]}x{cl[1]}",
+                                            persistent=True).items():
+                    print(f"persistent {recorder} cluster {cl[0]}x{cl[1]} level {level}: {path}")
+        return 0
     if args.emit_ptx:
         import shutil
 
@@ -972,7 +1412,7 @@ def _main(argv=None) -> int:
     b = torch.randn(n, k, device="cuda").to(torch.bfloat16)
     c = torch.empty(m, n, device="cuda", dtype=torch.bfloat16)
     runner = CompiledWsGemm(GemmConfig(recorder=args.recorder, cluster_m=args.cluster_m,
-                                       cluster_n=args.cluster_n))
+                                       cluster_n=args.cluster_n, persistent=args.persistent))
     exp = expected_counts(runner.gemm, m, n, k, args.level)
     buf = alloc_prof(exp["total"])
     runner.prepare(a, b, c, buf, max(1, exp["total"]), args.level)()
