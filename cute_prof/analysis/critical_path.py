@@ -130,11 +130,22 @@ def match_records(trace: Trace, spec: PipelineSpec) -> PipelineData:
     np.maximum.at(g_last, g_inv, (ev["start_ns"] + ev["dur_ns"]).astype(np.float64))
     g_sm[g_inv] = ev["sm"]
     gi = np.searchsorted(g_uni, unit_group)
+    # a persistent CTA runs its tiles one after another: each tile spans its own records,
+    # the group's first tile from the group's first record (setup) and its last tile to the
+    # group's last record (epilogue, tail), so the units of an SM chain without overlap
+    u_first = np.full(units, np.inf)
+    u_last = np.full(units, -np.inf)
+    np.minimum.at(u_first, unit, starts)
+    np.maximum.at(u_last, unit, ends)
+    first_of_group = np.r_[True, unit_group[1:] != unit_group[:-1]]
+    last_of_group = np.r_[unit_group[1:] != unit_group[:-1], True]
+    unit_first = np.where(first_of_group, g_first[gi], u_first)
+    unit_last = np.where(last_of_group, g_last[gi], u_last)
     shape = (units, iters, n)
     return PipelineData(
         spec=spec, start=start.reshape(shape)[good], end=end.reshape(shape)[good],
         row=row.reshape(shape)[good], unit_group=unit_group[good], unit_tile=unit_tile[good],
-        unit_sm=g_sm[gi][good], unit_first=g_first[gi][good], unit_last=g_last[gi][good],
+        unit_sm=g_sm[gi][good], unit_first=unit_first[good], unit_last=unit_last[good],
         missing=int(missing_cells.sum()), extra=extra,
         dropped_units=np.stack([unit_group[bad_unit], unit_tile[bad_unit]], 1))
 
