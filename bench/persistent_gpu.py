@@ -238,7 +238,7 @@ def main(argv=None) -> int:
                 "non_persistent": W.CompiledWsGemm(W.GemmConfig())}
     # the variants' own level-2 traces: what really changed (and the load latency under a
     # 2-deep ring, which the 4-stage trace hardly ever shows: the "calibrated" prediction)
-    for name in ("p_stages2", "p_cluster1x1"):
+    for name in ("p_stages2", "p_stages3", "p_cluster1x1"):
         r = variants[name]
         vexp = W.expected_counts(r.gemm, m, n, k, 2)
         c = torch.empty(m, n, device="cuda", dtype=torch.bfloat16)
