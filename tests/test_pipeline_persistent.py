@@ -5,7 +5,7 @@ import numpy as np
 import pytest
 
 from cute_prof.analysis.critical_path import (
-    analyze_pipeline, blockers, critical_path, match_records, replay, what_if)
+    analyze_pipeline, blockers, critical_path, match_records, perfetto_outputs, replay, what_if)
 from cute_prof.analysis.model import load_pipeline
 from cute_prof.trace import EVENT_DTYPE, Trace
 
@@ -71,6 +71,7 @@ def test_tiles_are_units_with_their_own_spans():
     # first record (w_e(0) at 2200) to the CTA's last (the epilogue at 9100)
     assert data.unit_first.tolist() == [0, 2200] and data.unit_last.tolist() == [4100, 9100]
     assert data.missing == 0 and data.extra == 0
+    assert data.unit_prev.tolist() == [-1, 0]  # tile 1 follows tile 0 on the same ring
 
 
 def test_per_tile_critical_path_and_blockers():
@@ -87,15 +88,31 @@ def test_per_tile_critical_path_and_blockers():
     assert share.tolist() == [[0, 0, 0, 4000], [0, 0, 0, 4000]] and lat.sum() == 0
     by = {b["region"]: b for b in blockers(data)}
     # w_e(2), w_e(3): tile 0 waits 900 and 900 ns past its own start; tile 1 waits on
-    # c(0) (5600) from 4200: 1400, and on c(1) (6600) from 5700: 900
-    assert by["w_e"]["blocked"] == 4 and by["w_e"]["median_margin_ns"] == 900
-    assert by["w_e"]["blocked_ns_total"] == 900 + 900 + 1400 + 900
+    # c(0) (5600) from 4200: 1400, and on c(1) (6600) from 5700: 900. The ring is carried:
+    # tile 1's w_e(0), w_e(1) wait on tile 0's c(2) (3100) from 2200 and c(3) (4100) from
+    # 3200: 900 each
+    assert by["w_e"]["blocked"] == 6 and by["w_e"]["median_margin_ns"] == 900
+    assert by["w_e"]["blocked_ns_total"] == 900 * 5 + 1400
     assert by["w_e"]["blocked_by"] == "consumer:c"
     assert by["w_f"]["blocked"] == 0  # the consumer never waited for data
     report = analyze_pipeline(persistent_trace([(0, [TILE0, TILE1], EPILOGUES)]), spec)
     assert report["units"] == 2 and report["critical_path_share"]["consumer:c"] == 1.0
     assert [(w["group"], w["tile"], w["span_ns"]) for w in report["worst_units"]] == [
         (0, 1, 6400), (0, 0, 4100)]
+
+
+def test_carried_blocker_edges_cross_tiles():
+    spec = load_pipeline(SPEC)
+    trace = persistent_trace([(0, [TILE0, TILE1], EPILOGUES)])
+    flows, _, _ = perfetto_outputs(trace, spec)
+    ev = trace.events
+    edges = sorted((TAGS[ev["tag"][a]], int(ev["payload"][a]), TAGS[ev["tag"][b]],
+                    int(ev["payload"][b])) for a, b in zip(flows["src"], flows["dst"]))
+    # every blocked producer wait points at the consumer's release it waited for: within
+    # a tile item k waits on c(k - 2); tile 1's first two on tile 0's c(2), c(3)
+    assert edges == [("c", 0, "w_e", 2), ("c", 1, "w_e", 3),
+                     ("c", 2, "w_e", MODULO + 0), ("c", 3, "w_e", MODULO + 1),
+                     ("c", MODULO + 0, "w_e", MODULO + 2), ("c", MODULO + 1, "w_e", MODULO + 3)]
 
 
 def test_what_if_chains_tiles_of_a_cta():
@@ -127,6 +144,7 @@ def test_missing_and_extra_records_per_tile():
     # the tile with the hole is dropped, not guessed; the other three tiles stay
     assert data.dropped_units.tolist() == [[1, 1]]
     assert list(zip(data.unit_group.tolist(), data.unit_tile.tolist())) == [(0, 0), (0, 1), (1, 0)]
+    assert data.unit_prev.tolist() == [-1, 0, -1]
     report = analyze_pipeline(bad, spec)
     assert report["records_missing"] == 1 and report["records_extra"] == 1
     assert report["units_dropped"] == 1

@@ -44,6 +44,10 @@ class PipelineData:
     missing: int  # cells with fewer records than the role has tracks (units dropped)
     extra: int  # cells with more
     dropped_units: np.ndarray  # (group, tile) of units dropped for missing records
+    # (units,) the unit of the same group's previous tile (-1: none, or it was dropped).
+    # A persistent CTA carries its rings from tile to tile: the first waits of a tile
+    # depend on the previous tile's items
+    unit_prev: np.ndarray | None = None
 
     @property
     def shape(self):
@@ -142,12 +146,18 @@ def match_records(trace: Trace, spec: PipelineSpec) -> PipelineData:
     unit_first = np.where(first_of_group, g_first[gi], u_first)
     unit_last = np.where(last_of_group, g_last[gi], u_last)
     shape = (units, iters, n)
+    kept_group, kept_tile = unit_group[good], unit_tile[good]
+    unit_prev = np.full(kept_group.size, -1, dtype=np.int64)
+    if spec.tile_modulo:
+        follows = (kept_group[1:] == kept_group[:-1]) & (kept_tile[1:] == kept_tile[:-1] + 1)
+        unit_prev[1:][follows] = np.flatnonzero(follows)
     return PipelineData(
         spec=spec, start=start.reshape(shape)[good], end=end.reshape(shape)[good],
         row=row.reshape(shape)[good], unit_group=unit_group[good], unit_tile=unit_tile[good],
         unit_sm=g_sm[gi][good], unit_first=unit_first[good], unit_last=unit_last[good],
         missing=int(missing_cells.sum()), extra=extra,
-        dropped_units=np.stack([unit_group[bad_unit], unit_tile[bad_unit]], 1))
+        dropped_units=np.stack([unit_group[bad_unit], unit_tile[bad_unit]], 1),
+        unit_prev=unit_prev)
 
 
 # ---------------------------------------------------------------------------- model terms
@@ -218,17 +228,36 @@ def _cluster_index(data: PipelineData, shared_by: int) -> np.ndarray:
                      return_inverse=True)[1].reshape(-1)
 
 
+def _shift_items(data, times, owner, shift, iters):
+    """times[u, k - shift] (U, K) and the unit it belongs to; k - shift < 0 reaches into
+    the previous tile of the unit's CTA (a carried ring) where there is one, else nan."""
+    units = times.shape[0]
+    prev = data.unit_prev if data.unit_prev is not None else np.full(units, -1)
+    has_prev = prev >= 0
+    before = np.full((units, iters), np.nan)
+    before[has_prev] = times[prev[has_prev]]
+    before_owner = np.where(has_prev[:, None], owner[np.maximum(prev, 0)], -1)
+    ext = np.concatenate([before, times], 1)
+    ext_owner = np.concatenate([before_owner, owner], 1)
+    lo = max(shift - iters, 0)  # only the one previous tile
+    dep = np.full((units, iters), np.nan)
+    peer = np.repeat(np.arange(units)[:, None], iters, 1)
+    if lo < iters:
+        dep[:, lo:] = ext[:, iters - shift + lo:2 * iters - shift]
+        got = ext_owner[:, iters - shift + lo:2 * iters - shift]
+        peer[:, lo:] = np.where(got >= 0, got, peer[:, lo:])
+    return dep, peer
+
+
 def _dependency_times(data, spec, events, i, iters):
     """(U, K) time of the event wait region i waits on (nan: none), and the peer unit."""
     r = spec.regions[i]
     units = data.shape[0]
-    dep = np.full((units, iters), np.nan)
-    peer = np.repeat(np.arange(units)[:, None], iters, 1)
+    self_owner = np.repeat(np.arange(units)[:, None], iters, 1)
     if "consumes" in r.relations:
         rel = r.relations["consumes"]
         prod = events[rel.resource][0]
-        if rel.distance < iters:
-            dep[:, rel.distance:] = prod[:, :iters - rel.distance]
+        return _shift_items(data, prod, self_owner, rel.distance, iters)
     else:
         rel = r.relations["acquires"]
         res = spec.resource(rel.resource)
@@ -243,11 +272,8 @@ def _dependency_times(data, spec, events, i, iters):
             np.minimum.at(first, cluster, np.where(hit, np.arange(units)[:, None], units))
             released, owner = gmax[cluster], first[cluster]
         else:
-            owner = np.repeat(np.arange(units)[:, None], iters, 1)
-        if shift < iters:
-            dep[:, shift:] = released[:, :iters - shift]
-            peer[:, shift:] = owner[:, :iters - shift]
-    return dep, peer
+            owner = self_owner
+        return _shift_items(data, released, owner, shift, iters)
 
 
 @dataclass
@@ -664,7 +690,8 @@ def perfetto_outputs(trace: Trace, spec: PipelineSpec, *, max_units: int = 16):
         arm = terms[3][:, :, i] + terms[1][:, i][:, None]
         hit = (arm > data.start[:, :, i] + terms[2][i])
         uu, kk = np.nonzero(hit)
-        ks = np.minimum(kk - shift, iters - 1)
+        ks = kk - shift
+        ks = np.minimum(np.where(ks < 0, ks + iters, ks), iters - 1)  # < 0: previous tile
         ok = ks >= 0
         peer = terms[4][uu, kk, i]
         src_rows.append(data.row[peer[ok], ks[ok], s])
