@@ -36,6 +36,18 @@ their share of the peers' multicast), record like the others, and store nothing.
 The launch is ``grid = (cluster_m * clusters, cluster_n, 1)``, clusters rasterised in
 groups of ``group_m`` M-tiles like the 1 x 1 CTAs; 1 x 1 is the plain (non-cluster) launch.
 
+Persistent variant (``GemmConfig(persistent=True)``, ``WsGemm.kernel_persistent``): the
+grid is one CTA per SM in whole clusters (``persistent_ctas``, default the GPU's SM count;
+fewer when there are fewer cluster tiles), and cluster c of the ``launched`` ones runs the
+cluster work units c, c + launched, c + 2 * launched, ... (static round-robin, as CUTLASS's
+Hopper persistent GEMMs schedule), each rasterised like the non-persistent grid. The smem
+ring and the producer's and consumers' pipeline states carry from tile to tile: nothing is
+drained between tiles, so the producer loads the next tile while the consumers finish the
+last one's MMAs and epilogue; the epilogue's store pipeline also spans the tiles. Level-1
+records come once per tile (mainloop payload = the cluster work index), level-2 per-k-tile
+records carry ``payload = i * PERSISTENT_TILE_MODULO + k`` for the CTA's i-th tile
+(``PERSISTENT_TILE_MODULO = 2**16``); :func:`expected_counts` gives ``tiles_per_cta``.
+
 Profiling (``profile_level`` is a ``cutlass.Constexpr``; 0 compiles every probe out):
 
 =====  ==========================================  =========================================
@@ -64,7 +76,7 @@ one global atomic per record.
 Run (GPU):  python -m examples.ws_gemm --mnk 1000,1032,520 --level 2 [--cluster-m 1]
             python bench/ws_gemm_bench.py ; python examples/ws_gemm_profile.py
 PTX (CPU):  CUTE_DSL_ARCH=sm_90a CUTE_DSL_KEEP=ptx CUTE_DSL_DUMP_DIR=/tmp/d
-            python -m examples.ws_gemm --emit-ptx /tmp/d
+            python -m examples.ws_gemm --emit-ptx /tmp/d [--persistent]
 """
 
 from __future__ import annotations

@@ -1,7 +1,10 @@
 """Pipeline analysis over every unit (CTA or output tile) of a trace, and what-if replays.
 
 ``match_records`` turns records into dense per-unit arrays (unit x iteration x region),
-reporting missing and extra records instead of guessing. ``replay`` re-schedules the
+reporting missing and extra records instead of guessing; with ``tile_modulo`` each unit is
+one output tile and knows the previous tile of its CTA, whose items its first waits depend
+on (blockers, latencies and blocker edges follow that; the replay starts every tile at its
+measured start). ``replay`` re-schedules the
 measured work durations under a :class:`~cute_prof.analysis.model.PipelineSpec` (waits end
 when their resource event plus an inferred latency arrives), vectorised over units with a
 loop over iterations only. The critical path, blockers, ring occupancy and initiation

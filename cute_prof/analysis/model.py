@@ -2,7 +2,8 @@
 
 Roles come from :class:`~cute_prof.analysis.roles.RoleSpec` (tid rule); a *unit* is one
 group of that rule (a CTA), split further into output tiles for persistent kernels
-(``"tile_modulo"``: payload = tile * modulo + iteration). Resources are rings (``depth``
+(``"tile_modulo"``: payload = tile * modulo + iteration). The tiles of one group share its
+resources in tile order: a tile's first waits depend on the previous tile's last items. Resources are rings (``depth``
 slots) or states (depth 1). Each role runs, per iteration, its regions in the listed order;
 a region is a recorded tag and is either a ``wait`` (its end is gated by a resource event)
 or ``work`` (its duration is its own). Relations, each with an iteration ``distance``:
