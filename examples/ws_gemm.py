@@ -448,6 +448,114 @@ class WsGemm:
                 stream=stream,
             )
 
+    # ---------------------------------------------------------------- shared device pieces
+    # (plain methods, traced inline into both kernels)
+    def raster_groups(self, num_n_clusters):
+        """(group_m, clusters per group): clusters are rasterised in groups of ``group_m``
+        M-tiles that sweep N (L2 reuse)."""
+        group_m = max(1, self.cfg.group_m // self.cluster_mn[0])  # in clusters (the same M rows as 1 x 1)
+        return group_m, group_m * num_n_clusters
+
+    def tile_of_cluster(self, cluster_id, groups, num_m_clusters, rank_m, rank_n):
+        """(pid_m, pid_n) of a CTA: its cluster's place in the rasterisation (``groups`` from
+        :meth:`raster_groups`), then the CTA's place in its cluster."""
+        cm, cn = self.cluster_mn
+        group_m, tiles_per_group = groups
+        group_id = cluster_id // tiles_per_group
+        first_m = group_id * group_m
+        rows_in_group = cutlass.min(num_m_clusters - first_m, group_m)
+        in_group = cluster_id % tiles_per_group
+        pid_m = (first_m + in_group % rows_in_group) * cm + rank_m
+        pid_n = (in_group // rows_in_group) * cn + rank_n
+        return pid_m, pid_n
+
+    def make_ab_pipeline(self, storage, stage_bytes):
+        """The A/B ring's mbarrier pipeline (see the comment at the call in ``kernel``)."""
+        cm, cn = self.cluster_mn
+        return pipeline.PipelineTmaAsync.create(
+            barrier_storage=storage.mbar.data_ptr(),
+            num_stages=self.num_stages,
+            producer_group=pipeline.CooperativeGroup(pipeline.Agent.Thread),
+            consumer_group=pipeline.CooperativeGroup(
+                pipeline.Agent.Thread, self.num_consumer_warps * self.mcast_peers
+            ),
+            tx_count=stage_bytes,
+            cta_layout_vmnk=cute.make_layout((1, cm, cn, 1)),
+        )
+
+    def epilogue_copies(self, tiled_mma, sC, ctidx, acc):
+        """The epilogue's register -> smem copy (stmatrix) of this consumer thread:
+        (tiled copy, smem sub-tile ring, accumulator view, fp32 and bf16 staging registers,
+        their size)."""
+        copy_atom_r2s = sm90_utils.get_smem_store_op(
+            LayoutEnum.ROW_MAJOR, elem_ty_d=self.c_dtype, elem_ty_acc=self.acc_dtype
+        )
+        copy_atom_c = cute.make_copy_atom(
+            cute.nvgpu.warp.StMatrix8x8x16bOp(False, 4), self.c_dtype
+        )
+        tiled_copy_c_atom = cute.make_tiled_copy_C_atom(copy_atom_c, tiled_mma)
+        tiled_copy_r2s = cute.make_tiled_copy_S(copy_atom_r2s, tiled_copy_c_atom)
+        thr_copy_r2s = tiled_copy_r2s.get_slice(ctidx)
+        tRS_sD = thr_copy_r2s.partition_D(sC)  # (R2S, R2S_M, R2S_N, EPI_STAGE)
+        tRS_rAcc = tiled_copy_r2s.retile(acc)
+        rD_shape = cute.shape(thr_copy_r2s.partition_S(sC))
+        tRS_rD = cute.make_rmem_tensor(rD_shape[:3], self.acc_dtype)
+        tRS_rD_out = cute.make_rmem_tensor(rD_shape[:3], self.c_dtype)
+        return tiled_copy_r2s, tRS_sD, tRS_rAcc, tRS_rD, tRS_rD_out, cute.size(tRS_rD)
+
+    def make_store_pipe(self):
+        return pipeline.PipelineTmaStore.create(
+            num_stages=self.epi_stages,
+            producer_group=pipeline.CooperativeGroup(
+                pipeline.Agent.Thread, self.num_consumer_threads
+            ),
+        )
+
+    @cute.jit
+    def store_tile(self, copies, tma_atom_c, sC, gC, store_pipe, warp_idx, tile_valid):
+        """Convert the accumulators to bf16 and TMA-store the 128 x 256 tile ``gC`` in
+        128 x 32 sub-tiles through the ``epi_stages``-deep smem ring (``tile_valid``: False
+        for a cluster-padding CTA past the edge of C, which stores nothing)."""
+        tiled_copy_r2s, tRS_sD, tRS_rAcc, tRS_rD, tRS_rD_out, size_rD = copies
+        gC_epi = cute.zipped_divide(gC, self.epi_tile)  # ((EM, EN), (RM, RN))
+        bSG_sD, bSG_gD = cute.nvgpu.cpasync.tma_partition(
+            tma_atom_c,
+            0,
+            cute.make_layout(1),
+            cute.group_modes(sC, 0, 2),
+            gC_epi,
+        )
+        epi_rest = gC_epi.shape[1]
+        num_epi = cute.size(epi_rest)
+        epi_order = cute.make_layout(epi_rest, stride=(epi_rest[1], 1))
+        for e in cutlass.range_constexpr(num_epi):
+            for v in cutlass.range_constexpr(size_rD):
+                tRS_rD[v] = tRS_rAcc[e * size_rD + v]
+            tRS_rD_out.store(tRS_rD.load().to(self.c_dtype))
+            buf_idx = e % self.epi_stages
+            cute.copy(tiled_copy_r2s, tRS_rD_out, tRS_sD[(None, None, None, buf_idx)])
+            # make the generic-proxy smem writes visible to the TMA (async proxy)
+            cute.arch.fence_proxy("async.shared", space="cta")
+            self.epilog_barrier.arrive_and_wait()
+            if warp_idx == self.epi_store_warp:
+                if cutlass.const_expr(self.cluster_size > 1):
+                    # cluster padding: a CTA past the edge of C stores nothing
+                    if tile_valid:
+                        cute.copy(
+                            tma_atom_c,
+                            bSG_sD[(None, buf_idx)],
+                            bSG_gD[(None, epi_order.get_hier_coord(e))],
+                        )
+                else:
+                    cute.copy(
+                        tma_atom_c,
+                        bSG_sD[(None, buf_idx)],
+                        bSG_gD[(None, epi_order.get_hier_coord(e))],
+                    )
+                store_pipe.producer_commit()
+                store_pipe.producer_acquire()
+            self.epilog_barrier.arrive_and_wait()
+
     # ---------------------------------------------------------------- device kernel
     @cute.kernel
     def kernel(
@@ -495,14 +603,8 @@ class WsGemm:
             cluster_id = bidx // cm
             # linear CTA index for the tids: whole clusters in launch order
             cta_linear = cluster_id * self.cluster_size + cta_rank
-        group_m = max(1, self.cfg.group_m // cm)  # in clusters (the same M rows as 1 x 1)
-        tiles_per_group = group_m * num_n_clusters
-        group_id = cluster_id // tiles_per_group
-        first_m = group_id * group_m
-        rows_in_group = cutlass.min(num_m_clusters - first_m, group_m)
-        in_group = cluster_id % tiles_per_group
-        pid_m = (first_m + in_group % rows_in_group) * cm + rank_m
-        pid_n = (in_group // rows_in_group) * cn + rank_n
+        pid_m, pid_n = self.tile_of_cluster(cluster_id, self.raster_groups(num_n_clusters),
+                                            num_m_clusters, rank_m, rank_n)
 
         # ---- shared memory and the mainloop pipeline
         smem = _SmemAllocator()
@@ -517,16 +619,7 @@ class WsGemm:
         # PipelineTmaAsync picks the signalling lanes (lane r arrives on cluster rank r when
         # r shares a row or column with this CTA) and, for a cluster, ends with
         # fence.mbarrier_init + a cluster barrier so no peer arrives before init.
-        ab_pipe = pipeline.PipelineTmaAsync.create(
-            barrier_storage=storage.mbar.data_ptr(),
-            num_stages=self.num_stages,
-            producer_group=pipeline.CooperativeGroup(pipeline.Agent.Thread),
-            consumer_group=pipeline.CooperativeGroup(
-                pipeline.Agent.Thread, self.num_consumer_warps * self.mcast_peers
-            ),
-            tx_count=a_bytes + b_bytes,
-            cta_layout_vmnk=cute.make_layout((1, cm, cn, 1)),
-        )
+        ab_pipe = self.make_ab_pipeline(storage, a_bytes + b_bytes)
 
         sA = storage.sA.get_tensor(a_smem_staged.outer, swizzle=a_smem_staged.inner)
         sB = storage.sB.get_tensor(b_smem_staged.outer, swizzle=b_smem_staged.inner)
@@ -699,70 +792,12 @@ class WsGemm:
                 probe.stop(t_main, TAG_CONSUMER_MAINLOOP, payload=k_tiles)
 
             # ------------------------------------------------------------ epilogue
-            copy_atom_r2s = sm90_utils.get_smem_store_op(
-                LayoutEnum.ROW_MAJOR, elem_ty_d=self.c_dtype, elem_ty_acc=self.acc_dtype
-            )
-            copy_atom_c = cute.make_copy_atom(
-                cute.nvgpu.warp.StMatrix8x8x16bOp(False, 4), self.c_dtype
-            )
-            tiled_copy_c_atom = cute.make_tiled_copy_C_atom(copy_atom_c, tiled_mma)
-            tiled_copy_r2s = cute.make_tiled_copy_S(copy_atom_r2s, tiled_copy_c_atom)
-            thr_copy_r2s = tiled_copy_r2s.get_slice(ctidx)
-            tRS_sD = thr_copy_r2s.partition_D(sC)  # (R2S, R2S_M, R2S_N, EPI_STAGE)
-            tRS_rAcc = tiled_copy_r2s.retile(acc)
-            rD_shape = cute.shape(thr_copy_r2s.partition_S(sC))
-            tRS_rD = cute.make_rmem_tensor(rD_shape[:3], self.acc_dtype)
-            tRS_rD_out = cute.make_rmem_tensor(rD_shape[:3], self.c_dtype)
-            size_rD = cute.size(tRS_rD)
-
-            gC_epi = cute.zipped_divide(gC, self.epi_tile)  # ((EM, EN), (RM, RN))
-            bSG_sD, bSG_gD = cute.nvgpu.cpasync.tma_partition(
-                tma_atom_c,
-                0,
-                cute.make_layout(1),
-                cute.group_modes(sC, 0, 2),
-                gC_epi,
-            )
-            epi_rest = gC_epi.shape[1]
-            num_epi = cute.size(epi_rest)
-            epi_order = cute.make_layout(epi_rest, stride=(epi_rest[1], 1))
+            copies = self.epilogue_copies(tiled_mma, sC, ctidx, acc)
+            tile_valid = None
             if cutlass.const_expr(self.cluster_size > 1):
                 tile_valid = (pid_m < num_m_tiles) & (pid_n < num_n_tiles)
-
-            store_pipe = pipeline.PipelineTmaStore.create(
-                num_stages=self.epi_stages,
-                producer_group=pipeline.CooperativeGroup(
-                    pipeline.Agent.Thread, self.num_consumer_threads
-                ),
-            )
-            for e in cutlass.range_constexpr(num_epi):
-                for v in cutlass.range_constexpr(size_rD):
-                    tRS_rD[v] = tRS_rAcc[e * size_rD + v]
-                tRS_rD_out.store(tRS_rD.load().to(self.c_dtype))
-                buf_idx = e % self.epi_stages
-                cute.copy(tiled_copy_r2s, tRS_rD_out, tRS_sD[(None, None, None, buf_idx)])
-                # make the generic-proxy smem writes visible to the TMA (async proxy)
-                cute.arch.fence_proxy("async.shared", space="cta")
-                self.epilog_barrier.arrive_and_wait()
-                if warp_idx == self.epi_store_warp:
-                    if cutlass.const_expr(self.cluster_size > 1):
-                        # cluster padding: a CTA past the edge of C stores nothing
-                        if tile_valid:
-                            cute.copy(
-                                tma_atom_c,
-                                bSG_sD[(None, buf_idx)],
-                                bSG_gD[(None, epi_order.get_hier_coord(e))],
-                            )
-                    else:
-                        cute.copy(
-                            tma_atom_c,
-                            bSG_sD[(None, buf_idx)],
-                            bSG_gD[(None, epi_order.get_hier_coord(e))],
-                        )
-                    store_pipe.producer_commit()
-                    store_pipe.producer_acquire()
-                self.epilog_barrier.arrive_and_wait()
-
+            store_pipe = self.make_store_pipe()
+            self.store_tile(copies, tma_atom_c, sC, gC, store_pipe, warp_idx, tile_valid)
             if warp_idx == self.epi_store_warp:
                 store_pipe.producer_tail()
 
@@ -826,24 +861,14 @@ class WsGemm:
             launched = gdimx // cm
         total_clusters = num_m_clusters * num_n_clusters
         my_tiles = (total_clusters - first_cluster + launched - 1) // launched
-        group_m = max(1, self.cfg.group_m // cm)
-        tiles_per_group = group_m * num_n_clusters
+        groups = self.raster_groups(num_n_clusters)
 
         # ---- shared memory and the mainloop pipeline (as the non-persistent kernel)
         smem = _SmemAllocator()
         storage = smem.allocate(self.shared_storage)
         a_bytes = cute.size_in_bytes(self.ab_dtype, cute.slice_(a_smem_staged, (None, None, 0)))
         b_bytes = cute.size_in_bytes(self.ab_dtype, cute.slice_(b_smem_staged, (None, None, 0)))
-        ab_pipe = pipeline.PipelineTmaAsync.create(
-            barrier_storage=storage.mbar.data_ptr(),
-            num_stages=self.num_stages,
-            producer_group=pipeline.CooperativeGroup(pipeline.Agent.Thread),
-            consumer_group=pipeline.CooperativeGroup(
-                pipeline.Agent.Thread, self.num_consumer_warps * self.mcast_peers
-            ),
-            tx_count=a_bytes + b_bytes,
-            cta_layout_vmnk=cute.make_layout((1, cm, cn, 1)),
-        )
+        ab_pipe = self.make_ab_pipeline(storage, a_bytes + b_bytes)
         sA = storage.sA.get_tensor(a_smem_staged.outer, swizzle=a_smem_staged.inner)
         sB = storage.sB.get_tensor(b_smem_staged.outer, swizzle=b_smem_staged.inner)
         sC = storage.sC.get_tensor(epi_smem_staged.outer, swizzle=epi_smem_staged.inner)
@@ -895,12 +920,7 @@ class WsGemm:
                 )
                 for i in cutlass.range(my_tiles, unroll=1):
                     work = first_cluster + i * launched
-                    group_id = work // tiles_per_group
-                    first_m = group_id * group_m
-                    rows_in_group = cutlass.min(num_m_clusters - first_m, group_m)
-                    in_group = work % tiles_per_group
-                    pid_m = (first_m + in_group % rows_in_group) * cm + rank_m
-                    pid_n = (in_group // rows_in_group) * cn + rank_n
+                    pid_m, pid_n = self.tile_of_cluster(work, groups, num_m_clusters, rank_m, rank_n)
                     if cutlass.const_expr(profile_level >= 1):
                         t_main = probe.start()
                         t_a = t_main
@@ -969,28 +989,9 @@ class WsGemm:
             num_k_blocks = cute.size(tCrA, mode=[2])
             tiled_mma.set(cute.nvgpu.warpgroup.Field.ACCUMULATE, True)
 
-            # epilogue pieces that do not depend on the tile
-            copy_atom_r2s = sm90_utils.get_smem_store_op(
-                LayoutEnum.ROW_MAJOR, elem_ty_d=self.c_dtype, elem_ty_acc=self.acc_dtype
-            )
-            copy_atom_c = cute.make_copy_atom(
-                cute.nvgpu.warp.StMatrix8x8x16bOp(False, 4), self.c_dtype
-            )
-            tiled_copy_c_atom = cute.make_tiled_copy_C_atom(copy_atom_c, tiled_mma)
-            tiled_copy_r2s = cute.make_tiled_copy_S(copy_atom_r2s, tiled_copy_c_atom)
-            thr_copy_r2s = tiled_copy_r2s.get_slice(ctidx)
-            tRS_sD = thr_copy_r2s.partition_D(sC)
-            tRS_rAcc = tiled_copy_r2s.retile(acc)
-            rD_shape = cute.shape(thr_copy_r2s.partition_S(sC))
-            tRS_rD = cute.make_rmem_tensor(rD_shape[:3], self.acc_dtype)
-            tRS_rD_out = cute.make_rmem_tensor(rD_shape[:3], self.c_dtype)
-            size_rD = cute.size(tRS_rD)
-            store_pipe = pipeline.PipelineTmaStore.create(
-                num_stages=self.epi_stages,
-                producer_group=pipeline.CooperativeGroup(
-                    pipeline.Agent.Thread, self.num_consumer_threads
-                ),
-            )
+            # epilogue pieces that do not depend on the tile; the store pipeline spans tiles
+            copies = self.epilogue_copies(tiled_mma, sC, ctidx, acc)
+            store_pipe = self.make_store_pipe()
 
             if cutlass.const_expr(profile_level >= 1):
                 probe = cp.RoleRecorder(prof_buf, max_events, cons_tid, write_path=self.cfg.recorder)
@@ -1003,12 +1004,7 @@ class WsGemm:
             )
             for i in cutlass.range(my_tiles, unroll=1):
                 work = first_cluster + i * launched
-                group_id = work // tiles_per_group
-                first_m = group_id * group_m
-                rows_in_group = cutlass.min(num_m_clusters - first_m, group_m)
-                in_group = work % tiles_per_group
-                pid_m = (first_m + in_group % rows_in_group) * cm + rank_m
-                pid_n = (in_group // rows_in_group) * cn + rank_n
+                pid_m, pid_n = self.tile_of_cluster(work, groups, num_m_clusters, rank_m, rank_n)
                 base = i * PERSISTENT_TILE_MODULO
                 if cutlass.const_expr(profile_level >= 1):
                     t_main = probe.start()
@@ -1050,44 +1046,10 @@ class WsGemm:
 
                 # -------------------------------------------------------- epilogue
                 gC = gC_all[(None, None, pid_m, pid_n)]
-                gC_epi = cute.zipped_divide(gC, self.epi_tile)
-                bSG_sD, bSG_gD = cute.nvgpu.cpasync.tma_partition(
-                    tma_atom_c,
-                    0,
-                    cute.make_layout(1),
-                    cute.group_modes(sC, 0, 2),
-                    gC_epi,
-                )
-                epi_rest = gC_epi.shape[1]
-                num_epi = cute.size(epi_rest)
-                epi_order = cute.make_layout(epi_rest, stride=(epi_rest[1], 1))
+                tile_valid = None
                 if cutlass.const_expr(self.cluster_size > 1):
                     tile_valid = (pid_m < num_m_tiles) & (pid_n < num_n_tiles)
-                for e in cutlass.range_constexpr(num_epi):
-                    for v in cutlass.range_constexpr(size_rD):
-                        tRS_rD[v] = tRS_rAcc[e * size_rD + v]
-                    tRS_rD_out.store(tRS_rD.load().to(self.c_dtype))
-                    buf_idx = e % self.epi_stages
-                    cute.copy(tiled_copy_r2s, tRS_rD_out, tRS_sD[(None, None, None, buf_idx)])
-                    cute.arch.fence_proxy("async.shared", space="cta")
-                    self.epilog_barrier.arrive_and_wait()
-                    if warp_idx == self.epi_store_warp:
-                        if cutlass.const_expr(self.cluster_size > 1):
-                            if tile_valid:
-                                cute.copy(
-                                    tma_atom_c,
-                                    bSG_sD[(None, buf_idx)],
-                                    bSG_gD[(None, epi_order.get_hier_coord(e))],
-                                )
-                        else:
-                            cute.copy(
-                                tma_atom_c,
-                                bSG_sD[(None, buf_idx)],
-                                bSG_gD[(None, epi_order.get_hier_coord(e))],
-                            )
-                        store_pipe.producer_commit()
-                        store_pipe.producer_acquire()
-                    self.epilog_barrier.arrive_and_wait()
+                self.store_tile(copies, tma_atom_c, sC, gC, store_pipe, warp_idx, tile_valid)
                 if cutlass.const_expr(profile_level >= 1):
                     probe.stop(t_epi, TAG_EPILOGUE, payload=pid_m * 65536 + pid_n)
 
