@@ -223,23 +223,25 @@ def _flight_session(max_events, table, target, export, summary, clock_hz, group_
                 warnings.warn(f"profile_session could not read the flight recorder after the body failed: "
                               f"{type(inner).__name__}: {inner}", ProfileWarning, stacklevel=3)
         raise
-    if watchdog is not None and not wait_for_device(watchdog, stream=stream):
+    import torch
+
+    try:  # a fault (trap, illegal address, device assert) surfaces in the poll or the sync
+        finished = watchdog is None or wait_for_device(watchdog, stream=stream)
+        if finished:
+            if stream is not None:
+                stream.synchronize()
+            else:
+                torch.cuda.synchronize()
+    except Exception as exc:
+        report, where = report_problem(hung=False, error=f"{type(exc).__name__}: {exc}".splitlines()[0])
+        _add_note(exc, report.format() + where)
+        raise
+    if not finished:
         report, where = report_problem(hung=True, error=None)
         raise KernelHangError(
             f"kernel still running {watchdog:g} s after the profile_session block ended; positions "
             f"above{where}. The CUDA context cannot be recovered while it runs: end the process "
             f"(os._exit), a normal exit waits for the kernel forever.", report)
-    import torch
-
-    try:
-        if stream is not None:
-            stream.synchronize()
-        else:
-            torch.cuda.synchronize()
-    except Exception as exc:  # a trap, an illegal address, a device assert
-        report, where = report_problem(hung=False, error=f"{type(exc).__name__}: {exc}".splitlines()[0])
-        _add_note(exc, report.format() + where)
-        raise
     recorder.report = flight_report(recorder, tag_table=table)
     _finish(recorder.records, table, target, export, summary, clock_hz, group_by, metadata)
     recorder.trace = recorder.records.trace

@@ -221,3 +221,25 @@ def test_session_watchdog_rejects_bad_options(options, message):
     with pytest.raises(ProfileBufferError, match=message):
         with profile_session(64, TAGS, **options):
             pass
+
+
+def test_session_fault_seen_while_polling_is_reported(monkeypatch, tmp_path):
+    """The watchdog's poll is where an asynchronous fault surfaces first."""
+    import cute_prof.flight as flight
+    from cute_prof.session import profile_session
+
+    positions, now = hung_pipeline(ctas=2)
+    records, n_records = synthetic_records()
+    fake = SyntheticRecorder(positions, records)
+    monkeypatch.setattr(flight, "allocate_flight_recorder", lambda max_events, *, warps: fake)
+    monkeypatch.setattr(flight, "_now_globaltimer", lambda positions, launched: now)
+
+    def poll_fails(timeout, *, stream=None):
+        raise RuntimeError("CUDA error: an illegal memory access was encountered")
+
+    monkeypatch.setattr(flight, "wait_for_device", poll_fails)
+    with pytest.raises(RuntimeError, match="illegal memory access"):
+        with profile_session(64, TAGS, tmp_path / "t.json", watchdog=1.0, flight_warps=2 * WARPS_PER_CTA):
+            pass
+    assert fake.report.error.startswith("RuntimeError") and len(fake.trace.events) == n_records
+    assert (tmp_path / "t.json").exists()
