@@ -77,33 +77,49 @@ def build():
         rec = cp.WarpRecorder(buf, max_events, track, enabled=mode == "staged")
         srec = SliceRecorder(buf, track, ordered=mode == "slices",
                              enabled=mode in ("slices", "slices_unordered"))
-        for i in cutlass.range(ITERS, unroll=1):
-            record = ((i & mask) == 0) & (warp < rec_warps)
-            t = Int64(0)
-            if cutlass.const_expr(mode in ("atomic", "staged")):
-                if record:
-                    t = cp.read_globaltimer()
-            if cutlass.const_expr(mode == "iket"):
-                token = iket.range_start("iter")
-            for _ in cutlass.range_constexpr(fmas // CHAINS):
-                x = x * a + b
-                if cutlass.const_expr(CHAINS >= 2):
-                    y = y * a + b
-                if cutlass.const_expr(CHAINS == 4):
-                    z = z * a + b
-                    w = w * a + b
-            if cutlass.const_expr(mode == "iket"):
-                iket.range_end(token)
-            if cutlass.const_expr(mode not in ("off", "iket")):
-                if record:
-                    if cutlass.const_expr(mode == "atomic"):
-                        cp.profile_stop(buf, t, 1, track, max_events, guard="lane0")
-                    if cutlass.const_expr(mode == "staged"):
-                        rec.stop(t, 1)
-                    if cutlass.const_expr(mode in ("slices", "slices_unordered")):
-                        srec.end(1)
-                    if cutlass.const_expr(mode == "scaffold"):
-                        inline_asm(None, [], "{\n}", "~{memory}")
+        nested = mode.startswith(("iket_s", "nest_s"))
+        ranged = mode.startswith("iket_s")
+        nest_stride = int(mode.split("_s")[1]) if nested else 1
+        if cutlass.const_expr(nested):
+            # IKET's ranges cannot sit under a dynamic `if`: one range per outer iteration
+            # around `stride` unrolled iterations; nest_sN is the same loop nest unprofiled.
+            for _o in cutlass.range(ITERS // nest_stride, unroll=1):
+                if cutlass.const_expr(ranged):
+                    token = iket.range_start("iter")
+                for _s in cutlass.range_constexpr(nest_stride):
+                    for _ in cutlass.range_constexpr(fmas // CHAINS):
+                        x = x * a + b
+                        if cutlass.const_expr(CHAINS >= 2):
+                            y = y * a + b
+                        if cutlass.const_expr(CHAINS == 4):
+                            z = z * a + b
+                            w = w * a + b
+                if cutlass.const_expr(ranged):
+                    iket.range_end(token)
+        else:
+            for i in cutlass.range(ITERS, unroll=1):
+                record = ((i & mask) == 0) & (warp < rec_warps)
+                t = Int64(0)
+                if cutlass.const_expr(mode in ("atomic", "staged")):
+                    if record:
+                        t = cp.read_globaltimer()
+                for _ in cutlass.range_constexpr(fmas // CHAINS):
+                    x = x * a + b
+                    if cutlass.const_expr(CHAINS >= 2):
+                        y = y * a + b
+                    if cutlass.const_expr(CHAINS == 4):
+                        z = z * a + b
+                        w = w * a + b
+                if cutlass.const_expr(mode != "off"):
+                    if record:
+                        if cutlass.const_expr(mode == "atomic"):
+                            cp.profile_stop(buf, t, 1, track, max_events, guard="lane0")
+                        if cutlass.const_expr(mode == "staged"):
+                            rec.stop(t, 1)
+                        if cutlass.const_expr(mode in ("slices", "slices_unordered")):
+                            srec.end(1)
+                        if cutlass.const_expr(mode == "scaffold"):
+                            inline_asm(None, [], "{\n}", "~{memory}")
         if cutlass.const_expr(close):
             rec.flush()
             srec.close()
