@@ -40,7 +40,9 @@ MODES = {
     "slices_unordered": "SliceRecorder(ordered=False): same, no bar.warp.sync before the read",
     "scaffold": "the bench's own per-iteration record test and branch around an empty asm block",
 }
-CHAINS = int(os.environ.get("OVERHEAD_CHAINS", "1"))  # independent FMA chains per thread
+CHAINS = int(os.environ.get("OVERHEAD_CHAINS", "4"))  # independent FMA chains per thread (1, 2 or 4)
+if CHAINS not in (1, 2, 4):
+    raise SystemExit(f"OVERHEAD_CHAINS must be 1, 2 or 4, got {CHAINS}")
 PER_WARP = ITERS  # slice capacity for timing: every record fits
 
 
@@ -53,6 +55,11 @@ def build():
     from cute_prof.device.ptx import inline_asm
     from cute_prof.device.slices import SliceRecorder
 
+    try:  # NVIDIA IKET's ranges, for the side-by-side run under run-iket (bench/overhead_peers.py)
+        from cutlass.cute.experimental import iket
+    except ImportError:  # pragma: no cover - older nvidia-cutlass-dsl
+        iket = None
+
     @cute.kernel
     def probe(buf: cute.Tensor, data: cute.Tensor, max_events: Int32, mask: Int32,
               rec_warps: Int32, fmas: cutlass.Constexpr, mode: cutlass.Constexpr, close: cutlass.Constexpr):
@@ -64,34 +71,59 @@ def build():
         a = x * 0.5 + 1.0
         b = x * 0.25
         y = x + 1.0
+        z = x + 2.0
+        w = x + 3.0
         track = bidx * WARPS + warp
         rec = cp.WarpRecorder(buf, max_events, track, enabled=mode == "staged")
         srec = SliceRecorder(buf, track, ordered=mode == "slices",
                              enabled=mode in ("slices", "slices_unordered"))
-        for i in cutlass.range(ITERS, unroll=1):
-            record = ((i & mask) == 0) & (warp < rec_warps)
-            t = Int64(0)
-            if cutlass.const_expr(mode in ("atomic", "staged")):
-                if record:
-                    t = cp.read_globaltimer()
-            for _ in cutlass.range_constexpr(fmas // CHAINS):
-                x = x * a + b
-                if cutlass.const_expr(CHAINS == 2):
-                    y = y * a + b
-            if cutlass.const_expr(mode != "off"):
-                if record:
-                    if cutlass.const_expr(mode == "atomic"):
-                        cp.profile_stop(buf, t, 1, track, max_events, guard="lane0")
-                    if cutlass.const_expr(mode == "staged"):
-                        rec.stop(t, 1)
-                    if cutlass.const_expr(mode in ("slices", "slices_unordered")):
-                        srec.end(1)
-                    if cutlass.const_expr(mode == "scaffold"):
-                        inline_asm(None, [], "{\n}", "~{memory}")
+        nested = mode.startswith(("iket_s", "nest_s"))
+        ranged = mode.startswith("iket_s")
+        nest_stride = int(mode.split("_s")[1]) if nested else 1
+        if cutlass.const_expr(nested):
+            # IKET's ranges cannot sit under a dynamic `if`: one range per outer iteration
+            # around `stride` unrolled iterations; nest_sN is the same loop nest unprofiled.
+            for _o in cutlass.range(ITERS // nest_stride, unroll=1):
+                if cutlass.const_expr(ranged):
+                    token = iket.range_start("iter")
+                for _s in cutlass.range_constexpr(nest_stride):
+                    for _ in cutlass.range_constexpr(fmas // CHAINS):
+                        x = x * a + b
+                        if cutlass.const_expr(CHAINS >= 2):
+                            y = y * a + b
+                        if cutlass.const_expr(CHAINS == 4):
+                            z = z * a + b
+                            w = w * a + b
+                if cutlass.const_expr(ranged):
+                    iket.range_end(token)
+        else:
+            for i in cutlass.range(ITERS, unroll=1):
+                record = ((i & mask) == 0) & (warp < rec_warps)
+                t = Int64(0)
+                if cutlass.const_expr(mode in ("atomic", "staged")):
+                    if record:
+                        t = cp.read_globaltimer()
+                for _ in cutlass.range_constexpr(fmas // CHAINS):
+                    x = x * a + b
+                    if cutlass.const_expr(CHAINS >= 2):
+                        y = y * a + b
+                    if cutlass.const_expr(CHAINS == 4):
+                        z = z * a + b
+                        w = w * a + b
+                if cutlass.const_expr(mode != "off"):
+                    if record:
+                        if cutlass.const_expr(mode == "atomic"):
+                            cp.profile_stop(buf, t, 1, track, max_events, guard="lane0")
+                        if cutlass.const_expr(mode == "staged"):
+                            rec.stop(t, 1)
+                        if cutlass.const_expr(mode in ("slices", "slices_unordered")):
+                            srec.end(1)
+                        if cutlass.const_expr(mode == "scaffold"):
+                            inline_asm(None, [], "{\n}", "~{memory}")
         if cutlass.const_expr(close):
             rec.flush()
             srec.close()
-        data[gidx] = x + y
+        data[gidx] = x + y + z + w
 
     @cute.jit
     def launch(buf: cute.Tensor, data: cute.Tensor, max_events: Int32, mask: Int32, rec_warps: Int32,

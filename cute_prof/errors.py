@@ -29,3 +29,16 @@ class ProfileWarning(UserWarning):
 
     Filter it like any warning, e.g. ``warnings.simplefilter("error", ProfileWarning)``
     to make a CI run fail when a buffer was too small."""
+
+
+class KernelHangError(RuntimeError):
+    """A profiled launch was still running when its watchdog expired.
+
+    ``report`` (a :class:`cute_prof.flight.FlightReport`) says where every recording warp
+    was; the partial trace has been written. The CUDA context cannot be recovered while the
+    kernel runs: end the process (``os._exit``), since a normal interpreter exit waits for
+    the kernel forever."""
+
+    def __init__(self, message: str, report=None):
+        super().__init__(message)
+        self.report = report

@@ -38,9 +38,11 @@ __all__ = [
     "FlightReport",
     "allocate_flight_recorder",
     "diagnose",
+    "flight_report",
     "load_dump",
     "run_catching",
     "save_dump",
+    "wait_for_device",
     "watch",
 ]
 
@@ -58,6 +60,8 @@ class FlightRecorder:
         self.warps = int(warps)
         self.slots = self.warps * layout.FLIGHT_DEPTH
         self.launched_host_ns: int | None = None
+        self.report: FlightReport | None = None  # set by profile_session's flight mode
+        self.trace: Trace | None = None
 
     def records_address(self) -> int:
         """Device address of the record buffer (pass as ``cute.runtime.make_ptr``)."""
@@ -229,7 +233,10 @@ def _now_globaltimer(position_words, launched_host_ns: int | None) -> int | None
     return int(stamped.min()) + (time.monotonic_ns() - launched_host_ns)
 
 
-def _report(recorder: FlightRecorder, tag_table, *, hung: bool, error: str | None, output) -> FlightReport:
+def flight_report(recorder: FlightRecorder, *, tag_table=None, hung: bool = False,
+                  error: str | None = None, output: str | os.PathLike | None = None) -> FlightReport:
+    """Read positions and records from the mapped memory (no CUDA call), diagnose, decode,
+    and write the (partial) trace to ``output`` when given."""
     positions = recorder.position_words()
     records = recorder.record_words()
     report = diagnose(positions, now_ns=_now_globaltimer(positions, recorder.launched_host_ns), tag_table=tag_table)
@@ -240,6 +247,24 @@ def _report(recorder: FlightRecorder, tag_table, *, hung: bool, error: str | Non
     return report
 
 
+def wait_for_device(timeout: float, *, stream=None, poll: float = 0.01) -> bool:
+    """True once all work queued so far on ``stream`` (default: the current one) has
+    finished, False after ``timeout`` seconds. Polls an event: never blocks on a hung kernel."""
+    import torch
+
+    if not timeout > 0:
+        raise ProfileBufferError(f"timeout must be positive seconds, got {timeout}")
+    done = torch.cuda.Event()
+    done.record(stream)
+    deadline = time.monotonic() + float(timeout)
+    while True:
+        if done.query():
+            return True
+        if time.monotonic() >= deadline:
+            return False
+        time.sleep(poll)
+
+
 def watch(launch: Callable[[], Any], recorder: FlightRecorder, *, timeout: float, tag_table=None,
           output: str | os.PathLike | None = None, poll: float = 0.01) -> FlightReport:
     """Run ``launch()`` (it enqueues the kernel on the current stream) and wait up to
@@ -248,19 +273,14 @@ def watch(launch: Callable[[], Any], recorder: FlightRecorder, *, timeout: float
     to ``output``; the process must then be killed -- the stuck context cannot be freed."""
     import torch
 
-    if timeout <= 0:
+    if not timeout > 0:
         raise ProfileBufferError(f"timeout must be positive seconds, got {timeout}")
     recorder.launched_host_ns = time.monotonic_ns()
     launch()
-    done = torch.cuda.Event()
-    done.record()
-    deadline = time.monotonic() + float(timeout)
-    while time.monotonic() < deadline:
-        if done.query():
-            torch.cuda.synchronize()
-            return _report(recorder, tag_table, hung=False, error=None, output=output)
-        time.sleep(poll)
-    return _report(recorder, tag_table, hung=True, error=None, output=output)
+    if wait_for_device(timeout, poll=poll):
+        torch.cuda.synchronize()
+        return flight_report(recorder, tag_table=tag_table, output=output)
+    return flight_report(recorder, tag_table=tag_table, hung=True, output=output)
 
 
 def run_catching(launch: Callable[[], Any], recorder: FlightRecorder, *, tag_table=None,
@@ -275,10 +295,10 @@ def run_catching(launch: Callable[[], Any], recorder: FlightRecorder, *, tag_tab
         launch()
         torch.cuda.synchronize()
     except Exception as exc:
-        report = _report(recorder, tag_table, hung=False, error=f"{type(exc).__name__}: {exc}".splitlines()[0], output=output)
+        report = flight_report(recorder, tag_table=tag_table, error=f"{type(exc).__name__}: {exc}".splitlines()[0], output=output)
         on_report(report)
         raise
-    return _report(recorder, tag_table, hung=False, error=None, output=output)
+    return flight_report(recorder, tag_table=tag_table, output=output)
 
 
 # ----------------------------------------------------------------------------------------

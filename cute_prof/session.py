@@ -24,7 +24,9 @@ from __future__ import annotations
 
 import contextlib
 import os
+import sys
 import threading
+import time
 import warnings
 from collections.abc import Iterator
 from pathlib import Path
@@ -32,7 +34,7 @@ from typing import Any
 
 from .buffer import ProfileBuffer, allocate_profile_buffer
 from .decode import decode_buffer, warn_about_losses
-from .errors import ProfileBufferError, ProfileWarning
+from .errors import KernelHangError, ProfileBufferError, ProfileWarning
 from .export.chrome_json import GROUP_BY_CHOICES
 from .files import check_output_path
 from .tags import as_tag_table
@@ -135,6 +137,8 @@ def profile_session(
     clock_hz: float | None = None,
     group_by: str = "device",
     metadata: dict[str, Any] | None = None,
+    watchdog: float | None = None,
+    flight_warps: int | None = None,
 ) -> Iterator[ProfileBuffer]:
     """Allocate a profile buffer, yield it, then decode (and export) on exit.
 
@@ -147,6 +151,15 @@ def profile_session(
     After the block, the yielded buffer's ``.trace``, ``.events`` and ``.overflow`` hold
     the result. Lost records (overflow, incomplete, invalid) raise ProfileWarning with the
     exact counts.
+
+    ``flight_warps=N`` (the number of recording warps of the launch) yields a
+    :class:`cute_prof.flight.FlightRecorder` instead: records and per-warp positions in
+    pinned host memory that stays readable while a kernel hangs and after it faults.
+    ``watchdog=seconds`` (needs ``flight_warps``) bounds the wait at the end of the block:
+    still running then, the session prints where every warp is, writes the partial trace
+    and raises :class:`cute_prof.errors.KernelHangError` (end the process then). A kernel
+    that faults gets the same report (printed, and attached to the CUDA error as a note)
+    before the error propagates.
     """
     table = as_tag_table(tag_names)
     target = None
@@ -155,6 +168,10 @@ def profile_session(
         _trace_format(target)
     if group_by not in GROUP_BY_CHOICES:
         raise ProfileBufferError(f"group_by must be one of {GROUP_BY_CHOICES}, got {group_by!r}")
+    if watchdog is not None or flight_warps is not None:
+        yield from _flight_session(max_events, table, target, export, summary, clock_hz, group_by,
+                                   metadata, watchdog=watchdog, flight_warps=flight_warps, stream=stream)
+        return
     buffer = allocate_profile_buffer(max_events, device=device, stream=stream)
     try:
         yield buffer
@@ -170,6 +187,70 @@ def profile_session(
             )
         raise
     _finish(buffer, table, target, export, summary, clock_hz, group_by, metadata)
+
+
+def _flight_session(max_events, table, target, export, summary, clock_hz, group_by, metadata, *,
+                    watchdog, flight_warps, stream):
+    """The body of ``profile_session`` in flight-recorder mode (see its docstring)."""
+    from .flight import allocate_flight_recorder, flight_report, wait_for_device
+
+    if flight_warps is None:
+        raise ProfileBufferError(
+            "watchdog= needs flight_warps=N (the recording warps of the launch: CTAs x warps "
+            "per CTA) so that every warp's position has a slot in host memory")
+    if watchdog is not None and not (isinstance(watchdog, (int, float)) and watchdog > 0):
+        raise ProfileBufferError(f"watchdog must be a positive number of seconds, got {watchdog!r}")
+    recorder = allocate_flight_recorder(max_events, warps=flight_warps)
+    recorder.launched_host_ns = time.monotonic_ns()
+    should_export = export_enabled() if export is None else bool(export)
+    partial = target if should_export else None
+
+    def report_problem(*, hung: bool, error: str | None):
+        report = flight_report(recorder, tag_table=table, hung=hung, error=error, output=partial)
+        recorder.report, recorder.trace = report, report.trace
+        where = f"\npartial trace: {partial}" if partial is not None else ""
+        print(report.format() + where, file=sys.stderr, flush=True)
+        return report, where
+
+    try:
+        yield recorder
+    except BaseException as exc:
+        if not isinstance(exc, KeyboardInterrupt):
+            try:
+                report, where = report_problem(hung=False, error=f"{type(exc).__name__}: {exc}".splitlines()[0])
+                _add_note(exc, report.format() + where)
+            except Exception as inner:  # never hide the body's exception behind ours
+                warnings.warn(f"profile_session could not read the flight recorder after the body failed: "
+                              f"{type(inner).__name__}: {inner}", ProfileWarning, stacklevel=3)
+        raise
+    import torch
+
+    try:  # a fault (trap, illegal address, device assert) surfaces in the poll or the sync
+        finished = watchdog is None or wait_for_device(watchdog, stream=stream)
+        if finished:
+            if stream is not None:
+                stream.synchronize()
+            else:
+                torch.cuda.synchronize()
+    except Exception as exc:
+        report, where = report_problem(hung=False, error=f"{type(exc).__name__}: {exc}".splitlines()[0])
+        _add_note(exc, report.format() + where)
+        raise
+    if not finished:
+        report, where = report_problem(hung=True, error=None)
+        raise KernelHangError(
+            f"kernel still running {watchdog:g} s after the profile_session block ended; positions "
+            f"above{where}. The CUDA context cannot be recovered while it runs: end the process "
+            f"(os._exit), a normal exit waits for the kernel forever.", report)
+    recorder.report = flight_report(recorder, tag_table=table)
+    _finish(recorder.records, table, target, export, summary, clock_hz, group_by, metadata)
+    recorder.trace = recorder.records.trace
+
+
+def _add_note(exc: BaseException, note: str) -> None:
+    """Attach the flight report to an exception (Python 3.11+: shown in its traceback)."""
+    if hasattr(exc, "add_note"):
+        exc.add_note(note)
 
 
 def _finish(buffer, table, target, export, summary, clock_hz, group_by, metadata) -> None:

@@ -131,3 +131,115 @@ def test_dump_roundtrip_and_cli(tmp_path):
     assert "12 warps (warp 1,2,3 of 4 CTAs) wait in 'wait_full' payload=37 depth 1 for 2.1 s" in out
     assert "3 records decoded" in out
     assert out.startswith("kernel hung")
+
+
+# ---- profile_session's flight mode, with the device side replaced by synthetic memory ----
+
+class SyntheticRecorder:
+    """Stands in for FlightRecorder: what the mapped memory holds at the moment of reading."""
+
+    def __init__(self, positions, records):
+        self.positions, self.records_words = positions, records
+        self.launched_host_ns = None
+        self.report = self.trace = None
+        self.records = None
+
+    def position_words(self):
+        return self.positions.copy()
+
+    def record_words(self):
+        return self.records_words.copy()
+
+
+def synthetic_records(n_per_track=3, tracks=4):
+    """A record buffer as the ops leave it: ``wait_full`` regions k = 0.. on each track."""
+    words = np.zeros(layout.buffer_words(64), dtype=np.int64)
+    n = n_per_track * tracks
+    words[layout.COUNTER_INDEX] = n
+    track, k = np.divmod(np.arange(n), n_per_track)
+    slots = np.arange(n)
+    words[layout.record_word_index(slots, layout.WORD_START)] = 1_000 + 100 * k
+    words[layout.record_word_index(slots, layout.WORD_DUR)] = 50
+    words[layout.record_word_index(slots, layout.WORD_TAG)] = layout.encode_tag_words(
+        np.full(n, TAGS.index("wait_full")), payload=k)
+    words[layout.record_word_index(slots, layout.WORD_TID)] = layout.encode_tid_words(track)
+    return words, n
+
+
+def test_session_watchdog_reports_hang_and_writes_partial_trace(monkeypatch, tmp_path):
+    import cute_prof.flight as flight
+    from cute_prof.errors import KernelHangError
+    from cute_prof.session import profile_session
+
+    positions, now = hung_pipeline(ctas=8)
+    records, n_records = synthetic_records()
+    fake = SyntheticRecorder(positions, records)
+    monkeypatch.setattr(flight, "allocate_flight_recorder", lambda max_events, *, warps: fake)
+    waited = []
+    monkeypatch.setattr(flight, "wait_for_device", lambda timeout, *, stream=None: waited.append(timeout) or False)
+    monkeypatch.setattr(flight, "_now_globaltimer", lambda positions, launched: now)
+    out = tmp_path / "partial.json"
+    with pytest.raises(KernelHangError) as caught:
+        with profile_session(64, TAGS, out, watchdog=2.5, flight_warps=8 * WARPS_PER_CTA) as rec:
+            assert rec is fake
+    assert waited == [2.5]
+    report = caught.value.report
+    assert report.hung and "partial.json" in str(caught.value) and "os._exit" in str(caught.value)
+    wait = [g for g in report.groups if g["open"] and g["name"] == "wait_full"]
+    assert wait[0]["warps"] == 8 * 3 and wait[0]["payload"] == 37 and wait[0]["since_min_ns"] == 2_100_000_000
+    assert len(report.trace.events) == n_records
+    assert out.exists() and out.stat().st_size > 0
+
+
+def test_session_fault_attaches_report_to_the_error(monkeypatch, tmp_path, capsys):
+    import cute_prof.flight as flight
+    from cute_prof.session import profile_session
+
+    positions, now = hung_pipeline(ctas=2)
+    records, n_records = synthetic_records()
+    fake = SyntheticRecorder(positions, records)
+    monkeypatch.setattr(flight, "allocate_flight_recorder", lambda max_events, *, warps: fake)
+    monkeypatch.setattr(flight, "_now_globaltimer", lambda positions, launched: now)
+    with pytest.raises(RuntimeError, match="illegal memory access") as caught:
+        with profile_session(64, TAGS, tmp_path / "t.json", flight_warps=2 * WARPS_PER_CTA):
+            raise RuntimeError("CUDA error: an illegal memory access was encountered")
+    assert fake.report is not None and fake.report.error.startswith("RuntimeError")
+    assert len(fake.trace.events) == n_records
+    if sys.version_info >= (3, 11):
+        assert any("wait in 'wait_full' payload=37" in note for note in caught.value.__notes__)
+    assert "kernel faulted" in capsys.readouterr().err
+
+
+@pytest.mark.parametrize("options, message", [
+    ({"watchdog": 2.0}, "flight_warps"),
+    ({"watchdog": 0, "flight_warps": 4}, "positive"),
+    ({"watchdog": "2", "flight_warps": 4}, "positive"),
+])
+def test_session_watchdog_rejects_bad_options(options, message):
+    from cute_prof.session import profile_session
+
+    with pytest.raises(ProfileBufferError, match=message):
+        with profile_session(64, TAGS, **options):
+            pass
+
+
+def test_session_fault_seen_while_polling_is_reported(monkeypatch, tmp_path):
+    """The watchdog's poll is where an asynchronous fault surfaces first."""
+    import cute_prof.flight as flight
+    from cute_prof.session import profile_session
+
+    positions, now = hung_pipeline(ctas=2)
+    records, n_records = synthetic_records()
+    fake = SyntheticRecorder(positions, records)
+    monkeypatch.setattr(flight, "allocate_flight_recorder", lambda max_events, *, warps: fake)
+    monkeypatch.setattr(flight, "_now_globaltimer", lambda positions, launched: now)
+
+    def poll_fails(timeout, *, stream=None):
+        raise RuntimeError("CUDA error: an illegal memory access was encountered")
+
+    monkeypatch.setattr(flight, "wait_for_device", poll_fails)
+    with pytest.raises(RuntimeError, match="illegal memory access"):
+        with profile_session(64, TAGS, tmp_path / "t.json", watchdog=1.0, flight_warps=2 * WARPS_PER_CTA):
+            pass
+    assert fake.report.error.startswith("RuntimeError") and len(fake.trace.events) == n_records
+    assert (tmp_path / "t.json").exists()

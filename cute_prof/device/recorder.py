@@ -9,6 +9,7 @@ from cutlass.cutlass_dsl import T
 
 from .. import layout
 from ..errors import ProfileBufferError
+from .flight import flight_enter, flight_leave
 from .ops import profile_start, profile_stop
 from .ptx import (
     LINEAR_TID_LINES,
@@ -241,10 +242,18 @@ class RoleRecorder:
     ``rec.stop(t, tag, end=t2)`` closes a region at a timestamp already read, so back-to-back
     regions share their boundary exactly; ``rec.flush()`` before the warp exits (a no-op on
     the direct path). The staged registers travel through dynamic loops and branches like
-    any DSL value, so calls inside ``cutlass.range`` loops work."""
+    any DSL value, so calls inside ``cutlass.range`` loops work.
+
+    ``flight=(positions, slots)`` (a flight recorder's position region, see
+    ``cute_prof.flight``) makes ``rec.enter(tag, payload=k, depth=d)`` / ``rec.leave(depth=d)``
+    mark where the warp is, for hang and crash reports; without it they emit nothing."""
 
     def __init__(self, buf, max_events, tid, *, write_path: str = "staged", enabled=None,
-                 _rec=None):
+                 flight=None, _rec=None):
+        if flight is not None and (not isinstance(flight, tuple) or len(flight) != 2):
+            raise ProfileBufferError("flight must be a (positions, slots) pair: the flight recorder's "
+                                     "position region and its slot count, as kernel arguments")
+        self.flight = flight
         if write_path not in WRITE_PATHS:
             raise ProfileBufferError(f"write_path must be one of {WRITE_PATHS}, got {write_path!r}")
         self.buf, self.max_events, self.tid = buf, max_events, tid
@@ -261,7 +270,18 @@ class RoleRecorder:
     def __new_from_mlir_values__(self, values):
         rec = None if self._rec is None else self._rec.__new_from_mlir_values__(values)
         return RoleRecorder(self.buf, self.max_events, self.tid, write_path=self.write_path,
-                            enabled=self.enabled, _rec=rec)
+                            enabled=self.enabled, flight=self.flight, _rec=rec)
+
+    def enter(self, tag, *, payload=0, depth: int = 0):
+        """Flight recorder: mark ``tag`` (payload: k-tile, stage) entered at nesting ``depth``,
+        so a hang report names it. No code at all unless built with ``flight=``."""
+        if self.flight is not None and self.enabled:
+            flight_enter(self.flight[0], self.flight[1], tag, payload=payload, depth=depth)
+
+    def leave(self, *, depth: int = 0):
+        """Flight recorder: mark the region open at ``depth`` left."""
+        if self.flight is not None and self.enabled:
+            flight_leave(self.flight[0], self.flight[1], depth=depth)
 
     def start(self):
         """The region's start timestamp (``%globaltimer``)."""

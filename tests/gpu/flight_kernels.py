@@ -82,9 +82,17 @@ def pipeline_kernel(rec: cute.Pointer, max_events: Int32, pos: cute.Pointer, slo
         flight_leave(pos, slots, depth=0, fence=fence)
 
 
+@dsl_user_op
+def store_to_unmapped_address(*, loc=None, ip=None):
+    """A global store to an address no allocation covers: an illegal-address fault."""
+    llvm.inline_asm(None, [], "{ .reg .b64 bad; mov.b64 bad, 0x7f0000000008; st.global.u32 [bad], 1; }",
+                    "~{memory}", has_side_effects=True, is_align_stack=False,
+                    asm_dialect=llvm.AsmDialect.AD_ATT, loc=loc, ip=ip)
+
+
 @cute.kernel
 def trap_kernel(rec: cute.Pointer, max_events: Int32, pos: cute.Pointer, slots: Int32,
-                fence: cutlass.Constexpr):
+                fence: cutlass.Constexpr, fault: cutlass.Constexpr = "trap"):
     bidx, _, _ = cute.arch.block_idx()
     warp = cute.arch.make_warp_uniform(cute.arch.warp_idx())
     track = bidx * WARPS_PER_CTA + warp
@@ -97,7 +105,10 @@ def trap_kernel(rec: cute.Pointer, max_events: Int32, pos: cute.Pointer, slots: 
     flight_enter(pos, slots, T_DOOMED, payload=7, depth=0, fence=fence)
     cute.arch.sync_threads()
     if warp == 0:
-        trap()
+        if cutlass.const_expr(fault == "trap"):
+            trap()
+        else:
+            store_to_unmapped_address()
 
 
 def _ptr(address, align=8):
@@ -115,8 +126,8 @@ def launch_pipeline(rec: cute.Pointer, max_events: Int32, pos: cute.Pointer, slo
 
 @cute.jit
 def launch_trap(rec: cute.Pointer, max_events: Int32, pos: cute.Pointer, slots: Int32,
-                ctas: cutlass.Constexpr, fence: cutlass.Constexpr):
-    trap_kernel(rec, max_events, pos, slots, fence).launch(grid=(ctas, 1, 1), block=(THREADS, 1, 1))
+                ctas: cutlass.Constexpr, fence: cutlass.Constexpr, fault: cutlass.Constexpr = "trap"):
+    trap_kernel(rec, max_events, pos, slots, fence, fault).launch(grid=(ctas, 1, 1), block=(THREADS, 1, 1))
 
 
 def main(argv=None) -> int:
@@ -126,18 +137,22 @@ def main(argv=None) -> int:
     from cute_prof.flight import allocate_flight_recorder, run_catching, save_dump, watch
 
     ap = argparse.ArgumentParser()
-    ap.add_argument("mode", choices=("hang", "ok", "trap"))
+    ap.add_argument("mode", choices=("hang", "ok", "trap", "illegal", "session-hang", "session-illegal"))
     ap.add_argument("--ctas", type=int, default=64)
     ap.add_argument("--k-tiles", type=int, default=64)
     ap.add_argument("--stop-k", type=int, default=37)
     ap.add_argument("--timeout", type=float, default=2.0)
     ap.add_argument("--fence", action="store_true")
     ap.add_argument("--dump")
+    ap.add_argument("--trace")
     args = ap.parse_args(argv)
+    if args.mode.startswith("session-"):
+        return session_main(args)
     rec = allocate_flight_recorder(1 << 16, warps=args.ctas * WARPS_PER_CTA)
     r, p = _ptr(rec.records_address()), _ptr(rec.positions_address())
-    if args.mode == "trap":
-        fn = cute.compile(launch_trap, r, Int32(rec.records.max_events), p, Int32(rec.slots), args.ctas, args.fence)
+    if args.mode in ("trap", "illegal"):
+        fn = cute.compile(launch_trap, r, Int32(rec.records.max_events), p, Int32(rec.slots), args.ctas, args.fence,
+                          args.mode)
         launch = lambda: fn(r, Int32(rec.records.max_events), p, Int32(rec.slots))  # noqa: E731
         reports = []
         try:
@@ -155,7 +170,7 @@ def main(argv=None) -> int:
         report = watch(launch, rec, timeout=args.timeout, tag_table=TAGS)
         error = None
     out = {"mode": args.mode, "error": error, "hung": report.hung if report else None,
-           "elapsed_s": (time.monotonic() - t0) if args.mode != "trap" else None,
+           "elapsed_s": (time.monotonic() - t0) if args.mode not in ("trap", "illegal") else None,
            "groups": report.groups if report else [], "report": report.format() if report else "",
            "records": int(len(report.trace.events)) if report else 0,
            "incomplete": int(report.trace.incomplete) if report else 0,
@@ -166,6 +181,44 @@ def main(argv=None) -> int:
     print("FLIGHT " + json.dumps(out), flush=True)
     if report is not None and report.hung:
         os._exit(0)  # the stuck context cannot be torn down cleanly; the parent kills us anyway
+    return 0
+
+
+def session_main(args) -> int:
+    """The same kernels under ``profile_session(watchdog=..., flight_warps=...)``."""
+    from cute_prof.errors import KernelHangError
+    from cute_prof.session import profile_session
+
+    warps = args.ctas * WARPS_PER_CTA
+    t0 = time.monotonic()
+    out = {"mode": args.mode, "error": None, "hung": False}
+    try:
+        with profile_session(1 << 16, TAGS, args.trace, watchdog=args.timeout, flight_warps=warps) as rec:
+            r, p = _ptr(rec.records_address()), _ptr(rec.positions_address())
+            n, slots = Int32(rec.records.max_events), Int32(rec.slots)
+            if args.mode == "session-hang":
+                fn = cute.compile(launch_pipeline, r, n, p, slots, Int32(args.k_tiles), Int32(args.stop_k),
+                                  args.ctas, False)
+                t0 = time.monotonic()
+                fn(r, n, p, slots, Int32(args.k_tiles), Int32(args.stop_k))
+            else:
+                fn = cute.compile(launch_trap, r, n, p, slots, args.ctas, False, "illegal")
+                t0 = time.monotonic()
+                fn(r, n, p, slots)
+        report = rec.report
+    except KernelHangError as exc:
+        out["hung"], report = True, exc.report
+        out["message"] = str(exc)
+    except Exception as exc:  # the CUDA error of the faulting kernel, with the report as a note
+        out["error"] = f"{type(exc).__name__}: {exc}".splitlines()[0]
+        out["notes"] = list(getattr(exc, "__notes__", []))
+        report = rec.report
+    out.update({"elapsed_s": time.monotonic() - t0, "groups": report.groups, "report": report.format(),
+                "records": int(len(report.trace.events)), "incomplete": int(report.trace.incomplete),
+                "trace_written": bool(args.trace) and os.path.exists(args.trace)})
+    print("FLIGHT " + json.dumps(out), flush=True)
+    if out["hung"]:
+        os._exit(0)  # the stuck context cannot be torn down; the parent kills us anyway
     return 0
 
 

@@ -101,3 +101,43 @@ def test_healthy_pipeline_finishes_with_every_position_closed():
     assert all(not g["open"] for g in out["groups"])
     names = {(g["name"], g["payload"]) for g in out["groups"]}
     assert names == {("issue_tma", 63), ("mainloop", 0)}
+
+
+def test_illegal_address_decodes_every_record_and_names_open_region():
+    ctas = 2
+    out = run_child("illegal", "--ctas", str(ctas))
+    print(out["report"])
+    figure(f"flight illegal address: {out['records']} records decoded, error {out['error']}\n{out['report']}")
+    assert out["error"] is not None and "illegal" in out["error"].lower()
+    assert out["records"] == ctas * F.WARPS_PER_CTA * F.TRAP_RECORDS_PER_WARP and out["incomplete"] == 0
+    doomed = [g for g in out["groups"] if g["open"]]
+    assert len(doomed) == 1 and doomed[0]["name"] == "doomed" and doomed[0]["payload"] == 7
+    assert doomed[0]["warps"] == ctas * F.WARPS_PER_CTA
+
+
+def test_profile_session_watchdog_reports_hang_within_timeout(tmp_path):
+    ctas, k_tiles, stop_k, timeout = 32, 64, 21, 2.0
+    trace = tmp_path / "hang_partial.json"
+    out = run_child("session-hang", "--ctas", str(ctas), "--k-tiles", str(k_tiles), "--stop-k", str(stop_k),
+                    "--timeout", str(timeout), "--trace", str(trace))
+    print(out["report"])
+    figure(f"profile_session(watchdog={timeout}): KernelHangError after {out['elapsed_s']:.2f} s\n{out['report']}")
+    assert out["hung"] is True and "os._exit" in out["message"]
+    assert out["elapsed_s"] <= timeout + 1.0
+    groups = {(g["open"], g["name"], g["payload"]): g for g in out["groups"]}
+    wait = groups[(True, "wait_full", stop_k)]
+    assert wait["warps"] == ctas * F.CONSUMER_WARPS and wait["ctas"] == ctas
+    assert groups[(False, "issue_tma", stop_k - 1)]["warps"] == ctas
+    assert out["records"] == ctas * stop_k * (1 + F.CONSUMER_WARPS) and out["incomplete"] == 0
+    assert out["trace_written"] and json.load(open(trace))  # the partial trace parses
+
+
+def test_profile_session_fault_reports_then_reraises(tmp_path):
+    ctas = 4
+    trace = tmp_path / "fault_partial.json"
+    out = run_child("session-illegal", "--ctas", str(ctas), "--trace", str(trace))
+    print(out["report"])
+    assert out["error"] is not None and "illegal" in out["error"].lower()
+    assert out["records"] == ctas * F.WARPS_PER_CTA * F.TRAP_RECORDS_PER_WARP
+    assert any("'doomed' payload=7" in note for note in out["notes"])
+    assert out["trace_written"]

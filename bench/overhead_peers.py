@@ -1,0 +1,375 @@
+"""NVIDIA IKET and Triton's Proton on the probe of ``bench/overhead.py``, beside our write paths.
+
+IKET's injection library and torch.profiler's CUPTI do not share a process, and Proton's
+instrumentation session may hold CUPTI too, so every variant here is timed the same way:
+CUDA events around batches of ``--batch`` launches enqueued behind a sleep kernel, so
+that they run back to back whatever the host's launch overhead, variant order shuffled each round,
+medians. Our own variants are timed in the IKET process too, so that their figures can be
+set beside the CUPTI figures of ``bench/overhead.py`` to show the two methods agree.
+Per-record cost = (variant - unprofiled) / records per SM, all warps, one record per
+iteration (8192 records per SM on 132 SMs).
+
+  run-iket profile --postprocess json -- python bench/overhead_peers.py iket --json iket.json
+  python bench/overhead_peers.py proton --json proton.json
+  python bench/overhead_peers.py table overhead.json iket.json proton.json [--capture DIR]
+"""
+
+from __future__ import annotations
+
+import argparse
+import datetime
+import glob
+import json
+import os
+import platform
+import random
+import subprocess
+import sys
+import time
+
+import numpy as np
+
+sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
+import overhead as probe  # noqa: E402  (the probe's shape and its CuTe DSL kernel)
+
+FS = probe.FS
+SLEEP_CYCLES = 20_000_000  # ~10 ms at 2 GHz: longer than enqueueing any batch here
+PROTON_MODES = {  # name -> (optimizations, buffer_type)
+    "proton_default": ("", "shared"),
+    "proton_clock32_time_shift": ("clock32,time_shift", "shared"),
+    "proton_global": ("", "global"),
+}
+
+
+def device_facts():
+    import torch
+
+    props = torch.cuda.get_device_properties(0)
+    smi = subprocess.run(["nvidia-smi", "--query-gpu=name,driver_version,clocks.max.sm", "--format=csv,noheader"],
+                         capture_output=True, text=True).stdout.strip()
+    return dict(date=datetime.datetime.now(datetime.timezone.utc).isoformat(), device=props.name,
+                sms=props.multi_processor_count, smi=smi, python=platform.python_version(),
+                torch=torch.__version__, command=" ".join(sys.argv), chains=probe.CHAINS,
+                shape=dict(ctas=probe.CTAS, threads=probe.THREADS, iters=probe.ITERS))
+
+
+def time_with_events(launchers: dict, *, rounds: int, batch: int, warmup: int = 3) -> dict:
+    """Median ns per launch of each launcher, from CUDA events around ``batch`` launches."""
+    import torch
+
+    names = list(launchers)
+    for _ in range(warmup):
+        for name in names:
+            launchers[name]()
+        torch.cuda.synchronize()
+    samples = {name: [] for name in names}
+    # Launching a CuTe DSL kernel from Python takes ~30 us of host time, more than the F=16
+    # probe runs: a sleep kernel first keeps the GPU busy while the batch is enqueued, so
+    # the batch then runs back to back and the events time kernels, not launch overhead.
+    for _ in range(rounds):
+        random.shuffle(names)
+        for name in names:
+            start, end = torch.cuda.Event(enable_timing=True), torch.cuda.Event(enable_timing=True)
+            torch.cuda._sleep(SLEEP_CYCLES)
+            start.record()
+            for _ in range(batch):
+                launchers[name]()
+            end.record()
+            end.synchronize()
+            samples[name].append(start.elapsed_time(end) * 1e6 / batch)
+    return {name: float(np.median(v)) for name, v in samples.items()}
+
+
+# ---------------------------------------------------------------------------- IKET
+
+
+def slope_row(mode, fmas, added_by_stride: dict, base_stride1: float, t_stride1: float, *, n_warps: int, sms: int,
+              source: str) -> dict:
+    """Least-squares ns per record per SM over the strides, as bench/overhead.py computes it."""
+    xs = np.array([n_warps * (probe.ITERS // st) / sms for st in sorted(added_by_stride)], dtype=float)
+    ys = np.array([added_by_stride[st] for st in sorted(added_by_stride)], dtype=float)
+    slope, icpt = np.polyfit(xs, ys, 1)
+    pred = slope * xs + icpt
+    r2 = 1 - np.sum((ys - pred) ** 2) / max(np.sum((ys - ys.mean()) ** 2), 1e-30)
+    return dict(mode=mode, F=fmas, ns_per_rec_sm=float(slope), r2=float(r2), intercept_ns=float(icpt),
+                us=t_stride1 / 1e3, unprofiled_us=base_stride1 / 1e3, ratio=t_stride1 / base_stride1,
+                ns_per_rec_sm_stride1=float(ys[0] / xs[0]), timing=source)
+
+
+def run_cute(args, modes) -> dict:
+    """Time CuTe DSL probe variants with CUDA events at every stride (IKET's only do something
+    under run-iket). IKET's ranges need a loop nest (``iket_sN``) and are set against the
+    same nest unprofiled (``nest_sN``); ours use the record mask of bench/overhead.py."""
+    import torch
+    from cutlass import Int32
+    from cutlass.cute.runtime import from_dlpack
+
+    import cutlass.cute as cute
+    from cute_prof.buffer import allocate_profile_buffer
+    from cute_prof.decode_slices import allocate_slices_buffer
+    from cute_prof.device import buffer_arg
+
+    facts = device_facts()
+    n_warps = probe.CTAS * probe.WARPS
+    n_records = n_warps * probe.ITERS
+    launch = probe.build()
+    data = torch.randn(probe.CTAS * probe.THREADS, device="cuda")
+    flat = allocate_profile_buffer(n_records, device="cuda")
+    slices = allocate_slices_buffer(n_warps, probe.ITERS, device="cuda")
+    flat_arg, slices_arg, data_arg = buffer_arg(flat.tensor), buffer_arg(slices), from_dlpack(data)
+    strides = (1,) if args.what == "iket-count" else probe.STRIDES
+    compiled, launchers = {}, {}
+    for fmas in FS:
+        for mode in modes:
+            kernel_modes = [f"{mode}_s{st}" for st in strides] if mode in ("iket", "nest") else [mode]
+            for kmode in kernel_modes:
+                buf = slices_arg if kmode.startswith("slices") else flat_arg
+                compiled[(kmode, fmas)] = fn = cute.compile(launch, buf, data_arg, Int32(n_records), Int32(0),
+                                                            Int32(probe.WARPS), fmas, kmode, True)
+                if mode in ("iket", "nest"):
+                    launchers[(kmode, fmas, 0)] = (lambda fn=fn, buf=buf: fn(buf, data_arg, Int32(n_records),
+                                                                             Int32(0), Int32(probe.WARPS)))
+                else:
+                    for st in (strides if mode != "off" else (1,)):
+                        launchers[(kmode, fmas, st)] = (lambda fn=fn, buf=buf, st=st: fn(
+                            buf, data_arg, Int32(n_records), Int32(st - 1), Int32(probe.WARPS)))
+    times = time_with_events(launchers, rounds=args.rounds, batch=args.batch,
+                             warmup=0 if args.what == "iket-count" else 3)
+    if args.what == "iket-count":
+        return dict(facts, tool="iket-count", rows=[], launches=len(launchers))
+    rows = []
+    for fmas in FS:
+        for mode in modes:
+            if mode in ("off", "nest"):
+                continue
+            if mode == "iket":
+                added = {st: times[(f"iket_s{st}", fmas, 0)] - times[(f"nest_s{st}", fmas, 0)] for st in strides}
+                base1, t1 = times[("nest_s1", fmas, 0)], times[("iket_s1", fmas, 0)]
+            else:
+                added = {st: times[(mode, fmas, st)] - times[("off", fmas, 1)] for st in strides}
+                base1, t1 = times[("off", fmas, 1)], times[(mode, fmas, 1)]
+            rows.append(slope_row(mode, fmas, added, base1, t1, n_warps=n_warps, sms=facts["sms"], source="events"))
+    under = "under run-iket" if "iket" in modes else "plain process"
+    return dict(facts, tool="iket" if "iket" in modes else "cute_prof (events)",
+                timing=f"CUDA events around {args.batch} launches enqueued behind a sleep kernel, "
+                       f"{args.rounds} rounds shuffled, medians; {under}",
+                rows=rows, unprofiled_us={f: times[("off", f, 1)] / 1e3 for f in FS if ("off", f, 1) in times},
+                launches_per_variant=args.rounds * args.batch)
+
+
+# ---------------------------------------------------------------------------- Proton
+
+
+def run_proton(args) -> dict:
+    import torch
+    import triton
+    import triton.language as tl
+    import triton.profiler as proton
+    import triton.profiler.language as pl
+
+    pl.enable_semantic("triton")
+    facts = device_facts()
+    facts["triton"] = triton.__version__
+
+    @triton.jit
+    def proton_probe(data, ITERS: tl.constexpr, F: tl.constexpr, CHAINS: tl.constexpr, SCOPED: tl.constexpr):
+        pid = tl.program_id(0)
+        offs = pid * 128 + tl.arange(0, 128)
+        x = tl.load(data + offs)
+        a = x * 0.5 + 1.0
+        b = x * 0.25
+        y = x + 1.0
+        z = x + 2.0
+        w = x + 3.0
+        for _ in range(ITERS):
+            if SCOPED:
+                pl.enter_scope("iter")
+            for _j in tl.static_range(F // CHAINS):
+                x = x * a + b
+                if CHAINS >= 2:
+                    y = y * a + b
+                if CHAINS == 4:
+                    z = z * a + b
+                    w = w * a + b
+            if SCOPED:
+                pl.exit_scope("iter")
+        tl.store(data + offs, x + y + z + w)
+
+    data = torch.randn(probe.CTAS * probe.THREADS, device="cuda")
+    n_records = probe.CTAS * probe.WARPS * probe.ITERS
+
+    def launcher(fmas, scoped):
+        return lambda: proton_probe[(probe.CTAS,)](data, ITERS=probe.ITERS, F=fmas, CHAINS=probe.CHAINS,
+                                                   SCOPED=scoped, num_warps=probe.WARPS)
+
+    rows, notes, kept = [], [], {}
+    base_before = time_with_events({("off", f): launcher(f, False) for f in FS}, rounds=args.rounds, batch=args.batch)
+    out_dir = args.capture or "."
+    for name, (opts, buffer_type) in PROTON_MODES.items():
+        if args.proton_mode and name != args.proton_mode:
+            continue
+        print(f"# proton mode {name}", flush=True)
+        try:
+            mode = proton.mode.Default(optimizations=opts, buffer_type=buffer_type) if opts else \
+                proton.mode.Default(buffer_type=buffer_type)
+            # one launch per F in its own session: how many of its records the trace kept
+            for fmas in FS:
+                path = os.path.join(out_dir, f"{name}_F{fmas}")
+                proton.start(path, data="trace", backend="instrumentation", mode=mode)
+                launcher(fmas, True)()
+                torch.cuda.synchronize()
+                proton.finalize()
+                kept[(name, fmas)] = count_proton_records(path)
+                print(f"# {name} F={fmas}: {kept[(name, fmas)]} scopes kept of {n_records}", flush=True)
+            proton.start(os.path.join(out_dir, f"{name}_timing"), data="trace", backend="instrumentation", mode=mode)
+            times = time_with_events({(name, f): launcher(f, True) for f in FS} |
+                                     {("off", f): launcher(f, False) for f in FS},
+                                     rounds=args.rounds, batch=args.batch)
+            for f in FS:
+                print(f"# {name} F={f}: {times[(name, f)] / 1e3:.1f} us per launch", flush=True)
+            partial = dict(facts, tool="proton", proton_mode=name, rows=[], notes=["timing done, finalize pending"],
+                           times_us={f"{k[0]}_F{k[1]}": v / 1e3 for k, v in times.items()},
+                           kept={f"F{f}": kept.get((name, f)) for f in FS})
+            with open(args.json + ".partial", "w") as fh:  # Proton's finalize has crashed (SIGFPE)
+                json.dump(partial, fh, indent=1)
+            proton.finalize()
+        except Exception as exc:  # noqa: BLE001 - an unsupported mode is a finding, not a crash
+            notes.append(f"{name}: {type(exc).__name__}: {exc}".splitlines()[0])
+            continue
+        for f in FS:
+            base = base_before[("off", f)]
+            ns = times[(name, f)]
+            rows.append(dict(mode=name, F=f, us=ns / 1e3, unprofiled_us=base / 1e3, ratio=ns / base,
+                             ns_per_rec_sm=(ns - base) / (n_records / facts["sms"]), timing="events",
+                             unprofiled_in_session_us=times[("off", f)] / 1e3,
+                             records_kept=kept.get((name, f)), records_issued=n_records))
+    base_after = time_with_events({("off", f): launcher(f, False) for f in FS}, rounds=args.rounds, batch=args.batch)
+    return dict(facts, tool="proton", proton_mode=args.proton_mode or "all", rows=rows, notes=notes,
+                unprofiled_before_us={f: base_before[("off", f)] / 1e3 for f in FS},
+                unprofiled_after_us={f: base_after[("off", f)] / 1e3 for f in FS},
+                timing=f"CUDA events around {args.batch} back-to-back launches, {args.rounds} rounds shuffled, "
+                       f"medians; unprofiled Triton probe timed before and after the Proton sessions")
+
+
+def count_proton_records(path_stem: str):
+    """Scope instances named 'iter' in the Chrome trace Proton wrote for one launch."""
+    files = sorted(glob.glob(path_stem + "*chrome_trace*")) or sorted(glob.glob(path_stem + "*"))
+    for f in files:
+        try:
+            with open(f) as fh:
+                doc = json.load(fh)
+        except (OSError, ValueError):
+            continue
+        events = doc.get("traceEvents", doc) if isinstance(doc, dict) else doc
+        if not isinstance(events, list):
+            continue
+        spans = [e for e in events if isinstance(e, dict) and e.get("name") == "iter"]
+        complete = sum(1 for e in spans if e.get("ph") == "X")
+        begins = sum(1 for e in spans if e.get("ph") == "B")
+        return complete + begins
+    return None
+
+
+# ---------------------------------------------------------------------------- IKET capture and table
+
+
+def count_iket_ranges(capture_dir: str):
+    """Ranges per launch in IKET's decoded JSON capture, read with cute_prof's IKET reader."""
+    from cute_prof.readers.iket import load_iket
+
+    files = sorted(glob.glob(os.path.join(capture_dir, "**", "*.json"), recursive=True))
+    counts = []
+    for f in files:
+        trace = load_iket(f)
+        counts.extend(np.bincount(trace.events["launch"], minlength=len(trace.launches)).tolist())
+    return counts, files
+
+
+def table(args) -> int:
+    docs = [json.load(open(p)) for p in args.inputs]
+    lines = []
+    for doc in docs:
+        tool = doc.get("tool", "cute_prof (bench/overhead.py, CUPTI)")
+        if "proton_mode" in doc:
+            tool += f" {doc['proton_mode']}"
+        lines.append(f"- {tool}: {doc.get('device')} | {doc.get('smi')} | {doc.get('date')} | chains={doc.get('chains')}"
+                     f" | timing: {doc.get('timing')}")
+        for note in doc.get("notes", []):
+            lines.append(f"  - note: {note}")
+    lines.append("")
+    lines.append("| variant | F | timing | unprofiled us | x unprofiled | ns/rec/SM | records kept |")
+    lines.append("|---|---:|---|---:|---:|---:|---|")
+    for doc in docs:
+        for r in doc["rows"]:
+            if "warps" in r and r["warps"] != "all":
+                continue
+            if doc.get("tool") is None:  # overhead.py: CUPTI slope over strides
+                unprof = doc["unprofiled_us"][str(r["F"])] if isinstance(next(iter(doc["unprofiled_us"])), str) else doc["unprofiled_us"][r["F"]]
+                kept = "all (checked)"
+                lines.append(f"| {r['mode']} | {r['F']} | CUPTI slope (R2 {r['r2']:.3f}) | {unprof:.1f} | "
+                             f"{r['ratio_stride1']:.3f} | {r['ns_per_rec_sm']:.2f} | {kept} |")
+            else:
+                kept = ""
+                if r.get("records_kept") is not None:
+                    kept = f"{r['records_kept']:,} of {r['records_issued']:,}"
+                elif r["mode"] == "iket" and args.iket_ranges is not None:
+                    kept = f"{args.iket_ranges:,} of 1,081,344 (one-launch capture)"
+                how = f"events slope (R2 {r['r2']:.3f})" if "r2" in r else "events, stride 1"
+                lines.append(f"| {r['mode']} | {r['F']} | {how} ({doc['tool']}) | "
+                             f"{r['unprofiled_us']:.1f} | {r['ratio']:.3f} | {r['ns_per_rec_sm']:.2f} | {kept} |")
+    text = "\n".join(lines)
+    print(text)
+    if args.out:
+        with open(args.out, "w") as fh:
+            fh.write(text + "\n")
+    return 0
+
+
+def main(argv=None) -> int:
+    ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    sub = ap.add_subparsers(dest="what", required=True)
+    for name in ("iket", "iket-count", "ours", "proton"):
+        p = sub.add_parser(name)
+        p.add_argument("--proton-mode", default=None, choices=list(PROTON_MODES))
+        p.add_argument("--rounds", type=int, default=15)
+        p.add_argument("--batch", type=int, default=10)
+        p.add_argument("--json", required=True)
+        p.add_argument("--capture", default=None, help="where Proton writes its traces")
+    t = sub.add_parser("table")
+    t.add_argument("inputs", nargs="+")
+    t.add_argument("--iket-capture", default=None)
+    t.add_argument("--out", default=None)
+    args = ap.parse_args(argv)
+    if args.what == "table":
+        args.iket_ranges = None
+        if args.iket_capture:
+            per_launch, files = count_iket_ranges(args.iket_capture)
+            print(f"# IKET capture: {len(files)} JSON files, ranges per launch {per_launch}")
+            args.iket_ranges = min(per_launch) if per_launch else None
+        return table(args)
+    if args.what == "iket-count":  # one launch per F, for the capture's range count
+        args.rounds, args.batch = 1, 1
+        result = run_cute(args, ("iket",))
+    elif args.what == "iket":
+        result = run_cute(args, ("off", "nest", "iket", "slices", "slices_unordered"))
+    elif args.what == "ours":
+        result = run_cute(args, ("off", "slices", "slices_unordered"))
+    else:
+        result = run_proton(args)
+    path = args.json
+    if os.path.exists(path):  # run-iket may run the program twice (a counting pass first)
+        stem, ext = os.path.splitext(path)
+        path = f"{stem}.pass{int(time.time())}{ext}"
+    with open(path, "w") as fh:
+        json.dump(result, fh, indent=1)
+    for r in result["rows"]:
+        print(f"{r['mode']:28} F={r['F']:>2} {r['us']:8.1f} us  x{r['ratio']:.3f}  {r['ns_per_rec_sm']:6.2f} ns/rec/SM"
+              + (f" (R2 {r['r2']:.3f}, stride-1 {r['ns_per_rec_sm_stride1']:.2f})" if "r2" in r else "")
+              + (f"  kept {r.get('records_kept')}" if 'records_kept' in r else ""), flush=True)
+    for note in result.get("notes", []):
+        print("note:", note)
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())
