@@ -169,6 +169,11 @@ class GemmConfig:
     # (static round-robin: cluster work index = launched cluster + i * clusters launched),
     # the smem ring and its pipeline states carried from tile to tile
     persistent: bool = False
+    # flight recorder (non-persistent kernel, profile level >= 2): the device address of a
+    # cute_prof.flight position region (pinned, mapped host memory) and its slot count, fixed
+    # at compile time; the warps then also mark where they wait, for hang reports. 0: off.
+    flight_address: int = 0
+    flight_slots: int = 0
     # persistent only: at most this many CTAs (None: the SMs of the current GPU, 132 without one)
     persistent_ctas: Optional[int] = None
 
@@ -294,6 +299,12 @@ class WsGemm:
         total, launched = self.num_clusters(m, n), self.launched_clusters(m, n)
         per_cluster = (total - np.arange(launched) + launched - 1) // launched
         return np.repeat(per_cluster, self.cluster_size)
+
+    def flight_positions(self):
+        """RoleRecorder's ``flight=`` argument: the position region fixed at compile time, or None."""
+        if self.cfg.flight_address == 0 or self.cfg.persistent:
+            return None
+        return (int(self.cfg.flight_address), int(self.cfg.flight_slots))
 
     def k_tiles(self, k: int) -> int:
         return math.ceil(k / self.cfg.tile_k)
@@ -666,7 +677,9 @@ class WsGemm:
                     )
                 prod_tid = cta_linear * TID_STRIDE + PRODUCER_SLOT
                 if cutlass.const_expr(profile_level >= 1):
-                    probe = cp.RoleRecorder(prof_buf, max_events, prod_tid, write_path=self.cfg.recorder)
+                    probe = cp.RoleRecorder(prof_buf, max_events, prod_tid, write_path=self.cfg.recorder,
+                                            flight=self.flight_positions())
+                    probe.enter(TAG_PRODUCER_MAINLOOP, depth=0)
                     t_main = probe.start()
                     t_a = t_main  # start of the next "wait empty" region
 
@@ -675,8 +688,11 @@ class WsGemm:
                 )
                 for k in cutlass.range(k_tiles, unroll=1):
                     # wait until every consumer warp released this stage
+                    if cutlass.const_expr(profile_level >= 2):
+                        probe.enter(TAG_WAIT_EMPTY, payload=k, depth=1)
                     ab_pipe.sync_object_empty.wait(state.index, state.phase)
                     if cutlass.const_expr(profile_level >= 2):
+                        probe.leave(depth=1)
                         t_b = probe.start()
                         probe.stop(t_a, TAG_WAIT_EMPTY, payload=k, end=t_b)
                     # arm the full barrier with the stage's byte count, then load A and B
@@ -713,6 +729,7 @@ class WsGemm:
 
                 if cutlass.const_expr(profile_level >= 1):
                     probe.stop(t_main, TAG_PRODUCER_MAINLOOP, payload=k_tiles)
+                    probe.leave(depth=0)
                     probe.flush()
 
                 if cutlass.const_expr(self.cluster_size > 1):
@@ -741,7 +758,9 @@ class WsGemm:
             num_k_blocks = cute.size(tCrA, mode=[2])
 
             if cutlass.const_expr(profile_level >= 1):
-                probe = cp.RoleRecorder(prof_buf, max_events, cons_tid, write_path=self.cfg.recorder)
+                probe = cp.RoleRecorder(prof_buf, max_events, cons_tid, write_path=self.cfg.recorder,
+                                        flight=self.flight_positions())
+                probe.enter(TAG_CONSUMER_MAINLOOP, depth=0)
                 t_main = probe.start()
                 t_issue = t_main  # when the previous k-tile's wgmma was issued
 
@@ -755,9 +774,11 @@ class WsGemm:
             )
             for k in cutlass.range(k_tiles, unroll=1):
                 if cutlass.const_expr(profile_level >= 2):
+                    probe.enter(TAG_WAIT_FULL, payload=k, depth=1)
                     t_w = probe.start()
                 ab_pipe.consumer_wait(read_state)
                 if cutlass.const_expr(profile_level >= 2):
+                    probe.leave(depth=1)
                     t_m = probe.start()
                     probe.stop(t_w, TAG_WAIT_FULL, payload=k, end=t_m)
                     # wgmma is asynchronous: k-tile k-1's "mma" period runs from its issue
@@ -790,6 +811,7 @@ class WsGemm:
             if cutlass.const_expr(profile_level >= 1):
                 t_epi = probe.start()
                 probe.stop(t_main, TAG_CONSUMER_MAINLOOP, payload=k_tiles)
+                probe.leave(depth=0)
 
             # ------------------------------------------------------------ epilogue
             copies = self.epilogue_copies(tiled_mma, sC, ctidx, acc)
@@ -1298,7 +1320,7 @@ def check_counts(records, gemm: WsGemm, m: int, n: int, k: int, profile_level: i
 
 def emit_ptx(out_dir: str, levels=(0, 1, 2), m: int = 1000, n: int = 1032, k: int = 520,
              recorder: str = "staged", cluster=(2, 1), suffix: str = "", *,
-             persistent: bool = False) -> dict:
+             persistent: bool = False, flight_address: int = 0, flight_slots: int = 0) -> dict:
     """Compile for every level with CPU tensors and write
     ``ws_gemm_{recorder}{suffix}_l{level}.ptx`` into ``out_dir`` (``persistent``: the
     persistent kernel). Needs
@@ -1309,7 +1331,8 @@ def emit_ptx(out_dir: str, levels=(0, 1, 2), m: int = 1000, n: int = 1032, k: in
     import torch
 
     gemm = WsGemm(GemmConfig(recorder=recorder, cluster_m=cluster[0], cluster_n=cluster[1],
-                             persistent=persistent))
+                             persistent=persistent, flight_address=flight_address,
+                             flight_slots=flight_slots))
     a = torch.zeros(m, k, dtype=torch.bfloat16)
     b = torch.zeros(n, k, dtype=torch.bfloat16)
     c = torch.zeros(m, n, dtype=torch.bfloat16)

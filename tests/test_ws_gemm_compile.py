@@ -304,3 +304,27 @@ def test_host_checks_on_synthetic_buffer(level, cluster):
     dup = np.concatenate([recs, recs[:1]])
     dup["start_ns"][-1] += 1
     assert P.overlaps(dup) >= 1
+
+
+def test_flight_positions_marked_only_when_configured(tmp_path):
+    """GemmConfig(flight_address=...) adds the position marks (both mainloops at depth 0,
+    wait_empty and wait_full at depth 1) at level 2; without it the PTX has none (the other
+    tests' PTX)."""
+    env = dict(os.environ)
+    env.update(CUTE_DSL_ARCH="sm_90a", CUTE_DSL_KEEP="ptx", CUTE_DSL_DUMP_DIR=str(tmp_path))
+    env["PYTHONPATH"] = str(ROOT) + os.pathsep + env.get("PYTHONPATH", "")
+    code = ("import sys; from examples.ws_gemm import emit_ptx; "
+            "emit_ptx(sys.argv[1], levels=(2,), cluster=(1, 1), suffix='_flight', "
+            "flight_address=0x7f0000000000, flight_slots=4096)")
+    proc = subprocess.run([sys.executable, "-c", code, str(tmp_path)], cwd=ROOT, env=env,
+                          capture_output=True, text=True, timeout=600)
+    assert proc.returncode == 0, proc.stderr[-4000:]
+    text = (tmp_path / "ws_gemm_staged_flight_l2.ptx").read_text()
+    assert _count(text, r"st\.volatile\.global\.v2\.u64") == 2 * 4  # 4 enter sites, 2 stores each
+    assert _count(text, r"st\.volatile\.global\.u64") == 4  # 4 leave sites
+    assert "0x7f0000000000" in text or str(0x7f0000000000) in text
+
+
+def test_no_flight_marks_without_flight(ptx):
+    for key, text in ptx.items():
+        assert "st.volatile.global" not in text, key

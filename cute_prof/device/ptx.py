@@ -184,7 +184,8 @@ def guard_lines(asm: Asm, guard: str, target_warp) -> None:
 
 
 def buffer_address_and_words(buf, max_events):
-    """(address, words) of a cute.Tensor or Pointer profile buffer. ``words`` bounds every
+    """(address, words) of a cute.Tensor or Pointer profile buffer (or a positive int: a
+    device address fixed at compile time). ``words`` bounds every
     store even when the caller passes a ``max_events`` larger than the buffer."""
     iterator = getattr(buf, "iterator", None)
     if iterator is not None:
@@ -193,6 +194,8 @@ def buffer_address_and_words(buf, max_events):
         return iterator.toint(), cute.size(buf)
     if hasattr(buf, "toint"):
         return buf.toint(), None
+    if isinstance(buf, int) and not isinstance(buf, bool) and buf > 0:
+        return buf, None  # a device address known while tracing (mapped host memory)
     raise ProfileBufferError(
         f"profile buffer must be a cute.Tensor (from_dlpack(prof.tensor)) or a cute.Pointer, "
         f"got {type(buf).__name__}"
