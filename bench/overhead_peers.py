@@ -83,6 +83,35 @@ def time_with_events(launchers: dict, *, rounds: int, batch: int, warmup: int = 
 # ---------------------------------------------------------------------------- IKET
 
 
+def time_with_cupti(launchers: dict, *, rounds: int, warmup: int = 1) -> dict:
+    """Median ns per launch from CUPTI kernel durations (torch.profiler), one launch per
+    variant per round in a shuffled order: host gaps and launch hooks stay outside."""
+    import torch
+    from torch.profiler import ProfilerActivity, profile
+
+    names = list(launchers)
+    for _ in range(warmup):
+        for name in names:
+            launchers[name]()
+    torch.cuda.synchronize()
+    order = []
+    with profile(activities=[ProfilerActivity.CUDA]) as prof:
+        for _ in range(rounds):
+            random.shuffle(names)
+            for name in names:
+                launchers[name]()
+                order.append(name)
+        torch.cuda.synchronize()
+    kernels = sorted((e for e in prof.events() if e.device_type == torch.autograd.DeviceType.CUDA
+                      and "probe" in e.name), key=lambda e: e.time_range.start)
+    if len(kernels) != len(order):
+        raise RuntimeError(f"CUPTI saw {len(kernels)} probe kernels for {len(order)} launches")
+    samples = {name: [] for name in launchers}
+    for name, e in zip(order, kernels, strict=True):
+        samples[name].append(e.time_range.elapsed_us() * 1e3)
+    return {name: float(np.median(v)) for name, v in samples.items()}
+
+
 def slope_row(mode, fmas, added_by_stride: dict, base_stride1: float, t_stride1: float, *, n_warps: int, sms: int,
               source: str) -> dict:
     """Least-squares ns per record per SM over the strides, as bench/overhead.py computes it."""
@@ -203,57 +232,53 @@ def run_proton(args) -> dict:
                                                    SCOPED=scoped, num_warps=probe.WARPS)
 
     rows, notes, kept = [], [], {}
-    base_before = time_with_events({("off", f): launcher(f, False) for f in FS}, rounds=args.rounds, batch=args.batch)
+    # Proton processes every launch's buffer on the host: few launches, CUPTI durations
+    base_before = time_with_cupti({("off", f): launcher(f, False) for f in FS}, rounds=args.rounds)
     out_dir = args.capture or "."
     for name, (opts, buffer_type) in PROTON_MODES.items():
         if args.proton_mode and name != args.proton_mode:
             continue
         print(f"# proton mode {name}", flush=True)
-        try:
-            mode = proton.mode.Default(optimizations=opts, buffer_type=buffer_type) if opts else \
-                proton.mode.Default(buffer_type=buffer_type)
-            # one launch per F in its own session: how many of its records the trace kept
-            for fmas in FS:
-                path = os.path.join(out_dir, f"{name}_F{fmas}")
-                proton.start(path, data="trace", backend="instrumentation", mode=mode)
-                launcher(fmas, True)()
-                torch.cuda.synchronize()
-                proton.finalize()
-                kept[(name, fmas)] = count_proton_records(path)
-                print(f"# {name} F={fmas}: {kept[(name, fmas)]} scopes kept of {n_records}", flush=True)
-            proton.start(os.path.join(out_dir, f"{name}_timing"), data="trace", backend="instrumentation", mode=mode)
-            # only the scoped kernel inside the session: an unscoped launch there crashed
-            # Proton (SIGFPE) in every mode on the H100
-            times = time_with_events({(name, f): launcher(f, True) for f in FS},
-                                     rounds=args.rounds, batch=args.batch)
-            for f in FS:
-                print(f"# {name} F={f}: {times[(name, f)] / 1e3:.1f} us per launch", flush=True)
-            partial = dict(facts, tool="proton", proton_mode=name, rows=[], notes=["timing done, finalize pending"],
-                           times_us={f"{k[0]}_F{k[1]}": v / 1e3 for k, v in times.items()},
-                           kept={f"F{f}": kept.get((name, f)) for f in FS})
-            with open(args.json + ".partial", "w") as fh:  # Proton's finalize has crashed (SIGFPE)
-                json.dump(partial, fh, indent=1)
+        mode = proton.mode.Default(optimizations=opts, buffer_type=buffer_type) if opts else \
+            proton.mode.Default(buffer_type=buffer_type)
+        for fmas in FS:  # one launch per session: how many of its records the trace kept
+            path = os.path.join(out_dir, f"{name}_F{fmas}")
+            proton.start(path, data="trace", backend="instrumentation", mode=mode)
+            launcher(fmas, True)()
+            torch.cuda.synchronize()
             proton.finalize()
-        except Exception as exc:  # noqa: BLE001 - an unsupported mode is a finding, not a crash
-            notes.append(f"{name}: {type(exc).__name__}: {exc}".splitlines()[0])
-            continue
+            kept[(name, fmas)] = count_proton_records(path)
+            print(f"# {name} F={fmas}: {kept[(name, fmas)]} scopes kept of {n_records}", flush=True)
+        proton.start(os.path.join(out_dir, f"{name}_timing"), data="trace", backend="instrumentation", mode=mode)
+        how = "CUPTI"
+        try:
+            times = time_with_cupti({(name, f): launcher(f, True) for f in FS}, rounds=args.rounds)
+        except Exception as exc:  # noqa: BLE001 - Proton may hold CUPTI itself
+            notes.append(f"{name}: CUPTI timing failed ({type(exc).__name__}: {exc}); CUDA events instead"
+                         .splitlines()[0])
+            how = "events"
+            times = time_with_events({(name, f): launcher(f, True) for f in FS}, rounds=args.rounds, batch=1,
+                                     warmup=0)
         for f in FS:
+            print(f"# {name} F={f}: {times[(name, f)] / 1e3:.1f} us per launch ({how})", flush=True)
             base = base_before[("off", f)]
             ns = times[(name, f)]
             rows.append(dict(mode=name, F=f, us=ns / 1e3, unprofiled_us=base / 1e3, ratio=ns / base,
-                             ns_per_rec_sm=(ns - base) / (n_records / facts["sms"]), timing="events",
+                             ns_per_rec_sm=(ns - base) / (n_records / facts["sms"]), timing=how,
                              records_kept=kept.get((name, f)), records_issued=n_records))
+        with open(args.json + ".partial", "w") as fh:  # before finalize: it has crashed (SIGFPE)
+            json.dump(dict(facts, tool="proton", proton_mode=name, rows=rows, notes=notes), fh, indent=1)
+        proton.finalize()
     base_after = {("off", f): float("nan") for f in FS}
     try:  # drift check; Proton has crashed on unscoped launches in this process before
-        base_after = time_with_events({("off", f): launcher(f, False) for f in FS}, rounds=args.rounds, batch=args.batch)
+        base_after = time_with_cupti({("off", f): launcher(f, False) for f in FS}, rounds=args.rounds)
     except Exception as exc:  # noqa: BLE001
         notes.append(f"unprofiled re-timing after the sessions failed: {type(exc).__name__}: {exc}".splitlines()[0])
     return dict(facts, tool="proton", proton_mode=args.proton_mode or "all", rows=rows, notes=notes,
                 unprofiled_before_us={f: base_before[("off", f)] / 1e3 for f in FS},
                 unprofiled_after_us={f: base_after[("off", f)] / 1e3 for f in FS},
-                timing=f"CUDA events around {args.batch} back-to-back launches, {args.rounds} rounds shuffled, "
-                       f"medians; unprofiled Triton probe timed before and after the Proton sessions, "
-                       f"in the same process")
+                timing=f"CUPTI kernel durations, {args.rounds} launches per variant, shuffled, medians; "
+                       f"the unprofiled Triton probe timed before and after the Proton sessions, same process")
 
 
 def count_proton_records(path_stem: str):
