@@ -315,38 +315,41 @@ def count_iket_ranges(capture_dir: str):
     return counts, files
 
 
+def table_rows(doc: dict, *, iket_ranges=None) -> list:
+    """One table row per (variant, F), all warps recording: [variant, F, timing, unprofiled,
+    x unprofiled, slope, per record at one record per iteration, kept]."""
+    rows = []
+    per_sm = probe.CTAS * probe.WARPS * probe.ITERS / doc.get("sms", 132)
+    tool = doc.get("tool")
+    for r in doc["rows"]:
+        if r.get("warps", "all") != "all" or r["mode"] == "scaffold":
+            continue
+        if tool is None:  # bench/overhead.py: CUPTI, slope over four record densities
+            unprof = doc["unprofiled_us"][str(r["F"])]
+            per_record_1 = (r["median_us_stride1"] - unprof) * 1e3 / per_sm
+            rows.append([r["mode"], r["F"], "CUPTI, our process", unprof, r["ratio_stride1"],
+                         f"{r['ns_per_rec_sm']:.2f} ({r['r2']:.3f})", per_record_1, "all (checked exactly)"])
+        elif tool == "proton":
+            kept = f"{r['records_kept']:,} of {r['records_issued']:,}" if r.get("records_kept") else ""
+            rows.append([r["mode"], r["F"], f"{r['timing']}, Triton process", r["unprofiled_us"], r["ratio"],
+                         "-", r["ns_per_rec_sm"], kept])
+        else:
+            where = "under run-iket" if tool == "iket" else "plain process"
+            kept = ""
+            if r["mode"] == "iket" and iket_ranges:
+                kept = f"{iket_ranges:,} of 1,081,344 (one-launch capture)"
+            rows.append([r["mode"], r["F"], f"events, {where}", r["unprofiled_us"], r["ratio"],
+                         f"{r['ns_per_rec_sm']:.2f} ({r['r2']:.3f})", r["ns_per_rec_sm_stride1"], kept])
+    return rows
+
+
 def table(args) -> int:
     docs = [json.load(open(p)) for p in args.inputs]
-    lines = []
+    lines = ["| variant | F | timing | unprofiled us | x unprofiled | ns/rec/SM slope (R2) | "
+             "ns/rec/SM, one record per iteration | records kept |", "|---|---:|---|---:|---:|---:|---:|---|"]
     for doc in docs:
-        tool = doc.get("tool", "cute_prof (bench/overhead.py, CUPTI)")
-        if "proton_mode" in doc:
-            tool += f" {doc['proton_mode']}"
-        lines.append(f"- {tool}: {doc.get('device')} | {doc.get('smi')} | {doc.get('date')} | chains={doc.get('chains')}"
-                     f" | timing: {doc.get('timing')}")
-        for note in doc.get("notes", []):
-            lines.append(f"  - note: {note}")
-    lines.append("")
-    lines.append("| variant | F | timing | unprofiled us | x unprofiled | ns/rec/SM | records kept |")
-    lines.append("|---|---:|---|---:|---:|---:|---|")
-    for doc in docs:
-        for r in doc["rows"]:
-            if "warps" in r and r["warps"] != "all":
-                continue
-            if doc.get("tool") is None:  # overhead.py: CUPTI slope over strides
-                unprof = doc["unprofiled_us"][str(r["F"])] if isinstance(next(iter(doc["unprofiled_us"])), str) else doc["unprofiled_us"][r["F"]]
-                kept = "all (checked)"
-                lines.append(f"| {r['mode']} | {r['F']} | CUPTI slope (R2 {r['r2']:.3f}) | {unprof:.1f} | "
-                             f"{r['ratio_stride1']:.3f} | {r['ns_per_rec_sm']:.2f} | {kept} |")
-            else:
-                kept = ""
-                if r.get("records_kept") is not None:
-                    kept = f"{r['records_kept']:,} of {r['records_issued']:,}"
-                elif r["mode"] == "iket" and args.iket_ranges is not None:
-                    kept = f"{args.iket_ranges:,} of 1,081,344 (one-launch capture)"
-                how = f"events slope (R2 {r['r2']:.3f})" if "r2" in r else "events, stride 1"
-                lines.append(f"| {r['mode']} | {r['F']} | {how} ({doc['tool']}) | "
-                             f"{r['unprofiled_us']:.1f} | {r['ratio']:.3f} | {r['ns_per_rec_sm']:.2f} | {kept} |")
+        for v, f, how, unprof, ratio, slope, per1, kept in table_rows(doc, iket_ranges=args.iket_ranges):
+            lines.append(f"| {v} | {f} | {how} | {unprof:.1f} | {ratio:.3f} | {slope} | {per1:.2f} | {kept} |")
     text = "\n".join(lines)
     print(text)
     if args.out:
@@ -368,10 +371,10 @@ def main(argv=None) -> int:
     t = sub.add_parser("table")
     t.add_argument("inputs", nargs="+")
     t.add_argument("--iket-capture", default=None)
+    t.add_argument("--iket-ranges", type=int, default=None, help="ranges per launch, when counted already")
     t.add_argument("--out", default=None)
     args = ap.parse_args(argv)
     if args.what == "table":
-        args.iket_ranges = None
         if args.iket_capture:
             per_launch, files = count_iket_ranges(args.iket_capture)
             print(f"# IKET capture: {len(files)} JSON files, ranges per launch {per_launch}")
