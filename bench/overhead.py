@@ -75,10 +75,13 @@ def build():
         w = x + 3.0
         track = bidx * WARPS + warp
         rec = cp.WarpRecorder(buf, max_events, track, enabled=mode == "staged")
-        srec = SliceRecorder(buf, track, ordered=mode == "slices",
-                             enabled=mode in ("slices", "slices_unordered"))
-        nested = mode.startswith(("iket_s", "nest_s"))
+        # nested modes (loop nest, one record per outer iteration, no run-time record test):
+        # nest_sN unprofiled, iket_sN IKET ranges, slices_sN / slicesu_sN our slices
+        nested = mode.startswith(("iket_s", "nest_s", "slices_s", "slicesu_s"))
         ranged = mode.startswith("iket_s")
+        sliced = mode.startswith(("slices_s", "slicesu_s"))
+        srec = SliceRecorder(buf, track, ordered=mode == "slices" or mode.startswith("slices_s"),
+                             enabled=mode in ("slices", "slices_unordered") or sliced)
         nest_stride = int(mode.split("_s")[1]) if nested else 1
         if cutlass.const_expr(nested):
             # IKET's ranges cannot sit under a dynamic `if`: one range per outer iteration
@@ -96,6 +99,8 @@ def build():
                             w = w * a + b
                 if cutlass.const_expr(ranged):
                     iket.range_end(token)
+                if cutlass.const_expr(sliced):
+                    srec.end(1)
         else:
             for i in cutlass.range(ITERS, unroll=1):
                 record = ((i & mask) == 0) & (warp < rec_warps)

@@ -150,18 +150,37 @@ def run_cute(args, modes) -> dict:
     compiled, launchers = {}, {}
     for fmas in FS:
         for mode in modes:
-            kernel_modes = [f"{mode}_s{st}" for st in strides] if mode in ("iket", "nest") else [mode]
+            nested = mode in ("iket", "nest", "slices_nest", "slicesu_nest")
+            prefix = {"slices_nest": "slices", "slicesu_nest": "slicesu"}.get(mode, mode)
+            kernel_modes = [f"{prefix}_s{st}" for st in strides] if nested else [mode]
             for kmode in kernel_modes:
                 buf = slices_arg if kmode.startswith("slices") else flat_arg
                 compiled[(kmode, fmas)] = fn = cute.compile(launch, buf, data_arg, Int32(n_records), Int32(0),
                                                             Int32(probe.WARPS), fmas, kmode, True)
-                if mode in ("iket", "nest"):
+                if nested:
                     launchers[(kmode, fmas, 0)] = (lambda fn=fn, buf=buf: fn(buf, data_arg, Int32(n_records),
                                                                              Int32(0), Int32(probe.WARPS)))
                 else:
                     for st in (strides if mode != "off" else (1,)):
                         launchers[(kmode, fmas, st)] = (lambda fn=fn, buf=buf, st=st: fn(
                             buf, data_arg, Int32(n_records), Int32(st - 1), Int32(probe.WARPS)))
+    checks = []
+    for fmas in FS:  # the nested slices variants keep every record, like the masked ones
+        for kmode in ("slices_s1", "slicesu_s1", "slices_s4"):
+            if (kmode, fmas, 0) in launchers:
+                slices.zero_()
+                fresh = allocate_slices_buffer(n_warps, probe.ITERS, device="cuda")
+                slices.copy_(fresh)
+                launchers[(kmode, fmas, 0)]()
+                torch.cuda.synchronize()
+                from cute_prof.decode import decode_buffer
+
+                tr = decode_buffer(slices)
+                want = n_records // int(kmode.split("_s")[1])
+                checks.append(dict(variant=f"{kmode} F={fmas}", events=len(tr.events), want=want,
+                                   overflow=int(tr.overflow), ok=len(tr.events) == want and tr.overflow == 0))
+                print(f"# check {kmode} F={fmas}: {len(tr.events)} events (want {want}), overflow {tr.overflow}",
+                      flush=True)
     times = time_with_events(launchers, rounds=args.rounds, batch=args.batch,
                              warmup=0 if args.what == "iket-count" else 3)
     if args.what == "iket-count":
@@ -171,9 +190,10 @@ def run_cute(args, modes) -> dict:
         for mode in modes:
             if mode in ("off", "nest"):
                 continue
-            if mode == "iket":
-                added = {st: times[(f"iket_s{st}", fmas, 0)] - times[(f"nest_s{st}", fmas, 0)] for st in strides}
-                base1, t1 = times[("nest_s1", fmas, 0)], times[("iket_s1", fmas, 0)]
+            if mode in ("iket", "slices_nest", "slicesu_nest"):
+                prefix = {"slices_nest": "slices", "slicesu_nest": "slicesu"}.get(mode, mode)
+                added = {st: times[(f"{prefix}_s{st}", fmas, 0)] - times[(f"nest_s{st}", fmas, 0)] for st in strides}
+                base1, t1 = times[("nest_s1", fmas, 0)], times[(f"{prefix}_s1", fmas, 0)]
             else:
                 added = {st: times[(mode, fmas, st)] - times[("off", fmas, 1)] for st in strides}
                 base1, t1 = times[("off", fmas, 1)], times[(mode, fmas, 1)]
@@ -182,7 +202,7 @@ def run_cute(args, modes) -> dict:
     return dict(facts, tool="iket" if "iket" in modes else "cute_prof (events)",
                 timing=f"CUDA events around {args.batch} launches enqueued behind a sleep kernel, "
                        f"{args.rounds} rounds shuffled, medians; {under}",
-                rows=rows, unprofiled_us={f: times[("off", f, 1)] / 1e3 for f in FS if ("off", f, 1) in times},
+                rows=rows, checks=checks, unprofiled_us={f: times[("off", f, 1)] / 1e3 for f in FS if ("off", f, 1) in times},
                 launches_per_variant=args.rounds * args.batch)
 
 
@@ -384,9 +404,9 @@ def main(argv=None) -> int:
         args.rounds, args.batch = 1, 1
         result = run_cute(args, ("iket",))
     elif args.what == "iket":
-        result = run_cute(args, ("off", "nest", "iket", "slices", "slices_unordered"))
+        result = run_cute(args, ("off", "nest", "iket", "slices_nest", "slicesu_nest"))
     elif args.what == "ours":
-        result = run_cute(args, ("off", "slices", "slices_unordered"))
+        result = run_cute(args, ("off", "nest", "slices", "slices_unordered", "slices_nest", "slicesu_nest"))
     else:
         result = run_proton(args)
     path = args.json
