@@ -11,6 +11,7 @@ from .. import layout
 from ..errors import ProfileBufferError
 from .flight import flight_enter, flight_leave
 from .ops import profile_start, profile_stop
+from .scope import Ledger, check_state_reachable
 from .ptx import (
     LINEAR_TID_LINES,
     ORDER_AFTER_BARRIERS,
@@ -57,14 +58,18 @@ class WarpRecorder:
     the same flat, atomic-indexed array and the counter stays exact. The tid (and the SM and
     warp ids) are fixed per recorder, so a record costs a handful of register moves.
 
-    Call ``flush()`` before the warp exits: records still staged then are never written and
-    never counted. Carries its state through dynamic loops like any DSL value."""
+    Call ``flush()`` once after the recording loop, before the warp exits: a kernel whose
+    recorder has records staged after its last flush (outside a loop) fails to compile with
+    the line that created the recorder (``cute_prof.device.scope``). Carries its state
+    through dynamic loops like any DSL value; handed to a helper that records inside a
+    loop, it must come back: ``rec = helper(rec, ...)``."""
 
-    def __init__(self, buf, max_events, tid, *, enabled=None, _state=None, _const=None):
+    def __init__(self, buf, max_events, tid, *, enabled=None, _state=None, _const=None, _ledger=None):
         self.buf, self.max_events, self.tid = buf, max_events, tid
         self.enabled = is_enabled(enabled)
         if not self.enabled:
             return
+        self._ledger = _ledger if _ledger is not None else Ledger("WarpRecorder")
         self._lane, self._tidword = _const if _const is not None else self._warp_constants(tid)
         if _state is None:
             zero = Int64(0)
@@ -99,7 +104,8 @@ class WarpRecorder:
             state = (Int32(values[0]),) + tuple(Int64(v) for v in values[1:])
             const = (self._lane, self._tidword)
         return WarpRecorder(self.buf, self.max_events, self.tid, enabled=self.enabled,
-                            _state=state, _const=const)
+                            _state=state, _const=const,
+                            _ledger=self._ledger if self.enabled else None)
 
     def start(self):
         return read_globaltimer() if self.enabled else 0
@@ -113,6 +119,8 @@ class WarpRecorder:
         return values, words is not None
 
     def _stage(self, start, tag, payload, kind, end=None):
+        check_state_reachable(self._cursor, "WarpRecorder")
+        self._ledger.staged()
         tag = resolve_tag(tag)
         payload = trace_time_int(payload)
         # results $0..$3 = cursor, w0..w2; inputs follow
@@ -193,6 +201,8 @@ class WarpRecorder:
         """Write whatever is staged (all lanes call it). Required before the warp exits."""
         if not self.enabled:
             return
+        check_state_reachable(self._cursor, "WarpRecorder")
+        self._ledger.flushed()
         flush_values, has_words = self._flush_operands()
         text = "\n".join([
             "{",
