@@ -935,7 +935,10 @@ class WsGemm:
                     )
                 prod_tid = cta_linear * TID_STRIDE + PRODUCER_SLOT
                 if cutlass.const_expr(profile_level >= 1):
-                    probe = cp.RoleRecorder(prof_buf, max_events, prod_tid, write_path=self.cfg.recorder)
+                    # the producer warp runs whole (a warp-uniform role branch) on 40
+                    # registers: no divergence check, which would spill here
+                    probe = cp.RoleRecorder(prof_buf, max_events, prod_tid, write_path=self.cfg.recorder,
+                                            converged=True)
 
                 state = pipeline.make_pipeline_state(
                     pipeline.PipelineUserType.Producer, self.num_stages

@@ -185,6 +185,14 @@ def test_staged_recorder_one_atomic_per_chunk_and_wide_stores():
         assert "sub.s64 w1, w1, w0;" in block
         assert "@l0 atom.global.add.u64 base, [g], n64;" in block
         assert block.count("shfl.sync.idx.b32") == 2
-        assert block.count("@v st.global.v2.u64") == 2
         assert "setp.lt.and.s64 mine, s, cap, mine;" in block
+    assert flush.count("@v st.global.v2.u64") == 2
+    # flush() may run in divergent code: only the active lanes claim and broadcast
+    assert "shfl.sync.idx.b32 blo, blo, lead, 31, am;" in flush
+    assert "shfl.sync.idx.b32 blo, blo, 0, 31, 0xffffffff;" in stage
+    # a stage from divergent code branches to a direct record by the lowest active lane:
+    # the chunk's 2 wide stores plus the direct record's 2
+    assert stage.count("@v st.global.v2.u64") == 4
+    assert stage.index("@dv bra DIV_") < stage.index("@m mov.")
+    assert "@l0 atom.global.add.u64 s, [g], 1;" in stage.split("DIV_")[-1]
     assert "setp.eq.u32 f, n, 0;" in flush  # nothing staged: nothing claimed

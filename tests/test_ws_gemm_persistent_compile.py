@@ -79,8 +79,10 @@ def test_pipeline_inside_a_tile_loop(ptx, key):
         # per-k-tile payload = tile_local_index << 16 | k
         assert re.search(r"shl\.b32\s+%r\d+,\s*%r\d+,\s*16;", text)
         # record sites as in the non-persistent kernel: direct = one atomic per site (8),
-        # staged = 12 (stage sites with their rare flush, plus explicit flushes)
-        assert count(text, r"atom\.global\.add\.u64") == (8 if rec == "direct" else 12)
+        # staged = 12 (stage sites with their rare flush, plus explicit flushes) + 5: the
+        # consumer's stage sites also write directly when called from divergent code (the
+        # producer's recorder is converged=True: it would spill on 40 registers)
+        assert count(text, r"atom\.global\.add\.u64") == (8 if rec == "direct" else 12 + 5)
 
 
 def test_ptxas_staged_no_spills(ptx, tmp_path):

@@ -26,33 +26,58 @@ from .ptx import (
     trace_time_int,
 )
 
-_FLUSH_LINES = (
-    # staged records hold their end time in w1: the duration is computed here, once per
-    # chunk, not once per record
-    "sub.s64 w1, w1, w0;",
-    # lane 0 claims `n` slots; everyone learns the base; lanes below n store their record
-    "setp.eq.u32 l0, lane, 0;",
-    "@l0 atom.global.add.u64 base, [g], n64;",
-    "mov.b64 {blo, bhi}, base;",
-    "shfl.sync.idx.b32 blo, blo, 0, 31, 0xffffffff;",
-    "shfl.sync.idx.b32 bhi, bhi, 0, 31, 0xffffffff;",
-    "mov.b64 base, {blo, bhi};",
-    # the counter word's high bits are the launch epoch: into the tid word, out of the slot
-    *claimed_slot_lines("base", "ep"),
-    f"bfi.b64 w3, ep, w3, {layout.EPOCH_SHIFT}, {layout.EPOCH_BITS};",
-    "cvt.u64.u32 s, lane;",
-    "add.u64 s, s, base;",
-    "setp.lt.u32 mine, lane, n;",
-    "setp.lt.and.s64 mine, s, cap, mine;",
-    *store_lines("mine", ("w0", "w1", "w2", "w3")),
+# The lanes executing this code and the lowest of them: the whole warp when converged
+# (lead 0); in divergent code only the active lanes take part (see flush_lines).
+ACTIVE_LANES_LINES = (
+    "activemask.b32 am;",
+    "neg.s32 lead, am;",
+    "and.b32 lead, lead, am;",
+    "bfind.u32 lead, lead;",
 )
+
+def flush_lines(*, active_lanes: bool) -> tuple:
+    """PTX writing the staged chunk: the lowest lane claims ``n`` slots, the lanes learn
+    the base and those below n store their record. ``active_lanes``: for a ``flush()`` that
+    may run in divergent code, only the active lanes take part; an inactive lane's record
+    is never stored and its slot stays claimed and empty, which the decoder counts as
+    lost, exactly. (The flush inside a stage runs converged: lane 0, full mask.)"""
+    if active_lanes:
+        claim = (*ACTIVE_LANES_LINES, "setp.eq.u32 l0, lane, lead;")
+        source, mask = "lead", "am"
+    else:
+        claim = ("setp.eq.u32 l0, lane, 0;",)
+        source, mask = "0", "0xffffffff"
+    return (
+        # staged records hold their end time in w1: the duration is computed here, once
+        # per chunk, not once per record
+        "sub.s64 w1, w1, w0;",
+        *claim,
+        "@l0 atom.global.add.u64 base, [g], n64;",
+        "mov.b64 {blo, bhi}, base;",
+        f"shfl.sync.idx.b32 blo, blo, {source}, 31, {mask};",
+        f"shfl.sync.idx.b32 bhi, bhi, {source}, 31, {mask};",
+        "mov.b64 base, {blo, bhi};",
+        # the counter word's high bits are the launch epoch: into the tid word, out of the slot
+        *claimed_slot_lines("base", "ep"),
+        f"bfi.b64 w3, ep, w3, {layout.EPOCH_SHIFT}, {layout.EPOCH_BITS};",
+        "cvt.u64.u32 s, lane;",
+        "add.u64 s, s, base;",
+        "setp.lt.u32 mine, lane, n;",
+        "setp.lt.and.s64 mine, s, cap, mine;",
+        *store_lines("mine", ("w0", "w1", "w2", "w3")),
+    )
 
 
 class WarpRecorder:
     """Per-warp staged recording: the cheap path for hot loops.
 
-    Every lane of the warp calls ``stop``/``instant`` together (the warp must be converged);
-    record k of the warp's current chunk lives in lane k's registers. The 32nd record, or
+    Every lane of the warp calls ``stop``/``instant`` together; record k of the warp's
+    current chunk lives in lane k's registers. Called from divergent code (some lanes
+    inactive), a record is written directly by the lowest active lane instead (one atomic),
+    and a ``flush()`` there stores the active lanes' records and leaves the others' claimed
+    slots empty, so the decoder reports exactly those as lost. ``converged=True`` drops
+    the divergence check (three instructions and a few registers per record) where the
+    caller guarantees whole warps, e.g. a register-starved producer warp. The 32nd record, or
     ``flush()``, writes the chunk: one atomic claims the slots and each lane stores its
     record with two 16-byte stores, so the warp writes 1 KiB contiguously. The buffer stays
     the same flat, atomic-indexed array and the counter stays exact. The tid (and the SM and
@@ -64,9 +89,11 @@ class WarpRecorder:
     through dynamic loops like any DSL value; handed to a helper that records inside a
     loop, it must come back: ``rec = helper(rec, ...)``."""
 
-    def __init__(self, buf, max_events, tid, *, enabled=None, _state=None, _const=None, _ledger=None):
+    def __init__(self, buf, max_events, tid, *, enabled=None, converged: bool = False, _state=None,
+                 _const=None, _ledger=None):
         self.buf, self.max_events, self.tid = buf, max_events, tid
         self.enabled = is_enabled(enabled)
+        self.converged = bool(converged)
         if not self.enabled:
             return
         self._ledger = _ledger if _ledger is not None else Ledger("WarpRecorder")
@@ -104,7 +131,7 @@ class WarpRecorder:
             state = (Int32(values[0]),) + tuple(Int64(v) for v in values[1:])
             const = (self._lane, self._tidword)
         return WarpRecorder(self.buf, self.max_events, self.tid, enabled=self.enabled,
-                            _state=state, _const=const,
+                            converged=self.converged, _state=state, _const=const,
                             _ledger=self._ledger if self.enabled else None)
 
     def start(self):
@@ -138,32 +165,42 @@ class WarpRecorder:
 
         lines = [
             "{",
-            ".reg .pred m, f, l0, mine, v, q;",
-            ".reg .u64 t, g, base, s, a, al, cap, n64, w0, w1, w2, w3, tw, x3, ep;",
-            ".reg .u32 lane, c, n, blo, bhi;",
+            ".reg .pred m, f, l0, mine, v, q, dv;",
+            ".reg .u64 t, g, base, s, a, al, cap, n64, w0, w1, w2, w3, tw, x3, ep, rs, rt, rd;",
+            ".reg .u32 lane, c, n, blo, bhi, am, lead;",
             f"mov.u32 c, {idx['c']};", f"mov.u64 w0, {idx['w0']};", f"mov.u64 w1, {idx['w1']};",
             f"mov.u64 w2, {idx['w2']};",
             # ordered after a preceding barrier, as every timer read
             f".reg .b32 om;\n{ORDER_AFTER_BARRIERS}\nmov.u64 t, %globaltimer;" if end is None
             else f"mov.u64 t, {op(Int64(end))};",
-            f"setp.eq.u32 m, {idx['lane']}, c;",
         ]
-        # w1 holds the end time until the flush turns it into a duration
+        # the record: start rs, end t, tag word rt
         if kind == layout.KIND_INSTANT:
-            lines += ["@m mov.u64 w0, t;", "@m mov.u64 w1, t;"]
+            lines.append("mov.u64 rs, t;")
         else:
-            st = op(Int64(start))
-            lines += [f"@m mov.u64 w0, {st};", "@m mov.u64 w1, t;"]
+            lines.append(f"mov.u64 rs, {op(Int64(start))};")
         if isinstance(tag, int) and isinstance(payload, int):
-            lines.append(f"@m mov.b64 w2, {layout.tag_word_constant(tag, kind=kind, payload=payload)};")
+            lines.append(f"mov.b64 rt, {layout.tag_word_constant(tag, kind=kind, payload=payload)};")
         else:
             a_tag, a_pl = op(Int32(tag)), op(Int32(payload))
             lines += [
                 f"cvt.u64.u32 tw, {a_tag};", f"and.b64 tw, tw, {layout.field_mask(layout.TAG_BITS)};",
                 f"cvt.u64.u32 x3, {a_pl};", f"shl.b64 x3, x3, {layout.PAYLOAD_SHIFT};",
-                "or.b64 tw, tw, x3;", f"or.b64 tw, tw, {layout.tag_word_constant(0, kind=kind)};",
-                "@m mov.b64 w2, tw;",
+                "or.b64 tw, tw, x3;", f"or.b64 rt, tw, {layout.tag_word_constant(0, kind=kind)};",
             ]
+        if not self.converged:
+            lines += [
+                # called from divergent code: lane c may be inactive, so staging would lose
+                # the record; the lowest active lane writes it directly instead (one atomic)
+                "activemask.b32 am;",
+                "setp.ne.u32 dv, am, -1;",
+                "@dv bra DIV_${:uid};",
+            ]
+        lines += [
+            f"setp.eq.u32 m, {idx['lane']}, c;",
+            # w1 holds the end time until the flush turns it into a duration
+            "@m mov.u64 w0, rs;", "@m mov.u64 w1, t;", "@m mov.b64 w2, rt;",
+        ]
         lines += [
             "add.u32 c, c, 1;",
             "setp.eq.u32 f, c, 32;",
@@ -171,8 +208,12 @@ class WarpRecorder:
             f"mov.u32 lane, {idx['lane']};", f"mov.u64 w3, {idx['w3']};",
             "mov.u32 n, c;", "cvt.u64.u32 n64, n;",
             *cap_lines(idx["g"], idx["max"], idx.get("words")),
-            *_FLUSH_LINES,
+            *flush_lines(active_lanes=False),
             "mov.u32 c, 0;", "DONE_${:uid}:",
+        ]
+        if not self.converged:
+            lines += self._divergent_record_lines(idx)
+        lines += [
             "mov.u32 $0, c;", "mov.u64 $1, w0;", "mov.u64 $2, w1;", "mov.u64 $3, w2;", "}",
         ]
         operands = [v.ir_value() for v in ins + extra]
@@ -183,6 +224,26 @@ class WarpRecorder:
                           "=r,=l,=l,=l," + ",".join(cons) + ",~{memory}")
         self._cursor = Int32(llvm.extractvalue(T.i32(), res, [0]))
         self._w0, self._w1, self._w2 = (Int64(llvm.extractvalue(T.i64(), res, [i])) for i in range(1, 4))
+
+    @staticmethod
+    def _divergent_record_lines(idx) -> list:
+        """PTX after the staging path: the record (rs, t, rt) written directly by the lowest
+        active lane when the stage runs in divergent code (branch DIV taken)."""
+        return [
+            "bra.uni OUT_${:uid};",
+            "DIV_${:uid}:",
+            f"mov.u32 lane, {idx['lane']};", f"mov.u64 w3, {idx['w3']};",
+            *cap_lines(idx["g"], idx["max"], idx.get("words")),
+            *ACTIVE_LANES_LINES,
+            "setp.eq.u32 l0, lane, lead;",
+            "@l0 atom.global.add.u64 s, [g], 1;",
+            *claimed_slot_lines("s", "ep"),
+            f"bfi.b64 w3, ep, w3, {layout.EPOCH_SHIFT}, {layout.EPOCH_BITS};",
+            "sub.s64 rd, t, rs;",
+            "setp.lt.and.s64 mine, s, cap, l0;",
+            *store_lines("mine", ("rs", "rd", "rt", "w3")),
+            "OUT_${:uid}:",
+        ]
 
     def stop(self, eid, tag, *, payload=0, end=None):
         """Stage a span that started at ``eid`` (from ``start()``); writes when 32 are staged.
@@ -208,13 +269,13 @@ class WarpRecorder:
             "{",
             ".reg .pred f, l0, mine, v, q;",
             ".reg .u64 g, base, s, a, al, cap, n64, w0, w1, w2, w3, ep;",
-            ".reg .u32 lane, n, blo, bhi;",
+            ".reg .u32 lane, n, blo, bhi, am, lead;",
             "mov.u32 n, $0;", "mov.u64 w0, $1;", "mov.u64 w1, $2;", "mov.u64 w2, $3;",
             "mov.u32 lane, $4;", "mov.u64 w3, $7;",
             "setp.eq.u32 f, n, 0;", "@f bra.uni DONE_${:uid};",
             "cvt.u64.u32 n64, n;",
             *cap_lines("$5", "$6", "$8" if has_words else None),
-            *_FLUSH_LINES,
+            *flush_lines(active_lanes=True),
             "DONE_${:uid}:", "}",
         ])
         values = [self._cursor, self._w0, self._w1, self._w2, self._lane] + flush_values
@@ -259,7 +320,7 @@ class RoleRecorder:
     mark where the warp is, for hang and crash reports; without it they emit nothing."""
 
     def __init__(self, buf, max_events, tid, *, write_path: str = "staged", enabled=None,
-                 flight=None, _rec=None):
+                 flight=None, converged: bool = False, _rec=None):
         if flight is not None and (not isinstance(flight, tuple) or len(flight) != 2):
             raise ProfileBufferError("flight must be a (positions, slots) pair: the flight recorder's "
                                      "position region and its slot count, as kernel arguments")
@@ -272,7 +333,7 @@ class RoleRecorder:
         if _rec is not None or write_path != "staged" or not self.enabled:
             self._rec = _rec
         else:
-            self._rec = WarpRecorder(buf, max_events, tid, enabled=True)
+            self._rec = WarpRecorder(buf, max_events, tid, enabled=True, converged=converged)
 
     def __extract_mlir_values__(self):
         return [] if self._rec is None else self._rec.__extract_mlir_values__()
