@@ -539,21 +539,22 @@ def _write_compiled(trace: Trace, target: Path, group_by: str, process_name, met
     pid = (process_index + 1) if process_index is not None else np.zeros(0, np.int64)
     other = _other_data(trace, count, device, origin, group_by, metadata)
 
-    buffer = np.empty(_STREAM_CHUNK_BYTES, np.uint8)
+    tid, payload, sm, warp, cycles = (ev[name] for name in ("tid", "payload", "sm", "warp",
+                                                            "dur_cycles"))
+
+    def step(buffer: np.ndarray, done: int) -> tuple[int, int]:
+        return kernels.encode_json_events(
+            buffer, done, count, row_of, start, dur, tag, tid, payload, kind, sm, warp, cycles,
+            origin, name_of_tag, tag_min, names, name_at, kinds, kind_at, layout.KIND_INSTANT,
+            layout.KIND_CLOCK_SPAN, with_cycles, pid, track_index, lane, first_lane,
+            process_count + 1, pieces, piece_at, bound)
+
     with atomic_open(target, "wb") as out:
         out.write(f'{{"displayTimeUnit":"ns","otherData":{_dumps(other)},"traceEvents":[\n'.encode())
         out.write(_SEPARATOR.join(header_events).encode())
         if header_events:
             out.write(_SEPARATOR.encode())
-        done = 0
-        while done < count:
-            done, used = kernels.encode_json_events(
-                buffer, done, count, row_of, start, dur, tag, ev["tid"], ev["payload"], kind,
-                ev["sm"], ev["warp"], ev["dur_cycles"], origin, name_of_tag, tag_min, names,
-                name_at, kinds, kind_at, layout.KIND_INSTANT, layout.KIND_CLOCK_SPAN,
-                with_cycles, pid, track_index, lane, first_lane, process_count + 1, pieces,
-                piece_at, bound)
-            out.write(memoryview(buffer)[:used])
-            advance(done, count)
+        kernels.stream_chunks(out, step, 0, count, _STREAM_CHUNK_BYTES,
+                              lambda done: advance(done, count))
         out.write(b"]}\n")
     return target

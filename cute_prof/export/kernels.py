@@ -16,12 +16,15 @@ region's end right after its begin, then instants in record order.
 
 from __future__ import annotations
 
+from concurrent.futures import ThreadPoolExecutor
+
 import numpy as np
 
 from .. import jit
 
 __all__ = [
     "PACKET_BOUND",
+    "stream_chunks",
     "count_sort_tracks",
     "encode_pftrace_tracks",
     "encode_counter_packets",
@@ -38,6 +41,23 @@ __all__ = [
 # Upper bound of one event packet's bytes without a flow template: framing 3, timestamp 11,
 # sequence 11, track_event (type, name, payload annotation) 32, flags 2.
 PACKET_BOUND = 64
+
+
+def stream_chunks(handle, step, position: int, end: int, chunk_bytes: int, done) -> None:
+    """Write what ``step(buffer, position) -> (next position, bytes used)`` encodes, chunk
+    after chunk, until ``end``: the compiled encoder (which releases the GIL) fills one
+    buffer on a worker thread while this thread writes the other, so encoding and the
+    file system's copy run on both cores. ``done(position)`` after each chunk written."""
+    buffers = (np.empty(chunk_bytes, np.uint8), np.empty(chunk_bytes, np.uint8))
+    with ThreadPoolExecutor(max_workers=1) as pool:
+        which = 0
+        pending = pool.submit(step, buffers[0], position)
+        while pending is not None:
+            position, used = pending.result()
+            pending = pool.submit(step, buffers[1 - which], position) if position < end else None
+            handle.write(memoryview(buffers[which])[:used])
+            done(position)
+            which = 1 - which
 
 
 @jit.kernel

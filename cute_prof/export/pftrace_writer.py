@@ -693,18 +693,19 @@ def _write_compiled(pb, trace, path, group_by, payloads, say, advance, flows,
     bound = kernels.PACKET_BOUND + int(np.diff(template_at).max(initial=0))
     per_key = np.diff(offsets)
     most_ops = int(np.max(2 * per_key[0::2] + per_key[1::2]))
-    buffer = np.empty(max(_STREAM_CHUNK_BYTES, most_ops * bound), np.uint8)
+
+    def step(buffer: np.ndarray, track: int) -> tuple[int, int]:
+        return kernels.encode_pftrace_tracks(
+            buffer, track, offsets, ts, end, iid, pay, override, lane, lanes_of, first_final,
+            offset, _FIRST_TRACK_SEQUENCE, templates, template_at, bound)
+
     say(f"encoding {count:,} records and writing {path}")
     with atomic_write(path) as handle:
         handle.write(header.SerializeToString())
         _write_counters(pb, handle, counters, first_ts, offset, trace)
-        track = 0
-        while track < n_pairs:
-            track, used = kernels.encode_pftrace_tracks(
-                buffer, track, offsets, ts, end, iid, pay, override, lane, lanes_of,
-                first_final, offset, _FIRST_TRACK_SEQUENCE, templates, template_at, bound)
-            handle.write(memoryview(buffer)[:used])
-            advance(int(offsets[2 * track]), count)
+        kernels.stream_chunks(handle, step, 0, n_pairs,
+                              max(_STREAM_CHUNK_BYTES, most_ops * bound),
+                              lambda track: advance(int(offsets[2 * track]), count))
     return path
 
 
