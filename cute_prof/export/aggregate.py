@@ -9,8 +9,8 @@ and *waiting* (inside a region whose tag means ``wait`` in the role spec, or one
 
 Exact: per track, the union of its regions (and of its wait regions) is a set of disjoint
 intervals, whose overlap with every bin is added to the bin. With numba (:mod:`cute_prof.jit`)
-one compiled pass over the records grouped by track; without it, numpy sorts and prefix sums
-give the same numbers.
+one compiled pass over the records in start order, keeping each track's open interval;
+without it, numpy sorts and prefix sums give the same numbers.
 """
 
 from __future__ import annotations
@@ -20,12 +20,11 @@ from typing import Any
 
 import numpy as np
 
-from .. import jit, layout
+from .. import jit
 from ..analysis.roles import TAG_KINDS, load_role_spec
 from ..errors import ProfileBufferError
 from ..trace import Trace
 from ..views import cta_of
-from . import kernels
 from .regions import SPAN_KINDS, pair_index
 
 __all__ = ["AGGREGATE_BY", "aggregate_counters", "aggregated_trace", "bin_edges",
@@ -98,61 +97,63 @@ def _binned_numpy(group: np.ndarray, a: np.ndarray, b: np.ndarray, n_groups: int
 
 
 @jit.kernel
-def _binned_compiled(offsets, rows, kind, start, dur, tag, is_wait, tag_min, group_of_track,
-                     n_groups, edges, instant):
-    """Per (all regions, wait regions), group and bin: the overlap of each track's union
-    of regions with the bin, summed over the group's tracks."""
+def _add_to_bins(out, which, group, a, b, edges):
+    """Add the overlap of ``[a, b)`` with every bin to ``out[which, group]``."""
     n_bins = edges.shape[0] - 1
-    out = np.zeros((2, n_groups, n_bins), np.float64)
-    n_tracks = offsets.shape[0] - 1
-    longest = 0
-    for t in range(n_tracks):
-        longest = max(longest, offsets[t + 1] - offsets[t])
-    s = np.empty(longest, np.int64)
-    e = np.empty(longest, np.int64)
-    w = np.empty(longest, np.bool_)
-    for t in range(n_tracks):
-        m = 0
-        ordered = True
-        for p in range(offsets[t], offsets[t + 1]):
-            r = rows[p]
-            if kind[r] == instant:
+    k = np.searchsorted(edges, a, side="right") - 1
+    k = min(max(k, 0), n_bins - 1)
+    while k < n_bins and edges[k] < b:
+        lo = max(a, edges[k])
+        hi = min(b, edges[k + 1]) if k < n_bins - 1 else b
+        if hi > lo:
+            out[which, group, k] += hi - lo
+        k += 1
+
+
+@jit.kernel
+def _binned_compiled(track, kind, start, dur, tag, is_wait, group_of_track, n_groups, edges,
+                     span_a, span_b):
+    """Per (all regions, wait regions), group and bin: the overlap of each track's union
+    of regions with the bin, summed over the group's tracks. One pass over the records in
+    start order, keeping each track's open union interval (rows not in start order are
+    sorted first)."""
+    n = kind.shape[0]
+    ordered = True
+    for i in range(1, n):
+        if start[i] < start[i - 1]:
+            ordered = False
+            break
+    order = np.empty(0, np.int64) if ordered else np.argsort(start, kind="mergesort")
+    n_tracks = group_of_track.shape[0]
+    out = np.zeros((2, n_groups, edges.shape[0] - 1), np.float64)
+    open_a = np.zeros((2, n_tracks), np.int64)
+    open_b = np.zeros((2, n_tracks), np.int64)
+    is_open = np.zeros((2, n_tracks), np.bool_)
+    for q in range(n):
+        r = q if ordered else order[q]
+        k = kind[r]
+        if k != span_a and k != span_b:
+            continue
+        t = track[r]
+        s = np.int64(start[r])
+        e = s + max(np.int64(dur[r]), 0)
+        g = np.int64(tag[r])
+        waiting = 0 <= g < is_wait.shape[0] and is_wait[g]
+        for which in range(2 if waiting else 1):
+            if is_open[which, t] and s <= open_b[which, t]:
+                open_b[which, t] = max(open_b[which, t], e)
                 continue
-            s[m] = start[r]
-            e[m] = s[m] + max(np.int64(dur[r]), 0)
-            g = np.int64(tag[r]) - tag_min
-            w[m] = is_wait[g] if 0 <= g < is_wait.shape[0] else False
-            if m and s[m] < s[m - 1]:
-                ordered = False
-            m += 1
-        if not ordered:
-            order = np.argsort(s[:m], kind="mergesort")
-            s[:m] = s[:m][order]
-            e[:m] = e[:m][order]
-            w[:m] = w[:m][order]
-        group = group_of_track[t]
-        for which in range(2):
-            open_a = np.int64(0)
-            open_b = np.int64(0)
-            is_open = False
-            for j in range(m + 1):
-                if j < m:
-                    if which == 1 and not w[j]:
-                        continue
-                    if is_open and s[j] <= open_b:
-                        open_b = max(open_b, e[j])
-                        continue
-                if is_open and open_b > open_a:  # flush [open_a, open_b) into the bins
-                    k = np.searchsorted(edges, open_a, side="right") - 1
-                    k = min(max(k, 0), n_bins - 1)
-                    while k < n_bins and edges[k] < open_b:
-                        lo = max(open_a, edges[k])
-                        hi = min(open_b, edges[k + 1]) if k < n_bins - 1 else open_b
-                        if hi > lo:
-                            out[which, group, k] += hi - lo
-                        k += 1
-                if j < m:
-                    open_a, open_b, is_open = s[j], e[j], True
+            if is_open[which, t]:
+                _add_to_bins(out, which, group_of_track[t], open_a[which, t], open_b[which, t],
+                             edges)
+            open_a[which, t] = s
+            open_b[which, t] = e
+            is_open[which, t] = True
+    for which in range(2):
+        for t in range(n_tracks):
+            if is_open[which, t]:
+                _add_to_bins(out, which, group_of_track[t], open_a[which, t], open_b[which, t],
+                             edges)
     return out
 
 
@@ -220,11 +221,9 @@ def aggregate_counters(trace: Trace, *, by: str = "sm", bins: int = DEFAULT_BINS
     groups, group_of_track = np.unique(track_group, return_inverse=True)
     group_of_track = group_of_track.reshape(-1).astype(np.int64)
     if jit.enabled():
-        track = np.where(is_span, track, -1)
-        offsets, rows = kernels.count_sort_tracks(track, int(track_group.shape[0]))
-        covered = _binned_compiled(offsets, rows, kind, events["start_ns"], events["dur_ns"],
-                                   events["tag"], is_wait, 0, group_of_track,
-                                   groups.shape[0], edges, layout.KIND_INSTANT)
+        covered = _binned_compiled(track, kind, events["start_ns"], events["dur_ns"],
+                                   events["tag"], is_wait, group_of_track, groups.shape[0],
+                                   edges, SPAN_KINDS[0], SPAN_KINDS[1])
         covered_all, covered_wait = covered[0], covered[1]
     else:
         start = events["start_ns"][is_span].astype(np.int64)

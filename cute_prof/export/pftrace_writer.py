@@ -612,7 +612,6 @@ def _write_numpy(pb, trace, path, group_by, payloads, say, advance, flows, count
     header.packet.extend(_descriptor_packets(pb, tracks, track_uuid, group_by, info, first_ts))
     n_ops = ops.ts.shape[0]
     _sequence_headers(pb, header, ops, 0, n_ops, track_uuid, names)
-    header.packet.extend(_counter_packets(pb, counters, first_ts, offset, trace))
     span_of_row = np.full(events.shape[0], -1, np.int64)
     span_of_row[span_rows] = np.arange(n_spans)
     flow_templates = _flow_templates(pb, ops, span_of_row, flows)
@@ -620,6 +619,13 @@ def _write_numpy(pb, trace, path, group_by, payloads, say, advance, flows, count
     total = int(rows.shape[0])
     with atomic_write(path) as handle:
         handle.write(header.SerializeToString())
+        if jit.enabled():  # the same bytes, encoded in a compiled loop
+            _write_counters(pb, handle, counters, first_ts, offset, trace)
+        else:
+            counter_packets = pb.Trace()
+            counter_packets.packet.extend(_counter_packets(pb, counters, first_ts, offset,
+                                                           trace))
+            handle.write(counter_packets.SerializeToString())
         for lo in range(0, n_ops, _ENCODE_CHUNK):
             hi = min(lo + _ENCODE_CHUNK, n_ops)
             handle.write(_serialize_events(pb, ops, lo, hi, flow_templates))
