@@ -476,12 +476,6 @@ def events_to_perfetto(
 
 
 _STREAM_CHUNK_BYTES = 1 << 25
-# the constant texts of an event, in the order encode_json_events uses them
-_PIECES = ('{"name":', ',"ts":', ',"dur":', ',"s":"t"', ',"pid":', ',"tid":',
-           ',"args":{"start_ns":', ',"dur_ns":', ',"tid":', ',"payload":', ',"sm":', ',"warp":',
-           ',"dur_cycles":', '}},\n', '}}\n')
-
-
 def _byte_table(texts: list[str]) -> tuple[np.ndarray, np.ndarray]:
     """Texts as one uint8 array and their offsets (text k is ``blob[at[k]:at[k + 1]]``)."""
     encoded = [t.encode("utf-8") for t in texts]
@@ -533,7 +527,6 @@ def _write_compiled(trace: Trace, target: Path, group_by: str, process_name, met
         phase = "i" if code == layout.KIND_INSTANT else "X"
         kind_texts[code] = f',"cat":"{kind_name(code)}","ph":"{phase}"'
     kinds, kind_at = _byte_table(kind_texts)
-    pieces, piece_at = _byte_table(list(_PIECES))
     with_cycles = bool(kinds_present[layout.KIND_CLOCK_SPAN])
     bound = 512 + int(np.diff(name_at).max()) + int(np.diff(kind_at).max())
     pid = (process_index + 1) if process_index is not None else np.zeros(0, np.int64)
@@ -545,9 +538,9 @@ def _write_compiled(trace: Trace, target: Path, group_by: str, process_name, met
     def step(buffer: np.ndarray, done: int) -> tuple[int, int]:
         return kernels.encode_json_events(
             buffer, done, count, row_of, start, dur, tag, tid, payload, kind, sm, warp, cycles,
-            origin, name_of_tag, tag_min, names, name_at, kinds, kind_at, layout.KIND_INSTANT,
-            layout.KIND_CLOCK_SPAN, with_cycles, pid, track_index, lane, first_lane,
-            process_count + 1, pieces, piece_at, bound)
+            origin, name_of_tag, tag_min, names, name_at, kinds, kind_at, layout.KIND_SPAN,
+            layout.KIND_INSTANT, layout.KIND_CLOCK_SPAN, with_cycles, pid, track_index, lane,
+            first_lane, process_count + 1, bound)
 
     with atomic_open(target, "wb") as out:
         out.write(f'{{"displayTimeUnit":"ns","otherData":{_dumps(other)},"traceEvents":[\n'.encode())
