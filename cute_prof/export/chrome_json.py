@@ -494,7 +494,13 @@ def _write_compiled(trace: Trace, target: Path, group_by: str, process_name, met
 
     process_index, process_names = _processes(trace, ev, group_by, process_name)
     device = str(trace.metadata.get("device") or "GPU")
-    track_index, track_process, track_tids = pair_index(process_index, ev["tid"].astype(np.int64))
+    track_index = np.empty(0, np.int64)
+    if process_index is None:  # one process: ranks by a lookup table over the tids
+        track_index, track_tids = kernels.dense_index(ev["tid"], max(4 * count, 1 << 16))
+        track_process = np.zeros_like(track_tids)
+    if track_index.shape[0] != count:
+        track_index, track_process, track_tids = pair_index(process_index,
+                                                            ev["tid"].astype(np.int64))
     n_tracks = track_process.shape[0]
     offsets, rows = kernels.count_sort_tracks(track_index, n_tracks)
     lane, lanes_per_track = kernels.lanes_by_row(offsets, rows, kind, start, dur,

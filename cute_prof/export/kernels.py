@@ -801,3 +801,37 @@ def used_values(values, lo, size):
     for i in range(values.shape[0]):
         present[np.int64(values[i]) - lo] = True
     return present
+
+
+@jit.kernel
+def dense_index(values, max_range):
+    """Rank of each value among the distinct values (ascending), by a lookup table over
+    the value range, and the distinct values; an empty index when the range exceeds
+    ``max_range`` (then the caller sorts)."""
+    n = values.shape[0]
+    if n == 0:
+        return np.empty(0, np.int64), np.empty(0, np.int64)
+    lo = np.int64(values[0])
+    hi = lo
+    for i in range(n):
+        v = np.int64(values[i])
+        lo = min(lo, v)
+        hi = max(hi, v)
+    if hi - lo + 1 > max_range:
+        return np.empty(0, np.int64), np.empty(0, np.int64)
+    rank = np.full(hi - lo + 1, -1, np.int64)
+    for i in range(n):
+        rank[np.int64(values[i]) - lo] = 0
+    distinct = 0
+    for v in range(hi - lo + 1):
+        if rank[v] == 0:
+            rank[v] = distinct
+            distinct += 1
+    keys = np.empty(distinct, np.int64)
+    for v in range(hi - lo + 1):
+        if rank[v] >= 0:
+            keys[rank[v]] = v + lo
+    index = np.empty(n, np.int64)
+    for i in range(n):
+        index[i] = rank[np.int64(values[i]) - lo]
+    return index, keys

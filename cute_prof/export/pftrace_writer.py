@@ -660,10 +660,20 @@ def _write_compiled(pb, trace, path, group_by, payloads, say, advance, flows,
     rows = slice(None) if every else np.flatnonzero(
         (kind == span_a) | (kind == span_b) | (kind == instant))
     say(f"ordering {count:,} records by track")
-    group_all, leaf_all, group_namer, leaf_namer = _group_and_leaf(trace, rows, group_by)
-    grouped = group_all is not None
-    pair, pair_group, pair_leaf = pair_index(group_all, leaf_all)
-    del group_all, leaf_all
+    pair = None
+    if every and group_by in ("tid", "device") and len(trace.launches) <= 1:
+        # one track per tid: ranks by a lookup table, straight from the tid column
+        pair, pair_leaf = kernels.dense_index(events["tid"], max(4 * count, 1 << 16))
+        if pair.shape[0] == count:
+            pair_group = np.zeros_like(pair_leaf)
+            grouped, group_namer, leaf_namer = False, str, trace.track_name
+        else:
+            pair = None
+    if pair is None:
+        group_all, leaf_all, group_namer, leaf_namer = _group_and_leaf(trace, rows, group_by)
+        grouped = group_all is not None
+        pair, pair_group, pair_leaf = pair_index(group_all, leaf_all)
+        del group_all, leaf_all
     n_pairs = pair_group.shape[0]
     if every:
         track_of_row = pair
