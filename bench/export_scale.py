@@ -189,7 +189,7 @@ def markdown(result: dict) -> str:
         "set before the buffer existed (the decoded Trace, 1.6x the buffer, included; the "
         "buffer itself was freed after decoding); export extra: the step's own share. "
         "Disk alone: the output's size over the disk write bandwidth measured at the start "
-        "of the same run (1 GiB written and fsynced). Targets from issue 20: pftrace "
+        "of the same run (2 GiB written and fsynced). Targets from issue 20: pftrace "
         ">= 10 M/s, JSON >= 5 M/s, peak <= 3x the buffer.", "",
         "| records | buffer | step | wall | rate | CPU | load | peak | peak / buffer "
         "| export extra / buffer | output | disk alone | disk MB/s |",

@@ -334,7 +334,7 @@ def _cmd_merge(args, progress: _Progress) -> int:
 
 
 def _cmd_flight(args, progress: _Progress) -> int:
-    from .export import export_trace
+    from .export import export_trace, format_of
     from .flight import load_dump
 
     progress(f"reading flight-recorder dump {args.dump}")
@@ -343,7 +343,7 @@ def _cmd_flight(args, progress: _Progress) -> int:
     print(f"{len(report.trace.events)} records decoded ({report.trace.incomplete} incomplete)")
     if args.output:
         options = {}
-        if Path(args.output).suffix.lower() in (".json", ".pftrace"):
+        if format_of(Path(args.output), None) in ("json", "pftrace"):
             options["chunk_progress"] = progress.records("writing")
         export_trace(report.trace, args.output, **options)
         print(args.output)

@@ -189,3 +189,12 @@ def test_lanes_hand_computed():
                                           end - start, layout.KIND_INSTANT)
     assert lane.tolist() == [0, 0, 1, 0, 0]
     assert lanes_of.tolist() == [2]
+
+
+def test_tag_ids_spread_wide_fall_back_to_numpy(tmp_path):
+    trace = flow_trace()
+    trace.events["tag"] = [0, 2**30, -(2**30)]
+    compiled, reference = write_both(trace, tmp_path, events_to_perfetto, ".json")
+    assert json_events(compiled) == json_events(reference)
+    compiled, reference = write_both(trace, tmp_path, write_pftrace, ".pftrace")
+    assert compiled.read_bytes() == reference.read_bytes()

@@ -30,6 +30,12 @@ template, and the per-packet timestamp and sequence varints and the packet frami
 written with array operations (``_encode_events``). The tests parse the output with the
 official protos and compare it with the slices the earlier protobuf-per-packet writer
 produced.
+
+With numba (:mod:`cute_prof.jit`) a compiled writer runs instead (``_write_compiled``,
+loops in :mod:`.kernels`): one counting-sort pass groups the records by track, first-fit
+lanes and the event packets are computed track by track, and the packets are streamed to
+the file in chunks, so no global sort and no per-operation arrays are needed. It writes
+the same bytes as the numpy writer (``tests/test_export_compiled.py``).
 """
 
 
