@@ -31,7 +31,7 @@ from test_host_export import (  # noqa: E402
     two_launch_trace,
 )
 
-pytestmark = pytest.mark.skipif(not jit.available(), reason="numba not installed")
+pytestmark = pytest.mark.skipif(not jit.enabled(), reason="numba not installed or CUTE_PROF_NO_JIT=1")
 
 
 def write_both(trace, tmp_path, writer, suffix, **options) -> tuple[Path, Path]:
@@ -198,3 +198,22 @@ def test_tag_ids_spread_wide_fall_back_to_numpy(tmp_path):
     assert json_events(compiled) == json_events(reference)
     compiled, reference = write_both(trace, tmp_path, write_pftrace, ".pftrace")
     assert compiled.read_bytes() == reference.read_bytes()
+
+
+def test_many_small_chunks_give_the_same_files(tmp_path, monkeypatch):
+    from cute_prof.export import chrome_json, pftrace_writer
+
+    monkeypatch.setattr(chrome_json, "_STREAM_CHUNK_BYTES", 4096)  # ~8 events a chunk
+    monkeypatch.setattr(pftrace_writer, "_STREAM_CHUNK_BYTES", 4096)
+    trace = heavy_overlap_trace(9)
+    compiled, reference = write_both(trace, tmp_path, write_pftrace, ".pftrace")
+    assert_same_slices(compiled, reference)
+    compiled, reference = write_both(trace, tmp_path, events_to_perfetto, ".json")
+    assert json_events(compiled) == json_events(reference)
+
+
+def test_plan_chunks_hand_computed():
+    sizes = np.array([3, 4, 10, 1, 1, 2])
+    assert kernels.plan_chunks(sizes, 7) == [(0, 2), (2, 3), (3, 6)]
+    assert kernels.plan_chunks(sizes, 100) == [(0, 6)]
+    assert kernels.plan_chunks(np.zeros(0, np.int64), 7) == []

@@ -551,19 +551,22 @@ def _write_compiled(trace: Trace, target: Path, group_by: str, process_name, met
     tid, payload, sm, warp, cycles = (ev[name] for name in ("tid", "payload", "sm", "warp",
                                                             "dur_cycles"))
 
-    def step(buffer: np.ndarray, done: int) -> tuple[int, int]:
+    per_chunk = max(_STREAM_CHUNK_BYTES // bound, 1)
+    chunks = [(lo, min(lo + per_chunk, count)) for lo in range(0, count, per_chunk)]
+
+    def step(buffer: np.ndarray, lo: int, hi: int) -> int:
         return kernels.encode_json_events(
-            buffer, done, count, row_of, start, dur, tag, tid, payload, kind, sm, warp, cycles,
-            origin, name_of_tag, tag_min, names, name_at, kinds, kind_at, layout.KIND_SPAN,
-            layout.KIND_INSTANT, layout.KIND_CLOCK_SPAN, with_cycles, pid, track_index, lane,
-            first_lane, process_count + 1, bound)
+            buffer, lo, hi, count, row_of, start, dur, tag, tid, payload, kind, sm, warp,
+            cycles, origin, name_of_tag, tag_min, names, name_at, kinds, kind_at,
+            layout.KIND_SPAN, layout.KIND_INSTANT, layout.KIND_CLOCK_SPAN, with_cycles, pid,
+            track_index, lane, first_lane, process_count + 1)
 
     with atomic_open(target, "wb") as out:
         out.write(f'{{"displayTimeUnit":"ns","otherData":{_dumps(other)},"traceEvents":[\n'.encode())
         out.write(_SEPARATOR.join(header_events).encode())
         if header_events:
             out.write(_SEPARATOR.encode())
-        kernels.stream_chunks(out, step, 0, count, _STREAM_CHUNK_BYTES,
+        kernels.stream_chunks(out, step, chunks, per_chunk * bound,
                               lambda done: advance(done, count))
         out.write(b"]}\n")
     return target

@@ -16,6 +16,7 @@ region's end right after its begin, then instants in record order.
 
 from __future__ import annotations
 
+from collections import deque
 from concurrent.futures import ThreadPoolExecutor
 
 import numpy as np
@@ -24,6 +25,7 @@ from .. import jit
 
 __all__ = [
     "PACKET_BOUND",
+    "plan_chunks",
     "stream_chunks",
     "count_sort_tracks",
     "encode_pftrace_tracks",
@@ -43,21 +45,47 @@ __all__ = [
 PACKET_BOUND = 64
 
 
-def stream_chunks(handle, step, position: int, end: int, chunk_bytes: int, done) -> None:
-    """Write what ``step(buffer, position) -> (next position, bytes used)`` encodes, chunk
-    after chunk, until ``end``: the compiled encoder (which releases the GIL) fills one
-    buffer on a worker thread while this thread writes the other, so encoding and the
-    file system's copy run on both cores. ``done(position)`` after each chunk written."""
-    buffers = (np.empty(chunk_bytes, np.uint8), np.empty(chunk_bytes, np.uint8))
-    with ThreadPoolExecutor(max_workers=1) as pool:
-        which = 0
-        pending = pool.submit(step, buffers[0], position)
-        while pending is not None:
-            position, used = pending.result()
-            pending = pool.submit(step, buffers[1 - which], position) if position < end else None
-            handle.write(memoryview(buffers[which])[:used])
-            done(position)
-            which = 1 - which
+def stream_chunks(handle, step, chunks: list[tuple[int, int]], chunk_bytes: int, done, *,
+                  workers: int = 2) -> None:
+    """Write, in order, what ``step(buffer, lo, hi) -> bytes used`` encodes for each chunk
+    ``(lo, hi)``: the compiled encoders (which release the GIL) fill buffers on ``workers``
+    threads while this thread writes the finished ones, so encoding and the file system's
+    copy use every core. ``done(hi)`` after each chunk written."""
+    free = [np.empty(chunk_bytes, np.uint8) for _ in range(workers + 1)]
+    pending: deque = deque()
+    upcoming = iter(chunks)
+    with ThreadPoolExecutor(max_workers=workers) as pool:
+
+        def submit() -> None:
+            while free:
+                chunk = next(upcoming, None)
+                if chunk is None:
+                    return
+                buffer = free.pop()
+                pending.append((pool.submit(step, buffer, *chunk), buffer, chunk[1]))
+
+        submit()
+        while pending:
+            future, buffer, hi = pending.popleft()
+            used = future.result()
+            handle.write(memoryview(buffer)[:used])
+            done(hi)
+            free.append(buffer)
+            submit()
+
+
+def plan_chunks(sizes: np.ndarray, chunk_bytes: int) -> list[tuple[int, int]]:
+    """Consecutive ranges of items whose ``sizes`` (bytes, an upper bound each) add up to at
+    most ``chunk_bytes`` (an item larger than that is a chunk of its own)."""
+    total = np.cumsum(sizes)
+    chunks = []
+    lo = 0
+    while lo < sizes.shape[0]:
+        before = int(total[lo - 1]) if lo else 0
+        hi = max(int(np.searchsorted(total, before + chunk_bytes, side="right")), lo + 1)
+        chunks.append((lo, hi))
+        lo = hi
+    return chunks
 
 
 @jit.kernel
@@ -417,25 +445,22 @@ def _put_event(out, at, ts, sequence, kind, iid, payload, override, templates, t
 
 
 @jit.kernel
-def encode_pftrace_tracks(out, track_lo, offsets, ts, end, iid, pay, override, lane, lanes_of,
-                          first_final, offset, first_sequence, templates, template_at, bound):
-    """Event packets of whole tracks from ``track_lo`` on into ``out`` until the next track
-    might not fit (``bound`` bytes per operation). Returns ``(next track, bytes used)``."""
-    n_tracks = (offsets.shape[0] - 1) // 2
+def encode_pftrace_tracks(out, track_lo, track_hi, offsets, ts, end, iid, pay, override, lane,
+                          lanes_of, first_final, offset, first_sequence, templates,
+                          template_at):
+    """Event packets of tracks ``track_lo .. track_hi - 1`` into ``out`` (sized by the
+    caller: ``PACKET_BOUND`` plus the longest flow template per operation). Returns the
+    bytes used."""
     longest = 0
-    for t in range(track_lo, n_tracks):
+    for t in range(track_lo, track_hi):
         longest = max(longest, offsets[2 * t + 1] - offsets[2 * t])
     stack = np.empty(longest + 1, np.int64)
     has_overrides = override.shape[0] > 0
     at = 0
-    t = track_lo
-    while t < n_tracks:
+    for t in range(track_lo, track_hi):
         lo = offsets[2 * t]
         mid = offsets[2 * t + 1]
         hi = offsets[2 * t + 2]
-        need = (2 * (mid - lo) + (hi - mid)) * bound
-        if at > 0 and at + need > out.shape[0]:
-            break
         for number in range(lanes_of[t]):
             sequence = first_sequence + first_final[t] + number
             depth = 0
@@ -475,8 +500,7 @@ def encode_pftrace_tracks(out, track_lo, offsets, ts, end, iid, pay, override, l
                     at = _put_event(out, at, best_ts + offset, sequence, 3, iid[i], pay[i], -1,
                                     templates, template_at)
                     i += 1
-        t += 1
-    return t, at
+    return at
 
 
 @jit.kernel
@@ -735,19 +759,18 @@ def _put_text(out, at, text):
 
 
 @jit.kernel
-def encode_json_events(out, k_lo, count, row_of, start, dur, tag, tid, payload, kind, sm, warp,
-                       dur_cycles, origin, name_of_tag, tag_min, names, name_at, kinds,
+def encode_json_events(out, k_lo, k_hi, count, row_of, start, dur, tag, tid, payload, kind, sm,
+                       warp, dur_cycles, origin, name_of_tag, tag_min, names, name_at, kinds,
                        kind_at, span, instant, clock_span, with_cycles, pid, track, lane,
-                       first_lane, tid_base, bound):
-    """Chrome JSON events ``k_lo..`` (file order; ``row_of`` maps it to rows, empty for
-    the identity) into ``out`` until the next might not fit in ``bound`` bytes. Each
-    event ends with ``,\n`` except the last of all. ``names``/``kinds``: the name text per
-    tag and the category/phase text per kind code, as byte tables. Returns ``(next event,
-    bytes used)``."""
+                       first_lane, tid_base):
+    """Chrome JSON events ``k_lo .. k_hi - 1`` (file order; ``row_of`` maps it to rows,
+    empty for the identity) into ``out`` (sized by the caller). Each event ends with
+    ``,\n`` except the last of all ``count``. ``names``/``kinds``: the name text per tag
+    and the category/phase text per kind code, as byte tables. Returns the bytes used."""
     at = 0
     k = k_lo
     identity = row_of.shape[0] == 0
-    while k < count and at + bound <= out.shape[0]:
+    while k < k_hi:
         r = k if identity else row_of[k]
         code = kind[r]
         at = _put_text(out, at, _OPEN)
@@ -791,7 +814,7 @@ def encode_json_events(out, k_lo, count, row_of, start, dur, tag, tid, payload, 
             at = _put_text(out, at, _CLOSE)
         else:
             at = _put_text(out, at, _CLOSE_LAST)
-    return k, at
+    return at
 
 
 @jit.kernel

@@ -714,19 +714,20 @@ def _write_compiled(pb, trace, path, group_by, payloads, say, advance, flows,
                             pair_track, pair_iid, with_payload, track_uuid, names)
     bound = kernels.PACKET_BOUND + int(np.diff(template_at).max(initial=0))
     per_key = np.diff(offsets)
-    most_ops = int(np.max(2 * per_key[0::2] + per_key[1::2]))
+    track_bytes = (2 * per_key[0::2] + per_key[1::2]) * bound
+    chunk_bytes = max(_STREAM_CHUNK_BYTES, int(track_bytes.max()))
+    chunks = kernels.plan_chunks(track_bytes, chunk_bytes)
 
-    def step(buffer: np.ndarray, track: int) -> tuple[int, int]:
+    def step(buffer: np.ndarray, track_lo: int, track_hi: int) -> int:
         return kernels.encode_pftrace_tracks(
-            buffer, track, offsets, ts, end, iid, pay, override, lane, lanes_of, first_final,
-            offset, _FIRST_TRACK_SEQUENCE, templates, template_at, bound)
+            buffer, track_lo, track_hi, offsets, ts, end, iid, pay, override, lane, lanes_of,
+            first_final, offset, _FIRST_TRACK_SEQUENCE, templates, template_at)
 
     say(f"encoding {count:,} records and writing {path}")
     with atomic_write(path) as handle:
         handle.write(header.SerializeToString())
         _write_counters(pb, handle, counters, first_ts, offset, trace)
-        kernels.stream_chunks(handle, step, 0, n_pairs,
-                              max(_STREAM_CHUNK_BYTES, most_ops * bound),
+        kernels.stream_chunks(handle, step, chunks, chunk_bytes,
                               lambda track: advance(int(offsets[2 * track]), count))
     return path
 
