@@ -208,7 +208,43 @@ def markdown(result: dict) -> str:
                 f"{e['peak_over_buffer']:.2f} | {e['export_extra_over_buffer']:.2f} | "
                 f"{e['output_bytes'] / 1e6:,.0f} MB | {e['disk_seconds_for_output']:.2f} s | "
                 f"{row['disk_write_bytes_per_s'] / 1e6:,.0f} |")
+    lines += _bounds(result)
     return "\n".join(lines) + "\n"
+
+
+def _bounds(result: dict) -> list[str]:
+    """What bounds each writer, from the largest size measured."""
+    row = result["rows"][-1]
+    steps = row["steps"]
+    if "pftrace (bytes not written)" not in steps:
+        return []
+    n = row["records"]
+    bandwidth = row["disk_write_bytes_per_s"]
+    out = ["", "Before this change (numpy writers, `bench/results/host_scale.md`, main, "
+           "2026-11-22 20:24 UTC) at 50 M records: JSON 0.7 M/s with a peak of 8.5x the "
+           "buffer, pftrace 0.6 M/s with 13.2x; the numpy rows above are those writers "
+           "(still the fallback, `CUTE_PROF_NO_JIT=1`) in the same run.",
+           "", f"## What bounds each writer at {n:,} records", ""]
+    for name, target in (("pftrace", TARGETS["pftrace"]), ("json", TARGETS["json"])):
+        full, bare = steps[name], steps[f"{name} (bytes not written)"]
+        size = full["output_bytes"]
+        out.append(
+            f"- **{name}**: {full['records_per_s'] / 1e6:.1f} M/s with the file written "
+            f"({full['seconds']:.1f} s), {bare['records_per_s'] / 1e6:.1f} M/s with the bytes "
+            f"encoded but not written ({bare['seconds']:.1f} s); target "
+            f"{target / 1e6:.0f} M/s. The file is {size / 1e9:.2f} GB ({size / n:.0f} bytes "
+            f"per record): {size / bandwidth:.1f} s at the {bandwidth / 1e6:,.0f} MB/s "
+            f"measured for this run; writing it at the target rate needs "
+            f"{size / n * target / 1e9:.2f} GB/s.")
+    out += [
+        "- **memory**: the peak includes the decoded Trace (52 bytes per record, 1.6x the "
+        "buffer); the pftrace writer adds 28 bytes per record grouped by track and three "
+        "chunk buffers, the JSON writer a track index and a lane per record and three "
+        "chunk buffers (fixed ~100-200 MiB, which dominates at 1 M records).",
+        "- The box is shared with other jobs (load average before each step in the table): "
+        "single runs vary by ~20 %.",
+    ]
+    return out
 
 
 def main() -> None:
@@ -216,12 +252,18 @@ def main() -> None:
     parser.add_argument("--records", type=int, nargs="*", default=list(SIZES))
     parser.add_argument("--numpy-up-to", type=int, default=5_000_000,
                         help="also time the numpy writers up to this size (0: never)")
+    parser.add_argument("--render", action="store_true",
+                        help="only write the .md again from the .json of --out")
     parser.add_argument("--child", type=int, help=argparse.SUPPRESS)
     parser.add_argument("--child-numpy", action="store_true", help=argparse.SUPPRESS)
     parser.add_argument("--out", default=str(ROOT / "bench" / "results" / "export_scale_cpu"))
     args = parser.parse_args()
     if args.child:
         print(json.dumps(measure_one(args.child, args.child_numpy)))
+        return
+    if args.render:
+        result = json.loads(Path(args.out + ".json").read_text())
+        Path(args.out + ".md").write_text(markdown(result))
         return
     rows = []
     for records in args.records:

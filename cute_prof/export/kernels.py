@@ -28,6 +28,7 @@ __all__ = [
     "plan_chunks",
     "stream_chunks",
     "count_sort_tracks",
+    "dense_index",
     "encode_pftrace_tracks",
     "encode_counter_packets",
     "gather_by_track",
