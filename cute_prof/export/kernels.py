@@ -154,35 +154,28 @@ def count_sort_tracks(track, n_tracks):
 
 
 @jit.kernel
-def gather_by_track(track, kind, start, dur, tag, payload, span_a, span_b, instant,
-                    n_tracks, iid_of_tag, tag_min, with_payloads, override_of_row):
-    """The columns the pftrace needs, grouped by track in one sequential pass over the
-    records (the reads in row order, the writes one stream per track): track ``t``'s
-    regions at ``[offsets[2t], offsets[2t+1])``, its instants up to ``offsets[2t+2]``,
-    each in row order. Returns ``(offsets, time, end, name id, payload, flow template)``;
-    the last is empty without flows."""
-    n_keys = 2 * n_tracks
-    offsets = np.zeros(n_keys + 1, np.int64)
-    for i in range(kind.shape[0]):
+def _count_by_track(track, kind, span_a, span_b, instant, n_tracks, row_lo, row_hi):
+    """Regions (key 2t) and instants (key 2t + 1) of each track among rows lo..hi-1."""
+    counts = np.zeros(2 * n_tracks, np.int64)
+    for i in range(row_lo, row_hi):
         t = track[i]
         if t < 0:
             continue
         k = kind[i]
         if k == span_a or k == span_b:
-            offsets[2 * t + 1] += 1
+            counts[2 * t] += 1
         elif k == instant:
-            offsets[2 * t + 2] += 1
-    for key in range(n_keys):
-        offsets[key + 1] += offsets[key]
-    total = offsets[n_keys]
-    ts = np.empty(total, np.int64)
-    end = np.empty(total, np.int64)
-    iid = np.empty(total, np.int32)
-    pay = np.zeros(total, np.int32)
-    has_overrides = override_of_row.shape[0] > 0
-    override = np.empty(total if has_overrides else 0, np.int32)
-    at = offsets[:n_keys].copy()
-    for i in range(kind.shape[0]):
+            counts[2 * t + 1] += 1
+    return counts
+
+
+@jit.kernel
+def _scatter_by_track(track, kind, start, dur, tag, payload, span_a, span_b, instant,
+                      iid_of_tag, tag_min, with_payloads, override_of_row, row_lo, row_hi, at,
+                      ts, end, iid, pay, override):
+    """Rows lo..hi-1 into their track's places from ``at`` (per key, advanced)."""
+    has_overrides = override.shape[0] > 0
+    for i in range(row_lo, row_hi):
         t = track[i]
         if t < 0:
             continue
@@ -204,6 +197,40 @@ def gather_by_track(track, kind, start, dur, tag, payload, span_a, span_b, insta
             pay[p] = payload[i]
         if has_overrides:
             override[p] = override_of_row[i]
+
+
+def gather_by_track(track, kind, start, dur, tag, payload, span_a, span_b, instant,
+                    n_tracks, iid_of_tag, tag_min, with_payloads, override_of_row, *,
+                    workers: int = 2):
+    """The columns the pftrace needs, grouped by track: track ``t``'s regions at
+    ``[offsets[2t], offsets[2t+1])``, its instants up to ``offsets[2t+2]``, each in row
+    order. The rows are split into ``workers`` ranges, counted and scattered in parallel
+    (each range's rows of a track follow the previous range's: row order is kept); the
+    reads go in row order, the writes one stream per track. Returns ``(offsets, time,
+    end, name id, payload, flow template)``; the last is empty without flows."""
+    n = kind.shape[0]
+    bounds = [n * w // workers for w in range(workers + 1)]
+    ranges = list(zip(bounds[:-1], bounds[1:]))
+    with ThreadPoolExecutor(max_workers=workers) as pool:
+        counts = list(pool.map(lambda r: _count_by_track(
+            track, kind, span_a, span_b, instant, n_tracks, r[0], r[1]), ranges))
+        total_per_key = np.sum(counts, axis=0)
+        offsets = np.zeros(2 * n_tracks + 1, np.int64)
+        np.cumsum(total_per_key, out=offsets[1:])
+        starts, at = [], offsets[:-1].copy()
+        for count in counts:
+            starts.append(at.copy())
+            at += count
+        total = int(offsets[-1])
+        ts = np.empty(total, np.int64)
+        end = np.empty(total, np.int64)
+        iid = np.empty(total, np.int32)
+        pay = np.zeros(total, np.int32)
+        override = np.empty(total if override_of_row.shape[0] else 0, np.int32)
+        list(pool.map(lambda job: _scatter_by_track(
+            track, kind, start, dur, tag, payload, span_a, span_b, instant, iid_of_tag,
+            tag_min, with_payloads, override_of_row, job[0][0], job[0][1], job[1], ts, end,
+            iid, pay, override), zip(ranges, starts)))
     return offsets, ts, end, iid, pay, override
 
 
@@ -287,25 +314,18 @@ def _grow(values, size):
 
 
 @jit.kernel
-def order_and_lanes(offsets, ts, end, iid, pay, override, n_names):
-    """Sort each track's regions by (start, longer first, record order) and its instants by
-    (time, record order), and put its regions into first-fit lanes: a region goes into the
-    first lane whose open regions it nests in (a track whose regions nest has one lane).
-
-    Returns ``(lane per region position, lanes per track, per final track (track, lane) in
-    order: its first timestamp and whether a payload is used, and the (final track, name
-    id) pairs that each final track's sequence interns, in order)``."""
-    n_tracks = (offsets.shape[0] - 1) // 2
+def _order_and_lanes(offsets, ts, end, iid, pay, override, n_names, lane, lanes_of, t_lo,
+                     t_hi):
+    """:func:`order_and_lanes` for tracks ``t_lo .. t_hi - 1``; ``lane`` and ``lanes_of``
+    are filled in place, final tracks are numbered from 0 within the range."""
     longest = 0
-    for key in range(2 * n_tracks):
+    for key in range(2 * t_lo, 2 * t_hi):
         longest = max(longest, offsets[key + 1] - offsets[key])
     perm = np.empty(longest, np.int64)
     scratch = np.empty(longest, np.int64)
     values = np.empty(longest, np.int64)
     lane_top = np.empty(longest + 1, np.int64)
     below = np.empty(longest, np.int64)
-    lane = np.zeros(ts.shape[0], np.int32)
-    lanes_of = np.zeros(n_tracks, np.int64)
     first_ts = np.empty(16, np.int64)
     has_payload = np.empty(16, np.bool_)
     pair_track = np.empty(16, np.int64)
@@ -313,7 +333,7 @@ def order_and_lanes(offsets, ts, end, iid, pay, override, n_names):
     n_final = 0
     n_pairs = 0
     used = np.zeros(n_names + 1, np.bool_)
-    for t in range(n_tracks):
+    for t in range(t_lo, t_hi):
         lo = offsets[2 * t]
         mid = offsets[2 * t + 1]
         hi = offsets[2 * t + 2]
@@ -372,8 +392,35 @@ def order_and_lanes(offsets, ts, end, iid, pay, override, n_names):
                     pair_iid[n_pairs] = name
                     n_pairs += 1
             n_final += 1
-    return (lane, lanes_of, first_ts[:n_final], has_payload[:n_final],
-            pair_track[:n_pairs], pair_iid[:n_pairs])
+    return first_ts[:n_final], has_payload[:n_final], pair_track[:n_pairs], pair_iid[:n_pairs]
+
+
+def order_and_lanes(offsets, ts, end, iid, pay, override, n_names, *, workers: int = 2):
+    """Sort each track's regions by (start, longer first, record order) and its instants by
+    (time, record order), and put its regions into first-fit lanes: a region goes into the
+    first lane whose open regions it nests in (a track whose regions nest has one lane).
+    Tracks are independent: ``workers`` threads take a range of them each.
+
+    Returns ``(lane per region position, lanes per track, per final track (track, lane) in
+    order: its first timestamp and whether a payload is used, and the (final track, name
+    id) pairs that each final track's sequence interns, in order)``."""
+    n_tracks = (offsets.shape[0] - 1) // 2
+    lane = np.zeros(ts.shape[0], np.int32)
+    lanes_of = np.zeros(n_tracks, np.int64)
+    # split where about half the records are done
+    cut = [0] + [min(int(np.searchsorted(offsets[::2], offsets[-1] * w // workers)), n_tracks)
+                 for w in range(1, workers)] + [n_tracks]
+    ranges = [(lo, max(lo, hi)) for lo, hi in zip(cut[:-1], cut[1:])]
+    with ThreadPoolExecutor(max_workers=workers) as pool:
+        parts = list(pool.map(lambda r: _order_and_lanes(
+            offsets, ts, end, iid, pay, override, n_names, lane, lanes_of, r[0], r[1]),
+            ranges))
+    first_ts = np.concatenate([p[0] for p in parts])
+    has_payload = np.concatenate([p[1] for p in parts])
+    finals_before = np.cumsum([0] + [p[0].shape[0] for p in parts[:-1]])
+    pair_track = np.concatenate([p[2] + base for p, base in zip(parts, finals_before)])
+    pair_iid = np.concatenate([p[3] for p in parts])
+    return lane, lanes_of, first_ts, has_payload, pair_track, pair_iid
 
 
 @jit.kernel
