@@ -230,7 +230,9 @@ def _cmd_diff(args, progress: _Progress) -> int:
     from .analysis.diff import diff_traces
 
     spec = _role_spec(args)
+    progress(f"loading {args.before}")
     a = load_any(args.before)
+    progress(f"loading {args.after}")
     b = load_any(args.after)
     progress("comparing")
     result = diff_traces(a, b, spec=spec)
@@ -249,6 +251,8 @@ def _cmd_report(args, progress: _Progress) -> int:
     _check_output_is_not_input(args)
     spec = _role_spec(args)
     trace = _load(args, progress)
+    if args.compare:
+        progress(f"loading {args.compare}")
     compare = load_any(args.compare) if args.compare else None
     progress("drawing the report")
     output = write_report(trace, args.output, spec=spec, compare=compare, title=args.title)
