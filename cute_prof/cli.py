@@ -4,6 +4,7 @@
 
     cute-prof summary TRACE [--json] [--max-rows N] [--unit ns|us|ms]
     cute-prof export  TRACE -o OUT.pftrace|OUT.json|OUT.png|OUT.svg [--group-by G]
+    cute-prof export  TRACE -o OVERVIEW.pftrace --aggregate sm|role|cta [--bins N]
     cute-prof plot    TRACE -o OUT.png|OUT.svg [--group-by tid|sm] [--width PX] ...
     cute-prof merge   TORCH_TRACE.json TRACE -o MERGED.json [--kernel REGEX]
     cute-prof analyze TRACE [--roles SPEC.json] [--json]          who waited on what
@@ -15,9 +16,10 @@
 TRACE is a file cute_prof wrote: a saved buffer (``.npz`` / ``.pt`` from
 ``cute_prof.storage.save_buffer``) or a Chrome JSON trace (``.json`` from
 ``events_to_perfetto``), or an NVIDIA IKET capture (``run-iket --postprocess json``
-output, ``.json`` or ``.json.gz``). Progress goes to stderr (``--quiet`` silences it);
-results go to stdout. Unreadable or foreign files end with exit status 2 and one line on
-stderr; an input file is only ever read (an output path naming it is refused). A bug in
+output, ``.json`` or ``.json.gz``). Progress goes to stderr: on a terminal tqdm bars (the
+stage with its elapsed time, and the records an export has written), otherwise one line
+per stage; ``--quiet`` silences it. Results go to stdout. Unreadable or foreign files end
+with exit status 2 and one line on stderr; an input file is only ever read (an output path naming it is refused). A bug in
 cute_prof ends with exit status 1 and one line too (``CUTE_PROF_TRACEBACK=1`` shows the
 traceback).
 Also runs as ``python -m cute_prof.cli``.
@@ -45,19 +47,58 @@ TRACE_SUFFIXES = (".npz", ".pt", ".json", ".gz")  # .gz: a gzip-compressed IKET 
 
 
 class _Progress:
-    """Stage lines on stderr: ``cute-prof: loading t.npz ...`` then the time it took."""
+    """Progress on stderr. On a terminal: a tqdm line naming the current stage with its
+    elapsed time, and a bar of records for the exporters; otherwise (a log, a pipe) the
+    stage lines with their times, ``cute-prof: [  0.12s] loading t.npz``. ``-q``: nothing."""
 
-    def __init__(self, enabled: bool):
+    def __init__(self, enabled: bool, *, interactive: bool | None = None):
         self.enabled = enabled
+        if interactive is None:
+            interactive = sys.stderr.isatty()
+        self.interactive = enabled and interactive
         self.started = time.perf_counter()
-        self._stage_started = self.started
+        self._stage = None
+        self._bars: list = []
 
     def __call__(self, message: str) -> None:
-        if self.enabled:
-            now = time.perf_counter()
-            print(f"cute-prof: [{now - self.started:6.2f}s] {message}", file=sys.stderr,
-                  flush=True)
-            self._stage_started = now
+        if not self.enabled:
+            return
+        now = time.perf_counter()
+        if self.interactive:
+            from tqdm import tqdm
+
+            if self._stage is None:
+                self._stage = tqdm(file=sys.stderr, bar_format="{desc} [{elapsed}]",
+                                   leave=False)
+            self._stage.set_description_str(f"cute-prof: {message}")
+            return
+        print(f"cute-prof: [{now - self.started:6.2f}s] {message}", file=sys.stderr,
+              flush=True)
+
+    def records(self, what: str):
+        """A ``chunk_progress(done, total)`` callback drawing a bar of records (None when
+        no bar is shown)."""
+        if not self.interactive:
+            return None
+        from tqdm import tqdm
+
+        bar = tqdm(file=sys.stderr, desc=f"cute-prof: {what}", unit=" records",
+                   unit_scale=True, leave=False)
+        self._bars.append(bar)
+
+        def advance(done: int, total: int) -> None:
+            bar.total = total
+            bar.update(done - bar.n)
+            if done >= total:  # updates are rate-limited: always draw the end
+                bar.refresh()
+
+        return advance
+
+    def close(self) -> None:
+        for bar in [*self._bars, self._stage]:
+            if bar is not None:
+                bar.close()
+        self._bars, self._stage = [], None
 
 
 def load_any(path: str | Path):
@@ -189,7 +230,9 @@ def _cmd_diff(args, progress: _Progress) -> int:
     from .analysis.diff import diff_traces
 
     spec = _role_spec(args)
+    progress(f"loading {args.before}")
     a = load_any(args.before)
+    progress(f"loading {args.after}")
     b = load_any(args.after)
     progress("comparing")
     result = diff_traces(a, b, spec=spec)
@@ -208,6 +251,8 @@ def _cmd_report(args, progress: _Progress) -> int:
     _check_output_is_not_input(args)
     spec = _role_spec(args)
     trace = _load(args, progress)
+    if args.compare:
+        progress(f"loading {args.compare}")
     compare = load_any(args.compare) if args.compare else None
     progress("drawing the report")
     output = write_report(trace, args.output, spec=spec, compare=compare, title=args.title)
@@ -237,6 +282,16 @@ def _cmd_export(args, progress: _Progress) -> int:
         options["group_by"] = args.group_by
     if fmt == "pftrace":
         options["progress"] = progress
+    if fmt in ("json", "pftrace"):
+        options["chunk_progress"] = progress.records(f"writing {fmt}")
+    if args.aggregate:
+        options["aggregate"] = args.aggregate
+        options["bins"] = args.bins
+        if args.wait_tags:
+            options["wait_tags"] = [t.strip() for t in args.wait_tags.split(",") if t.strip()]
+        progress(f"summing busy/wait per {args.aggregate} over {args.bins:,} bins")
+    elif args.bins is not None or args.wait_tags:
+        raise ProfileBufferError("--bins and --wait-tags go with --aggregate")
     if args.flows:
         from .analysis.flows import pipeline_flows
 
@@ -283,7 +338,7 @@ def _cmd_merge(args, progress: _Progress) -> int:
 
 
 def _cmd_flight(args, progress: _Progress) -> int:
-    from .export import export_trace
+    from .export import export_trace, format_of
     from .flight import load_dump
 
     progress(f"reading flight-recorder dump {args.dump}")
@@ -291,7 +346,10 @@ def _cmd_flight(args, progress: _Progress) -> int:
     print(report.format())
     print(f"{len(report.trace.events)} records decoded ({report.trace.incomplete} incomplete)")
     if args.output:
-        export_trace(report.trace, args.output)
+        options = {}
+        if format_of(Path(args.output), None) in ("json", "pftrace"):
+            options["chunk_progress"] = progress.records("writing")
+        export_trace(report.trace, args.output, **options)
         print(args.output)
     return EXIT_OK
 
@@ -347,6 +405,12 @@ def _parser() -> argparse.ArgumentParser:
     export.add_argument("-o", "--output", required=True, help="output file; suffix picks format")
     export.add_argument("--format", help="pftrace, json, png, svg or pdf (overrides the suffix)")
     export.add_argument("--group-by", help="track grouping: tid (or device), sm; pftrace: warp")
+    export.add_argument("--aggregate", choices=("sm", "role", "cta"),
+                        help="a whole-kernel overview: per SM, role or CTA, busy and wait "
+                        "counters over time instead of every region (role, cta: need --roles)")
+    export.add_argument("--bins", type=int, help="time bins of --aggregate (1000)")
+    export.add_argument("--wait-tags", help="tags that mean waiting for --aggregate, e.g. "
+                        "acquire,barrier (default: the role spec's wait tags)")
     export.add_argument("--flows", action="store_true",
                         help="arrows from each k-tile's producer region to its consumers "
                         "(needs --roles with pipeline tags)")
@@ -428,6 +492,14 @@ def main(argv: Sequence[str] | None = None) -> int:
     """Entry point of the ``cute-prof`` console script; returns the exit status."""
     args = _parser().parse_args(argv)
     progress = _Progress(enabled=not args.quiet)
+    try:
+        return _run_guarded(args, progress)
+    finally:
+        progress.close()
+
+
+def _run_guarded(args, progress: _Progress) -> int:
+    """Run the verb; errors end as one line on stderr and an exit status."""
     try:
         return args.run(args, progress)
     except BrokenPipeError:  # the reader stopped early (``| head``): not our error

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import io
 import json
 import shutil
 import subprocess
@@ -11,6 +12,7 @@ from pathlib import Path
 import numpy as np
 import pytest
 from matplotlib.image import imread
+from perfetto.protos.perfetto.trace import perfetto_trace_pb2 as pb
 
 from cute_prof import layout
 from cute_prof.cli import main
@@ -244,3 +246,52 @@ def test_view_options_on_every_verb(saved):
     assert picture.stat().st_size > 0
     bad = run("-q", "export", saved["npz"], "-o", out, "--time-window", "5", check_rc=2)
     assert "FROM_NS:TO_NS" in bad.stderr
+
+
+class _Terminal(io.StringIO):
+    """A stderr that says it is a terminal (tqdm draws bars only on one)."""
+
+    def isatty(self) -> bool:
+        return True
+
+
+@pytest.mark.parametrize("quiet", [False, True])
+def test_progress_bars_on_a_terminal_and_quiet_silences_them(saved, monkeypatch, quiet):
+    from cute_prof.cli import main
+
+    terminal = _Terminal()
+    monkeypatch.setattr(sys, "stderr", terminal)
+    out = saved["dir"] / f"bars_{quiet}.pftrace"
+    argv = (["-q"] if quiet else []) + ["export", str(saved["npz"]), "-o", str(out)]
+    assert main(argv) == 0
+    text = terminal.getvalue()
+    if quiet:
+        assert text == ""
+    else:
+        assert "cute-prof: writing pftrace" in text  # the records bar
+        assert "100%" in text and f"{saved['records']}.0/{saved['records']}.0" in text
+        assert "cute-prof: loading" in text  # the stage line
+    assert len(read_pftrace(out)[0]) == saved["records"]
+
+
+def test_quiet_prints_nothing_on_stderr_without_a_terminal(saved):
+    out = saved["dir"] / "quiet.json"
+    result = run("-q", "export", saved["npz"], "-o", out, check_rc=0)
+    assert result.stderr == ""
+    loud = run("export", saved["npz"], "-o", out, check_rc=0)
+    assert "cute-prof: [" in loud.stderr and "\r" not in loud.stderr  # lines, no bars
+
+
+def test_export_aggregate(saved):
+    out = saved["dir"] / "overview.pftrace"
+    run("-q", "export", saved["npz"], "-o", out, "--aggregate", "sm", "--bins", "10",
+        "--wait-tags", "load", check_rc=0)
+    slices, info = read_pftrace(out)
+    assert len(slices) == 0
+    parsed = pb.Trace()
+    parsed.ParseFromString(out.read_bytes())
+    names = sorted(p.track_descriptor.name for p in parsed.packet
+                   if p.HasField("track_descriptor") and p.track_descriptor.HasField("counter"))
+    assert names == [f"SM {s} {k}" for s in range(3) for k in ("busy", "wait")]
+    bad = run("export", saved["npz"], "-o", out, "--bins", "10", check_rc=2)
+    assert "--aggregate" in bad.stderr

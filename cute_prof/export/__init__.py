@@ -6,6 +6,8 @@ picks the format from a path's suffix.
 * ``pftrace_writer.py`` native Perfetto protobuf (``write_pftrace``)
 * ``pftrace_reader.py`` reading a ``.pftrace`` back
 * ``picture.py``        timeline pictures with matplotlib (``plot_timeline``)
+* ``aggregate.py``      busy/wait counters per SM, role or CTA instead of every region
+* ``kernels.py``        compiled loops (numba) of the JSON and pftrace writers
 """
 
 from __future__ import annotations
@@ -54,22 +56,41 @@ def format_of(path: Path, format: str | None) -> str:
 
 
 def export_trace(trace: Trace, path: str | os.PathLike, *, format: str | None = None,
-                 **options) -> Path:
+                 aggregate: str | None = None, bins: int | None = None,
+                 wait_tags: list[str] | None = None, **options) -> Path:
     """Export ``trace`` in the format named by ``path``'s suffix (or ``format``):
 
     ``.json`` -> Chrome JSON (:func:`~cute_prof.export.chrome_json.events_to_perfetto`),
     ``.pftrace`` / ``.perfetto-trace`` -> native Perfetto (:func:`write_pftrace`),
     ``.png`` / ``.svg`` / ``.pdf`` -> timeline picture (:func:`~cute_prof.export.picture.plot_timeline`).
-    ``options`` go to that function (e.g. ``group_by=``). Returns the path written.
+    ``options`` go to that function (e.g. ``group_by=``, ``chunk_progress=``).
+
+    ``aggregate``: ``"sm"``, ``"role"`` or ``"cta"``: instead of every region, per group
+    busy and wait counters over ``bins`` time bins (default 1000; see
+    :mod:`cute_prof.export.aggregate`), a whole-kernel overview of any size; ``wait_tags``
+    names the tags that mean waiting (default: the role spec's). JSON and pftrace only.
+    Returns the path written.
     """
     path = Path(path)
     fmt = format_of(path, format)
+    if aggregate is not None:
+        if fmt not in ("json", "pftrace"):
+            raise ProfileBufferError(f"aggregate= makes counter tracks: export .json or "
+                                     f".pftrace, not {fmt}")
+        from .aggregate import DEFAULT_BINS, aggregated_trace
+
+        trace, counters = aggregated_trace(trace, by=aggregate, bins=bins or DEFAULT_BINS,
+                                           wait_tags=wait_tags)
+        options["counters"] = list(options.get("counters") or []) + counters
+    elif bins is not None or wait_tags is not None:
+        raise ProfileBufferError("bins= and wait_tags= go with aggregate=")
     if fmt in ("json", "pftrace") and len(trace.events) > UI_COMFORTABLE_RECORDS:
         warnings.warn(
             f"{len(trace.events):,} records is more than the Perfetto UI loads comfortably "
             f"(~{UI_COMFORTABLE_RECORDS:,}); export a smaller view with "
             "cute_prof.views.select(trace, ctas=, sms=, warps=, tags=, time_window=, "
-            "launch=, every_nth_cta=)", stacklevel=2)
+            "launch=, every_nth_cta=), or an overview with aggregate=\"sm\"|\"role\"|\"cta\" "
+            "(CLI: --aggregate)", stacklevel=2)
     if fmt == "pftrace":
         from .pftrace_writer import write_pftrace
 
