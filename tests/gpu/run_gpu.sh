@@ -20,7 +20,7 @@ run() {  # name, command...
 for step in $steps; do
   case $step in
     info) run info bash -c 'date -u; nvidia-smi --query-gpu=name,driver_version,clocks.max.sm,memory.total --format=csv; python -c "import torch,cutlass,sys; print(sys.version.split()[0], torch.__version__, torch.version.cuda, cutlass.__version__ if hasattr(cutlass, \"__version__\") else \"\")"' ;;
-    tests) run tests python -m pytest -v -rA tests/gpu tests/test_seed_compat.py --junitxml="$OUT/junit.xml" ;;
+    tests) run tests python -m pytest -v -rA tests/gpu tests/test_seed_compat.py tests/test_recorder_scope.py --junitxml="$OUT/junit.xml" ;;
     sanitize) run sanitize compute-sanitizer --tool memcheck --report-api-errors no --error-exitcode 3 python tests/gpu/sanitize_probe.py ;;
     example) run example python -m cute_prof.example -o "$OUT/profiler_example_trace.json" --save-recording "$OUT/example_recording.npz" ;;
     overhead) run overhead bash -c 'for i in 1 2 3; do python bench/overhead.py --json "$OUT/overhead_$i.json" || exit 1; done' ;;
