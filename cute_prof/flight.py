@@ -62,6 +62,7 @@ class FlightRecorder:
         self.launched_host_ns: int | None = None
         self.report: FlightReport | None = None  # set by profile_session's flight mode
         self.trace: Trace | None = None
+        self.reported_at: float | None = None  # time.monotonic() when the report was ready
 
     def records_address(self) -> int:
         """Device address of the record buffer (pass as ``cute.runtime.make_ptr``)."""

@@ -206,10 +206,15 @@ def _flight_session(max_events, table, target, export, summary, clock_hz, group_
     partial = target if should_export else None
 
     def report_problem(*, hung: bool, error: str | None):
-        report = flight_report(recorder, tag_table=table, hung=hung, error=error, output=partial)
+        # the report first (a plain read of mapped memory), then the partial trace, whose
+        # atomic write (fsync) can take seconds on a busy disk
+        report = flight_report(recorder, tag_table=table, hung=hung, error=error)
         recorder.report, recorder.trace = report, report.trace
+        recorder.reported_at = time.monotonic()
         where = f"\npartial trace: {partial}" if partial is not None else ""
         print(report.format() + where, file=sys.stderr, flush=True)
+        if partial is not None:
+            write_trace(report.trace, partial, group_by=group_by)
         return report, where
 
     try:

@@ -213,7 +213,8 @@ def session_main(args) -> int:
         out["error"] = f"{type(exc).__name__}: {exc}".splitlines()[0]
         out["notes"] = list(getattr(exc, "__notes__", []))
         report = rec.report
-    out.update({"elapsed_s": time.monotonic() - t0, "groups": report.groups, "report": report.format(),
+    reported = getattr(rec, "reported_at", None) or time.monotonic()
+    out.update({"elapsed_s": reported - t0, "total_s": time.monotonic() - t0, "groups": report.groups, "report": report.format(),
                 "records": int(len(report.trace.events)), "incomplete": int(report.trace.incomplete),
                 "trace_written": bool(args.trace) and os.path.exists(args.trace)})
     print("FLIGHT " + json.dumps(out), flush=True)

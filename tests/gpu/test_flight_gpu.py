@@ -121,7 +121,8 @@ def test_profile_session_watchdog_reports_hang_within_timeout(tmp_path):
     out = run_child("session-hang", "--ctas", str(ctas), "--k-tiles", str(k_tiles), "--stop-k", str(stop_k),
                     "--timeout", str(timeout), "--trace", str(trace))
     print(out["report"])
-    figure(f"profile_session(watchdog={timeout}): KernelHangError after {out['elapsed_s']:.2f} s\n{out['report']}")
+    figure(f"profile_session(watchdog={timeout}): report after {out['elapsed_s']:.2f} s, KernelHangError "
+           f"(partial trace written) after {out['total_s']:.2f} s\n{out['report']}")
     assert out["hung"] is True and "os._exit" in out["message"]
     assert out["elapsed_s"] <= timeout + 1.0
     groups = {(g["open"], g["name"], g["payload"]): g for g in out["groups"]}
