@@ -21,8 +21,6 @@ Definitions used throughout:
 
 from __future__ import annotations
 
-import os
-from concurrent.futures import ThreadPoolExecutor
 from dataclasses import dataclass, field
 from typing import Any
 
@@ -453,7 +451,6 @@ _T_COUNT, _T_TOTAL, _T_MIN, _T_MAX, _T_INSTANTS = range(5)
 # per-track state is kept for every value in a column's range: bounded so that a sparse
 # id space (huge tids) takes the numpy path instead of a huge table
 _DIRECT_TABLE_MIN = 1 << 17
-_PARALLEL_ABOVE = 1 << 18
 
 
 @jit.kernel
@@ -608,7 +605,7 @@ def _fused_track_table(state, gap_total, lo, kernel_start, kernel_span) -> np.nd
     return table
 
 
-def _fused_tag_table(events, tag_state, tag_lo, n_spans) -> np.ndarray:
+def _fused_tag_table(events, tag_state, tag_lo, scratch) -> np.ndarray:
     present = np.flatnonzero((tag_state[:, _T_COUNT] > 0) | (tag_state[:, _T_INSTANTS] > 0))
     rows = tag_state[present]
     table = np.zeros(present.shape[0], dtype=TAG_STATS_DTYPE)
@@ -630,7 +627,7 @@ def _fused_tag_table(events, tag_state, tag_lo, n_spans) -> np.ndarray:
     # percentiles read (a selection per group instead of a full sort)
     first = np.zeros(counts.shape[0], dtype=np.int64)
     np.cumsum(counts[:-1], out=first[1:])
-    grouped = np.empty(n_spans, dtype=np.int64)
+    grouped = scratch
     _durations_by_tag(events["dur_ns"], events["kind"], events["tag"], tag_lo, first.copy(),
                       grouped)
     starts = first[present[with_spans]]
@@ -644,20 +641,19 @@ def _fused_tag_table(events, tag_state, tag_lo, n_spans) -> np.ndarray:
         grouped[begin:begin + length].partition(np.unique(ranks[group]))
     for q in PERCENTILES:
         table[f"p{q}_ns"][where] = _group_percentiles(grouped, starts, lengths, q)
-    del grouped
     grand_total = table["total_ns"].sum()
     if grand_total > 0:
         table["share"] = table["total_ns"] / grand_total
     return table
 
 
-def _gap_distribution(events, tid_state, tid_lo) -> dict[str, float | int]:
+def _gap_distribution(events, tid_state, tid_lo, scratch) -> dict[str, float | int]:
     """The numpy path's ``_distribution`` of the tid gaps, from gaps written in the same
     (tid, start) order (the float mean depends on the order)."""
     gap_counts = tid_state[:, _GAPS]
     first = np.zeros(gap_counts.shape[0], dtype=np.int64)
     np.cumsum(gap_counts[:-1], out=first[1:])
-    gaps = np.empty(int(gap_counts.sum()), dtype=np.int64)
+    gaps = scratch[:int(gap_counts.sum())]
     running = np.full(gap_counts.shape[0], _INT64_MIN, dtype=np.int64)
     _tid_gaps(events["start_ns"], events["dur_ns"], events["kind"], events["tid"], tid_lo,
               first, running, gaps)
@@ -692,32 +688,23 @@ def _summarize_fused(events: np.ndarray):
             or max(tid_hi - tid_lo, sm_hi - sm_lo, tag_hi - tag_lo) >= limit):
         return None
     kernel_span = kernel_end - kernel_start
-
-    def by_tid():  # busy union and gaps per tid, then every gap in (tid, start) order
-        state = np.zeros((tid_hi - tid_lo + 1, _TRACK_STATE), dtype=np.int64)
-        gap_total = np.zeros(state.shape[0], dtype=np.float64)
-        _track_pass(start, dur, kind, tid, tid_lo, state, gap_total)
-        table = _fused_track_table(state, gap_total, tid_lo, kernel_start, kernel_span)
-        return table, _gap_distribution(events, state, tid_lo)
-
-    def by_sm_and_tag():
-        state = np.zeros((sm_hi - sm_lo + 1, _TRACK_STATE), dtype=np.int64)
-        gap_total = np.zeros(state.shape[0], dtype=np.float64)
-        _track_pass(start, dur, kind, sm, sm_lo, state, gap_total)
-        table = _fused_track_table(state, gap_total, sm_lo, kernel_start, kernel_span)
-        tag_state = np.zeros((tag_hi - tag_lo + 1, 5), dtype=np.int64)
-        _tag_pass(dur, kind, tag, tag_lo, tag_state)
-        return table, _fused_tag_table(events, tag_state, tag_lo, n_spans)
-
-    # the kernels and numpy's partition release the GIL: the two halves run side by side
-    if n > _PARALLEL_ABOVE and (os.cpu_count() or 1) > 1:
-        with ThreadPoolExecutor(max_workers=2) as pool:
-            tid_half = pool.submit(by_tid)
-            sms, tags = by_sm_and_tag()
-            tids, gaps = tid_half.result()
-    else:
-        tids, gaps = by_tid()
-        sms, tags = by_sm_and_tag()
+    tid_state = np.zeros((tid_hi - tid_lo + 1, _TRACK_STATE), dtype=np.int64)
+    tid_gap_total = np.zeros(tid_state.shape[0], dtype=np.float64)
+    _track_pass(start, dur, kind, tid, tid_lo, tid_state, tid_gap_total)
+    tids = _fused_track_table(tid_state, tid_gap_total, tid_lo, kernel_start, kernel_span)
+    sm_state = np.zeros((sm_hi - sm_lo + 1, _TRACK_STATE), dtype=np.int64)
+    sm_gap_total = np.zeros(sm_state.shape[0], dtype=np.float64)
+    _track_pass(start, dur, kind, sm, sm_lo, sm_state, sm_gap_total)
+    sms = _fused_track_table(sm_state, sm_gap_total, sm_lo, kernel_start, kernel_span)
+    tag_state = np.zeros((tag_hi - tag_lo + 1, 5), dtype=np.int64)
+    _tag_pass(dur, kind, tag, tag_lo, tag_state)
+    # One scratch array, used in turn by the per-tag durations and by the gaps (a tid has
+    # fewer gaps than regions): fresh pages are slow to come by on a VM, and the peak stays
+    # at the buffer, the Trace and one int64 per region.
+    scratch = np.empty(n_spans, dtype=np.int64)
+    tags = _fused_tag_table(events, tag_state, tag_lo, scratch)
+    gaps = _gap_distribution(events, tid_state, tid_lo, scratch)
+    del scratch
     return tags, tids, sms, gaps, kernel_start, kernel_end, n_spans, n_instants
 
 
