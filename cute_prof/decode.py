@@ -1,7 +1,9 @@
 """Decoding a raw profile buffer into a :class:`~cute_prof.trace.Trace`.
 
-Everything here is vectorised numpy: a million records decode in a few tens of
-milliseconds, so decoding is never the reason to profile fewer events.
+The passes are vectorised numpy, or, where numba is installed (``cute_prof.jit``), a few
+compiled kernels that give exactly the same Trace (``tests/test_host_speed.py`` compares
+them); a million records decode in a few tens of milliseconds, so decoding is never the
+reason to profile fewer events.
 
 What the decoder guarantees (and the fuzz tests check):
 
@@ -29,7 +31,7 @@ from typing import Any
 
 import numpy as np
 
-from . import layout
+from . import jit, layout
 from .buffer import host_words, source_metadata
 from .errors import ClockRateError, ProfileBufferError, ProfileWarning
 from .launches import launch_identity
@@ -290,7 +292,12 @@ def decode_buffer(
     records = words[layout.HEADER_WORDS : layout.HEADER_WORDS + layout.WORDS_PER_RECORD * claimed]
     records = records.reshape(claimed, layout.WORDS_PER_RECORD)
 
-    codes, counts = _classify(records)
+    if jit.enabled() and claimed:
+        codes = np.empty(claimed, dtype=np.uint8)
+        counts = np.zeros(_CODES, dtype=np.int64)
+        _classify_compiled(records, codes, counts)
+    else:
+        codes, counts = _classify(records)
     sync_slots = (np.flatnonzero(codes == layout.KIND_CLOCK_SYNC) if counts[layout.KIND_CLOCK_SYNC]
                   else np.zeros(0, np.int64))
     syncs = _clock_syncs(records, sync_slots)
@@ -305,12 +312,40 @@ def decode_buffer(
         meta["clock_hz"] = _check_clock_hz(clock_hz)
         meta["clock_hz_source"] = "argument"
     rate = meta.get("clock_hz")
+    if counts[layout.KIND_CLOCK_SPAN] and rate is None:
+        raise ClockRateError(
+            _no_clock_rate_message(int(counts[layout.KIND_CLOCK_SPAN]), fit, min_sync_span_ns)
+        )
+    meta["capacity"] = capacity
+    if metadata:
+        meta.update(metadata)
+    decoded = (_decode_compiled(records, codes, counts, rate, counter_epoch)
+               if jit.enabled() and claimed else None)
+    if decoded is not None:
+        events, launches = decoded
+    else:
+        events, launches = _decode_numpy(records, codes, counts, rate, counter_epoch)
+    reasons = {r: int(counts[_INVALID_CODE[r]]) for r in INVALID_REASONS if counts[_INVALID_CODE[r]]}
+    return Trace(
+        events=events,
+        tag_names=table.names,
+        capacity=capacity,
+        attempted=counter,
+        overflow=max(0, counter - capacity),
+        incomplete=int(counts[_INCOMPLETE]),
+        metadata=meta,
+        invalid=sum(reasons.values()),
+        clock_syncs=syncs,
+        invalid_reasons=reasons,
+        launches=launches,
+    )
+
+
+def _decode_numpy(records, codes, counts, rate, counter_epoch):
+    """Events and launches by numpy passes (the reference; ``counts`` is updated for
+    clock spans whose conversion overflows)."""
     clock_slots = np.zeros(0, np.int64)
     if counts[layout.KIND_CLOCK_SPAN]:
-        if rate is None:
-            raise ClockRateError(
-                _no_clock_rate_message(int(counts[layout.KIND_CLOCK_SPAN]), fit, min_sync_span_ns)
-            )
         clock_slots = np.flatnonzero(codes == layout.KIND_CLOCK_SPAN)
         clock = records[clock_slots]
         clock_start, _, ok = _clock_to_ns(clock[:, layout.WORD_START], clock[:, layout.WORD_DUR], rate)
@@ -329,23 +364,7 @@ def decode_buffer(
     events = _gather_events(records, order, rate)
     del order
     events["launch"], launches = _launch_column(records, events, counter_epoch)
-    meta["capacity"] = capacity
-    if metadata:
-        meta.update(metadata)
-    reasons = {r: int(counts[_INVALID_CODE[r]]) for r in INVALID_REASONS if counts[_INVALID_CODE[r]]}
-    return Trace(
-        events=events,
-        tag_names=table.names,
-        capacity=capacity,
-        attempted=counter,
-        overflow=max(0, counter - capacity),
-        incomplete=int(counts[_INCOMPLETE]),
-        metadata=meta,
-        invalid=sum(reasons.values()),
-        clock_syncs=syncs,
-        invalid_reasons=reasons,
-        launches=launches,
-    )
+    return events, launches
 
 
 def _launch_column(records: np.ndarray, events: np.ndarray, counter_epoch: int):
@@ -497,6 +516,206 @@ def _gather_events(records: np.ndarray, order: np.ndarray, clock_hz: float | Non
 
     _run_blocks(work, order.shape[0])
     return events
+
+
+
+# ------------------------------------------------------------------ compiled decode
+# The same rules and the same output as the numpy passes above, in three compiled passes:
+# classify (codes and counts), keys (start times, clock-span conversion, sortedness,
+# launch bits), then one gather into the event columns after a sort of packed keys that
+# is skipped when the records are already in start order. The tests compare both paths.
+
+_MAGIC_MASK = layout.MAGIC_MASK
+_MAGIC_FIELD = layout.MAGIC_FIELD
+_TAG_RESERVED = layout.TAG_RESERVED_MASK
+_TID_RESERVED = layout.TID_RESERVED_MASK
+_LAUNCH_MASK = layout.LAUNCH_BITS_MASK
+_I64_MAX = int(_INT64_MAX)
+_I64_MIN = -_I64_MAX - 1
+_C_RESERVED = _INVALID_CODE["reserved_bits"]
+_C_UNKNOWN = _INVALID_CODE["unknown_kind"]
+_C_NEG_START = _INVALID_CODE["negative_start"]
+_C_NEG_DUR = _INVALID_CODE["negative_duration"]
+_C_END_OVERFLOW = _INVALID_CODE["end_overflow"]
+_C_CLOCK_OVERFLOW = _INVALID_CODE["clock_overflow"]
+
+
+@jit.kernel
+def _classify_compiled(records, codes, counts):
+    """:func:`_classify_exactly` for every slot: the first rule that breaks wins."""
+    for i in range(records.shape[0]):
+        start = records[i, 0]
+        dur = records[i, 1]
+        tag = records[i, 2]
+        kind = (tag >> 48) & 0xF
+        if (tag & _MAGIC_MASK) != _MAGIC_FIELD:
+            code = _INCOMPLETE
+        elif (tag & _TAG_RESERVED) | (records[i, 3] & _TID_RESERVED):
+            code = _C_RESERVED
+        elif kind > 3:
+            code = _C_UNKNOWN
+        elif start < 0:
+            code = _C_NEG_START
+        elif dur < 0:
+            code = _C_NEG_DUR
+        elif kind <= 1 and start > _I64_MAX - dur:
+            code = _C_END_OVERFLOW
+        else:
+            code = kind
+        codes[i] = code
+        counts[code] += 1
+
+
+@jit.kernel
+def _event_keys(records, codes, ns_per_cycle, keys, stats):
+    """Start time of every event in slot order into ``keys`` (clock spans converted; one
+    whose conversion overflows becomes ``clock_overflow`` in ``codes``). ``stats``: events
+    written, overflowed clock spans, min start, max start, sorted (1/0), launch bits all
+    equal (1/0), first event slot, last event slot, max end."""
+    m = 0
+    overflowed = 0
+    low, high, high_end = _I64_MAX, _I64_MIN, _I64_MIN
+    previous = _I64_MIN
+    in_order = 1
+    same_launch = 1
+    launch_bits = 0
+    first_slot, last_slot = -1, -1
+    for i in range(records.shape[0]):
+        code = codes[i]
+        if code > 2:
+            continue
+        start = records[i, 0]
+        dur = records[i, 1]
+        if code == 2:  # clock span: end word and cycles (see _clock_to_ns)
+            dur_float = np.rint(np.float64(dur) * ns_per_cycle)
+            dur_ns = np.int64(dur_float) if dur_float < _NS_LIMIT else np.int64(0)
+            if not (dur_float < _NS_LIMIT and dur_ns <= start):
+                codes[i] = _C_CLOCK_OVERFLOW
+                overflowed += 1
+                continue
+            start = start - dur_ns
+            dur = dur_ns
+        bits = records[i, 3] & _LAUNCH_MASK
+        if m == 0:
+            launch_bits = bits
+            first_slot = i
+        elif bits != launch_bits:
+            same_launch = 0
+        last_slot = i
+        if start < previous:
+            in_order = 0
+        previous = start
+        low = min(low, start)
+        high = max(high, start)
+        high_end = max(high_end, start + dur)
+        keys[m] = start
+        m += 1
+    stats[0] = m
+    stats[1] = overflowed
+    stats[2] = low
+    stats[3] = high
+    stats[4] = in_order
+    stats[5] = same_launch
+    stats[6] = first_slot
+    stats[7] = last_slot
+    stats[8] = high_end
+
+
+@jit.kernel
+def _pack_keys(keys, low, rank_bits):
+    """key -> (key - low) << rank_bits | rank: unique keys whose value order is the
+    (start, slot) order."""
+    for i in range(keys.shape[0]):
+        keys[i] = ((keys[i] - low) << rank_bits) | i
+
+
+@jit.kernel
+def _gather_compiled(records, order, rank_mask, gaps, ns_per_cycle,
+                     start_ns, dur_ns, tag, tid, payload, kind, sm, warp, dur_cycles, slot):
+    """The event columns of the events at ranks ``order & rank_mask`` (output order).
+    Rank -> slot: ``slot = rank + #(gaps <= rank)`` where ``gaps`` holds, for each
+    non-event slot in order, the number of events before it."""
+    n_gaps = gaps.shape[0]
+    for i in range(order.shape[0]):
+        rank = order[i] & rank_mask
+        lo, hi = 0, n_gaps
+        while lo < hi:  # searchsorted(gaps, rank, "right")
+            mid = (lo + hi) >> 1
+            if gaps[mid] <= rank:
+                lo = mid + 1
+            else:
+                hi = mid
+        s = rank + lo
+        tag_word = records[s, 2]
+        tid_word = records[s, 3]
+        k = (tag_word >> 48) & 0xF
+        start = records[s, 0]
+        dur = records[s, 1]
+        cycles = np.int64(-1)
+        if k == 2:
+            cycles = dur
+            dur = np.int64(np.rint(np.float64(dur) * ns_per_cycle))
+            start = start - dur
+        start_ns[i] = start
+        dur_ns[i] = dur
+        tag[i] = np.int32(tag_word & 0xFFFF)
+        payload[i] = np.int32(np.uint32((tag_word >> 16) & 0xFFFFFFFF))
+        kind[i] = np.uint8(k)
+        tid[i] = np.int32(np.uint32(tid_word & 0xFFFFFFFF))
+        sm[i] = np.int16((tid_word >> 32) & 0xFFF)
+        warp[i] = np.int8((tid_word >> 44) & 0x3F)
+        dur_cycles[i] = cycles
+        slot[i] = s
+
+
+def _decode_compiled(records, codes, counts, rate, counter_epoch):
+    """Events and launches by compiled passes (see above); None where the numpy path
+    must run (start times too far apart to pack with their ranks)."""
+    n_upper = int(counts[layout.KIND_SPAN] + counts[layout.KIND_INSTANT]
+                  + counts[layout.KIND_CLOCK_SPAN])
+    keys = np.empty(n_upper, dtype=np.int64)
+    stats = np.zeros(9, dtype=np.int64)
+    ns_per_cycle = 1e9 / rate if rate is not None else 0.0
+    _event_keys(records, codes, ns_per_cycle, keys, stats)
+    n_events, overflowed, low, high, in_order, same_launch, first_slot, last_slot, high_end = \
+        stats.tolist()
+    if overflowed:
+        counts[_C_CLOCK_OVERFLOW] += overflowed
+        counts[layout.KIND_CLOCK_SPAN] -= overflowed
+    keys = keys[:n_events]
+    rank_bits = max(1, (n_events - 1).bit_length())
+    if n_events and (high - low) >> (64 - rank_bits):
+        return None  # the numpy path sorts without packing
+    if n_events:
+        _pack_keys(keys, low, rank_bits)
+        if not in_order:
+            keys.view(np.uint64).sort()  # numpy's in-place SIMD sort; unique keys: stable
+    # non-event slots, and the number of events before each
+    if n_events == records.shape[0]:
+        gaps = np.zeros(0, dtype=np.int64)
+    else:
+        others = np.flatnonzero(codes > layout.KIND_CLOCK_SPAN)
+        gaps = others - np.arange(others.shape[0], dtype=np.int64)
+    events = np.zeros(n_events, dtype=EVENT_DTYPE)
+    columns = [events[name] for name in ("start_ns", "dur_ns", "tag", "tid", "payload", "kind",
+                                         "sm", "warp", "dur_cycles", "slot")]
+    # Threads split the rows: the first touch of the fresh table's pages is most of the
+    # cost (see bench/results/host_scale.md) and goes faster from both cores.
+    _run_blocks(lambda lo, hi: _gather_compiled(
+        records, keys[lo:hi], (1 << rank_bits) - 1, gaps, ns_per_cycle,
+        *(column[lo:hi] for column in columns)), n_events)
+    del keys
+    if not n_events:
+        return events, []
+    if not same_launch:
+        events["launch"], launches = _launch_column(records, events, counter_epoch)
+        return events, launches
+    first = events[:1]
+    _, launches = launch_identity(records[first["slot"], layout.WORD_TID], first["start_ns"],
+                                  first["start_ns"], first["slot"], counter_epoch=counter_epoch)
+    launches[0].update(records=n_events, first_slot=first_slot, last_slot=last_slot,
+                       first_ns=low, last_ns=high_end)
+    return events, launches
 
 
 def _clock_syncs(records: np.ndarray, slots: np.ndarray) -> np.ndarray:
