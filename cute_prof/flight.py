@@ -63,6 +63,7 @@ class FlightRecorder:
         self.report: FlightReport | None = None  # set by profile_session's flight mode
         self.trace: Trace | None = None
         self.reported_at: float | None = None  # time.monotonic() when the report was ready
+        self.watch_started_at: float | None = None  # time.monotonic() when the watchdog began
 
     def records_address(self) -> int:
         """Device address of the record buffer (pass as ``cute.runtime.make_ptr``)."""
@@ -278,10 +279,15 @@ def watch(launch: Callable[[], Any], recorder: FlightRecorder, *, timeout: float
         raise ProfileBufferError(f"timeout must be positive seconds, got {timeout}")
     recorder.launched_host_ns = time.monotonic_ns()
     launch()
-    if wait_for_device(timeout, poll=poll):
+    recorder.watch_started_at = time.monotonic()
+    finished = wait_for_device(timeout, poll=poll)
+    if finished:
         torch.cuda.synchronize()
-        return flight_report(recorder, tag_table=tag_table, output=output)
-    return flight_report(recorder, tag_table=tag_table, hung=True, output=output)
+    report = flight_report(recorder, tag_table=tag_table, hung=not finished)
+    recorder.reported_at = time.monotonic()
+    if output is not None:
+        export_trace(report.trace, output)
+    return report
 
 
 def run_catching(launch: Callable[[], Any], recorder: FlightRecorder, *, tag_table=None,

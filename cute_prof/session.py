@@ -230,6 +230,7 @@ def _flight_session(max_events, table, target, export, summary, clock_hz, group_
         raise
     import torch
 
+    recorder.watch_started_at = time.monotonic()
     try:  # a fault (trap, illegal address, device assert) surfaces in the poll or the sync
         finished = watchdog is None or wait_for_device(watchdog, stream=stream)
         if finished:

@@ -170,7 +170,9 @@ def main(argv=None) -> int:
         report = watch(launch, rec, timeout=args.timeout, tag_table=TAGS)
         error = None
     out = {"mode": args.mode, "error": error, "hung": report.hung if report else None,
-           "elapsed_s": (time.monotonic() - t0) if args.mode not in ("trap", "illegal") else None,
+           # from the watchdog's start (the launch has returned) to the report
+           "elapsed_s": (rec.reported_at - rec.watch_started_at) if args.mode not in ("trap", "illegal") else None,
+           "total_s": (time.monotonic() - t0) if args.mode not in ("trap", "illegal") else None,
            "groups": report.groups if report else [], "report": report.format() if report else "",
            "records": int(len(report.trace.events)) if report else 0,
            "incomplete": int(report.trace.incomplete) if report else 0,
@@ -213,8 +215,9 @@ def session_main(args) -> int:
         out["error"] = f"{type(exc).__name__}: {exc}".splitlines()[0]
         out["notes"] = list(getattr(exc, "__notes__", []))
         report = rec.report
-    reported = getattr(rec, "reported_at", None) or time.monotonic()
-    out.update({"elapsed_s": reported - t0, "total_s": time.monotonic() - t0, "groups": report.groups, "report": report.format(),
+    reported = rec.reported_at or time.monotonic()
+    started = rec.watch_started_at or t0
+    out.update({"elapsed_s": reported - started, "total_s": time.monotonic() - t0, "groups": report.groups, "report": report.format(),
                 "records": int(len(report.trace.events)), "incomplete": int(report.trace.incomplete),
                 "trace_written": bool(args.trace) and os.path.exists(args.trace)})
     print("FLIGHT " + json.dumps(out), flush=True)

@@ -64,7 +64,8 @@ def test_hang_watchdog_names_stuck_warps(fence):
     out = run_child("hang", "--ctas", str(ctas), "--k-tiles", str(k_tiles), "--stop-k", str(stop_k),
                     "--timeout", str(timeout), *(["--fence"] if fence else []))
     print(out["report"])
-    figure(f"flight hang (fence={fence}): report after {out['elapsed_s']:.2f} s (timeout {timeout} s)\n{out['report']}")
+    figure(f"flight hang (fence={fence}): report {out['elapsed_s']:.2f} s after the watchdog began (timeout "
+           f"{timeout} s; {out['total_s']:.2f} s after the launch call)\n{out['report']}")
     assert out["hung"] is True
     assert out["elapsed_s"] <= timeout + 1.0
     groups = {(g["open"], g["name"], g["payload"]): g for g in out["groups"]}
@@ -121,7 +122,7 @@ def test_profile_session_watchdog_reports_hang_within_timeout(tmp_path):
     out = run_child("session-hang", "--ctas", str(ctas), "--k-tiles", str(k_tiles), "--stop-k", str(stop_k),
                     "--timeout", str(timeout), "--trace", str(trace))
     print(out["report"])
-    figure(f"profile_session(watchdog={timeout}): report after {out['elapsed_s']:.2f} s, KernelHangError "
+    figure(f"profile_session(watchdog={timeout}): report {out['elapsed_s']:.2f} s after the block ended, KernelHangError "
            f"(partial trace written) after {out['total_s']:.2f} s\n{out['report']}")
     assert out["hung"] is True and "os._exit" in out["message"]
     assert out["elapsed_s"] <= timeout + 1.0
