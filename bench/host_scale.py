@@ -192,7 +192,9 @@ def markdown(result: dict) -> str:
     for row in result["rows"]:
         for step, e in row["steps"].items():
             out = f"{e['output_bytes'] / 1e6:,.0f} MB" if "output_bytes" in e else ""
-            met = "met" if e["records_per_cpu_s"] >= TARGETS[step] else "**not met**"
+            # the issue's targets are records per second of wall time (the user waits for it);
+            # the CPU-time rate beside it shows what the shared box's other jobs took away
+            met = "met" if e["records_per_s"] >= TARGETS[step] else "**not met**"
             lines.append(
                 f"| {row['records']:,} | {row['buffer_bytes'] / 2**20:,.0f} MiB | {step} | "
                 f"{e['seconds']:.2f} s | {e['records_per_s'] / 1e6:.1f} M/s | "
@@ -251,8 +253,12 @@ def markdown(result: dict) -> str:
               "`np.percentile(overwrite_input=True)`. Peak: the buffer, the Trace and one int64 "
               "per region. Rows not in start order, or ids spread over a range larger than "
               "max(2^17, n/8), take the numpy path.",
-              "- **json**, **pftrace**: not changed by this run (another helper's issue-20 "
-              "part); their figures are this branch's writers.",
+              "- **json**, **pftrace**: the compiled writers (`cute_prof/export/kernels.py`), "
+              "chunks encoded on two threads while the main thread writes; the output is "
+              "written and fsynced, so the disk's write bandwidth on this VM (0.4-0.65 GB/s, "
+              "measured in `bench/results/export_scale_cpu.md`) bounds JSON (~184 bytes a "
+              "record: 5 M/s needs ~0.9 GB/s); pftrace (~48 bytes a record) meets 10 M/s. "
+              "The peak here includes the raw buffer, which the export bench frees first.",
               ""]
     for fail in result.get("failed", []):
         lines.append(f"\n{fail['records']:,} records: the run ended with status "
