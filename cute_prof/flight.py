@@ -277,6 +277,7 @@ def watch(launch: Callable[[], Any], recorder: FlightRecorder, *, timeout: float
 
     if not timeout > 0:
         raise ProfileBufferError(f"timeout must be positive seconds, got {timeout}")
+    flight_report(recorder, tag_table=tag_table)  # warm the report path before anything can hang
     recorder.launched_host_ns = time.monotonic_ns()
     launch()
     recorder.watch_started_at = time.monotonic()

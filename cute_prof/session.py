@@ -201,6 +201,7 @@ def _flight_session(max_events, table, target, export, summary, clock_hz, group_
     if watchdog is not None and not (isinstance(watchdog, (int, float)) and watchdog > 0):
         raise ProfileBufferError(f"watchdog must be a positive number of seconds, got {watchdog!r}")
     recorder = allocate_flight_recorder(max_events, warps=flight_warps)
+    flight_report(recorder, tag_table=table)  # warm the report path before anything can hang
     recorder.launched_host_ns = time.monotonic_ns()
     should_export = export_enabled() if export is None else bool(export)
     partial = target if should_export else None
