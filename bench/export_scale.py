@@ -42,25 +42,13 @@ ROOT = Path(__file__).resolve().parents[1]
 sys.path.insert(0, str(ROOT))
 sys.path.insert(0, str(ROOT / "bench"))
 
+from tools.memory import reset_peak, status_kib  # noqa: E402
 from decode_speed import TAGS, build_buffer, cpu_model  # noqa: E402
 
 SIZES = (1_000_000, 5_000_000, 20_000_000, 50_000_000)
 CLOCK_HZ = 1.755e9
 TARGETS = {"pftrace": 10e6, "json": 5e6}  # records/s (issue 20)
 MEMORY_TARGET = 3.0  # peak / buffer (issue 20)
-
-
-def _status_kib(key: str) -> int:
-    with open("/proc/self/status") as handle:
-        for line in handle:
-            if line.startswith(key + ":"):
-                return int(line.split()[1])
-    raise RuntimeError(f"{key} not in /proc/self/status")
-
-
-def _reset_peak() -> None:
-    with open("/proc/self/clear_refs", "w") as handle:
-        handle.write("5")
 
 
 class _Discard:
@@ -122,7 +110,7 @@ def measure_one(records: int, with_numpy: bool) -> dict:
                 write_pftrace(warm, scratch_path / "w.pftrace")
                 events_to_perfetto(warm, scratch_path / "w.json")
                 export_trace(warm, scratch_path / "w.pftrace", aggregate="sm", bins=1000)
-        baseline_kib = _status_kib("VmRSS")
+        baseline_kib = status_kib("VmRSS")
         buf = build_buffer(records)
         buffer_bytes = buf.nbytes
         trace = decode_buffer(buf, TAGS, clock_hz=CLOCK_HZ)
@@ -141,8 +129,8 @@ def measure_one(records: int, with_numpy: bool) -> dict:
         if with_numpy:
             plan += [("pftrace", "numpy"), ("json", "numpy"), ("aggregate", "numpy")]
         for name, mode in plan:
-            before_kib = _status_kib("VmRSS")
-            _reset_peak()
+            before_kib = status_kib("VmRSS")
+            reset_peak()
             load = os.getloadavg()[0]
             start, cpu_start = time.perf_counter(), time.process_time()
             context = {"numpy": jit.disabled, "discard": _discarding}.get(mode, _nothing)
@@ -150,8 +138,8 @@ def measure_one(records: int, with_numpy: bool) -> dict:
                 written = steps[name]()
             seconds = time.perf_counter() - start
             cpu_seconds = time.process_time() - cpu_start
-            peak = (_status_kib("VmHWM") - baseline_kib) * 1024
-            extra = (_status_kib("VmHWM") - before_kib) * 1024
+            peak = (status_kib("VmHWM") - baseline_kib) * 1024
+            extra = (status_kib("VmHWM") - before_kib) * 1024
             size = Path(written).stat().st_size if mode != "discard" else 0
             Path(written).unlink()
             key = name + {"numpy": " (numpy)", "discard": " (bytes not written)"}.get(mode, "")

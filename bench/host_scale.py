@@ -35,24 +35,12 @@ ROOT = Path(__file__).resolve().parents[1]
 sys.path.insert(0, str(ROOT))
 sys.path.insert(0, str(ROOT / "bench"))
 
+from tools.memory import reset_peak, status_kib  # noqa: E402
 from decode_speed import TAGS, build_buffer, cpu_model  # noqa: E402
 
 SIZES = (1_000_000, 5_000_000, 20_000_000, 50_000_000)
 CLOCK_HZ = 1.755e9
 TARGETS = {"decode": 50e6, "decode_again": 50e6, "summary": 20e6, "json": 5e6, "pftrace": 10e6}  # records/s (issue 20)
-
-
-def _status_kib(key: str) -> int:
-    with open("/proc/self/status") as handle:
-        for line in handle:
-            if line.startswith(key + ":"):
-                return int(line.split()[1])
-    raise RuntimeError(f"{key} not in /proc/self/status")
-
-
-def _reset_peak() -> None:
-    with open("/proc/self/clear_refs", "w") as handle:
-        handle.write("5")
 
 
 def measure_one(records: int, steps: list[str]) -> dict:
@@ -72,7 +60,7 @@ def measure_one(records: int, steps: list[str]) -> dict:
         first_call_s = time.perf_counter() - first
         events_to_perfetto(warm, Path(scratch) / "w.json")
         write_pftrace(warm, Path(scratch) / "w.pftrace")
-        baseline_kib = _status_kib("VmRSS")
+        baseline_kib = status_kib("VmRSS")
         buf = build_buffer(records)
         row = {"records": records, "buffer_bytes": buf.nbytes, "steps": {},
                "compiled": jit.enabled(), "first_call_s": round(first_call_s, 3)}
@@ -101,7 +89,7 @@ def measure_one(records: int, steps: list[str]) -> dict:
             if step == "decode_again":  # free the first Trace outside the timed step
                 trace = None
                 gc.collect()
-            _reset_peak()
+            reset_peak()
             load = os.getloadavg()[0]
             usage = resource.getrusage(resource.RUSAGE_SELF)
             start, cpu_start = time.perf_counter(), time.process_time()
@@ -109,7 +97,7 @@ def measure_one(records: int, steps: list[str]) -> dict:
             seconds = time.perf_counter() - start
             cpu_seconds = time.process_time() - cpu_start
             after = resource.getrusage(resource.RUSAGE_SELF)
-            peak = (_status_kib("VmHWM") - baseline_kib) * 1024
+            peak = (status_kib("VmHWM") - baseline_kib) * 1024
             entry = {"seconds": round(seconds, 3), "records_per_s": round(records / seconds),
                      "cpu_seconds": round(cpu_seconds, 3),
                      "records_per_cpu_s": round(records / max(cpu_seconds, 1e-9)),
