@@ -30,13 +30,24 @@ def occupancy_steps(at):
     return stats, list(zip(t.tolist(), occ.tolist()))
 
 
-def test_release_at_end_is_the_default_and_holds_one_k_tile_longer():
+def test_release_at_end_is_the_default_and_clipped_by_causality():
     # takes (end of w_e) 0, 100, 1100, 2100; at end: item j freed at end of c(j+1):
-    # 2100, 3100, then the last c (4100) frees items 2 and 3
+    # 2100, 3100, then the last c (4100) frees items 2 and 3. Items 0 and 1 were re-acquired
+    # (item j + 2) at 1100 and 2100, so they were free by then: releases 1100, 2100
     stats, steps = occupancy_steps(None)
-    assert steps == [(0, 1), (100, 2), (1100, 3), (2100, 2), (2100, 3), (3100, 2),
+    assert steps == [(0, 1), (100, 2), (1100, 1), (1100, 2), (2100, 1), (2100, 2),
                      (4100, 1), (4100, 0)]
-    assert stats["peak"] == 3 and occupancy_steps("end")[1] == steps
+    assert stats["peak"] == 2 and occupancy_steps("end")[1] == steps
+
+
+def test_release_next_is_the_start_of_the_roles_next_region():
+    # "next": item j freed when w_f(j + 2) starts (c is the consumer's last region):
+    # w_f starts 100, 1100, 2100, 3100 -> item 0 at 2100, item 1 at 3100 (clipped by the
+    # takes to 1100, 2100), items 2, 3 at the last c's end 4100
+    data = match_records(make_trace([(0, CONSUMER_BOUND)]), release_spec("next"))
+    stats, _, t, occ = ring_occupancy(data, resource="ring")
+    assert list(zip(t.tolist(), occ.tolist()))[-2:] == [(4100, 1), (4100, 0)]
+    assert stats["peak"] == 2
 
 
 def test_release_at_start_keeps_occupancy_within_depth():
@@ -63,7 +74,7 @@ def test_bad_release_point(at):
 def test_at_start_only_for_releases():
     d = spec_dict(2)
     d["regions"][1]["produces"] = {"resource": "ring", "at": "start"}
-    with pytest.raises(ProfileBufferError, match="only 'releases' takes 'start'"):
+    with pytest.raises(ProfileBufferError, match="only .releases. takes another"):
         load_pipeline(d)
 
 
