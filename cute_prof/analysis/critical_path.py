@@ -218,12 +218,29 @@ def _event_times(spec: PipelineSpec, start: np.ndarray, end: np.ndarray) -> dict
                 prod = start[:, :, i]
             if "releases" in r.relations and r.relations["releases"].resource == res.name:
                 d = r.relations["releases"].distance
+                when = _release_point(spec, i, start, end)
                 rel = np.full((units, iters), np.nan)
                 if d < iters:
-                    rel[:, :iters - d] = end[:, d:, i]
+                    rel[:, :iters - d] = when[:, d:]
+                # the last iteration releases what is still held at its end
                 rel[:, max(iters - d, 0):] = end[:, -1:, i]
         out[res.name] = (prod, rel)
     return out
+
+
+def _release_point(spec: PipelineSpec, i: int, start: np.ndarray, end: np.ndarray):
+    """(U, K) time at which region i's ``releases`` happens in iteration k."""
+    at = spec.regions[i].relations["releases"].at
+    if at == "start":
+        return start[:, :, i]
+    if at == "end":
+        return end[:, :, i]
+    prev, role_last = _role_sequences(spec)
+    following = [j for j, p in enumerate(prev) if p == i]
+    if following:
+        return start[:, :, following[0]]
+    first = [j for j, q in enumerate(spec.regions) if q.role == spec.regions[i].role][0]
+    return np.concatenate([start[:, 1:, first], end[:, -1:, i]], axis=1)
 
 
 def _cluster_index(data: PipelineData, shared_by: int) -> np.ndarray:
@@ -408,7 +425,9 @@ def replay(data: PipelineData, spec: PipelineSpec | None = None, *,
                 if "releases" in r.relations:
                     rl = r.relations["releases"]
                     if k - rl.distance >= 0:
-                        rel[rl.resource][:, k - rl.distance] = end[:, k, i]
+                        # the replayed work ends where the role's next region begins
+                        when = begin if rl.at == "start" else end[:, k, i]
+                        rel[rl.resource][:, k - rl.distance] = when
                     if k == iters - 1:
                         lo = max(iters - rl.distance, 0)
                         rel[rl.resource][:, lo:] = end[:, k, i][:, None]
@@ -437,6 +456,7 @@ def critical_path(data: PipelineData, sched: Schedule):
         elif "acquires" in r.relations:
             rl = r.relations["acquires"]
             src[i] = spec.source_region("releases", rl.resource)
+            src_at_start[i] = spec.regions[src[i]].relations["releases"].at == "start"
             src_shift[i] = spec.resource(rl.resource).depth + rl.distance \
                 - spec.regions[src[i]].relations["releases"].distance
     is_wait = np.array([r.kind == "wait" for r in spec.regions])
@@ -524,12 +544,26 @@ def ring_occupancy(data: PipelineData, *, resource: str):
     acq_step = [i for i, r in enumerate(spec.regions)
                 if "acquires" in r.relations and r.relations["acquires"].resource == resource]
     prod, rel = events[resource]
+    if res.shared_by > 1:
+        # a multicast slot is free again only once every CTA sharing it released it
+        cluster = _cluster_index(data, res.shared_by)
+        gmax = np.full((cluster.max() + 1, rel.shape[1]), -np.inf)
+        np.maximum.at(gmax, cluster, rel)
+        rel = gmax[cluster]
     take = data.end[:, :, acq_step[0]] if acq_step else prod
     units, iters = take.shape
+    if acq_step:
+        # causality: the acquire of item j + depth completed, so item j was released by
+        # then (a recorded release point can trail the barrier arrive by a timer tick)
+        shift = res.depth + spec.regions[acq_step[0]].relations["acquires"].distance
+        if shift < iters:
+            rel = rel.copy()
+            rel[:, :iters - shift] = np.fmin(rel[:, :iters - shift], take[:, shift:])
     t = np.concatenate([take, rel], 1)
     v = np.concatenate([np.ones((units, iters)), -np.ones((units, iters))], 1)
     u = np.repeat(np.arange(units)[:, None], 2 * iters, 1)
-    order = np.lexsort((-v.ravel(), t.ravel(), u.ravel()))  # release after take at a tie
+    # release before take at a tie: an acquire that ends at t was enabled by a release <= t
+    order = np.lexsort((v.ravel(), t.ravel(), u.ravel()))
     t, v, u = t.ravel()[order], v.ravel()[order], u.ravel()[order]
     occ = np.cumsum(v)  # every unit returns to 0, so a global running sum stays per unit
     span = np.r_[np.diff(t), 0.0]

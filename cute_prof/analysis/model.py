@@ -12,8 +12,9 @@ or ``work`` (its duration is its own). Relations, each with an iteration ``dista
   (plus a latency the analysis infers from the blocked waits);
 * ``consumes``  (wait): waits until item k - distance was produced;
 * ``acquires``  (wait): waits for a free slot: until item k - depth (- distance) was released;
-* ``releases``  (work): item k - distance is released at the region's end (the last
-  iteration's region also releases the items still held).
+* ``releases``  (work): item k - distance is released at the region's end, at its start
+  with ``"at": "start"``, or right before the role's next region starts with ``"at": "next"``
+  (the last iteration's region also releases the items still held).
 
 ``"async": true`` on a work region that follows a wait of its role: the work (wgmma) runs
 while that wait waits, so its end is max(wait end + shortest measured duration, wait start +
@@ -50,6 +51,7 @@ __all__ = ["Relation", "Resource", "Region", "PipelineSpec", "load_pipeline"]
 
 RESOURCE_KINDS = ("ring", "state")
 REGION_KINDS = ("wait", "work")
+RELEASE_POINTS = ("end", "start", "next")
 RELATIONS = {"produces": "work", "releases": "work", "consumes": "wait", "acquires": "wait"}
 
 
@@ -57,6 +59,11 @@ RELATIONS = {"produces": "work", "releases": "work", "consumes": "wait", "acquir
 class Relation:
     resource: str
     distance: int = 0
+    # where the release happens: "end" (default) or "start" of the region, or "next": just
+    # before the role's next region starts (ws_gemm: the consumer releases stage k-1 after
+    # issuing k-tile k and ``wait_group(1)``, i.e. once wgmma k-1 completed, right before
+    # ``wait_full(k+1)`` starts; its recorded mma_ktile(k) ends later, at issue k+1)
+    at: str = "end"
 
 
 @dataclass(frozen=True)
@@ -102,6 +109,11 @@ class Region:
                 raise ProfileBufferError(f"region {self.tag!r}: {name!r} belongs to a "
                                          f"{RELATIONS[name]} region, this one is {self.kind}")
             distance = self.relations[name].distance
+            at = self.relations[name].at
+            if at not in RELEASE_POINTS or (name != "releases" and at != "end"):
+                raise ProfileBufferError(f"region {self.tag!r}: {name} 'at' must be one of "
+                                         f"{RELEASE_POINTS} (only 'releases' takes another than 'end'), "
+                                         f"got {at!r}")
             if not isinstance(distance, int) or distance < 0:
                 raise ProfileBufferError(f"region {self.tag!r}: {name} distance must be an "
                                          f"int >= 0, got {distance!r}")
@@ -235,8 +247,13 @@ class PipelineSpec:
                     rel = r[name]
                     if isinstance(rel, str):
                         rel = {"resource": rel}
+                    extra_rel = set(rel) - {"resource", "distance", "at"}
+                    if extra_rel or "resource" not in rel:
+                        raise ProfileBufferError(f"region {r.get('tag')!r}: {name} needs "
+                                                 f"'resource'; unknown keys {sorted(extra_rel)}")
                     relations[name] = Relation(resource=str(rel["resource"]),
-                                               distance=rel.get("distance", 0))
+                                               distance=rel.get("distance", 0),
+                                               at=rel.get("at", "end"))
             regions.append(Region(tag=str(r["tag"]), role=str(r["role"]), kind=r["kind"],
                                   relations=relations, asynchronous=bool(r.get("async", False))))
         return cls(roles=RoleSpec.from_dict(data["roles"]), resources=resources,
