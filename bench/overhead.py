@@ -60,6 +60,18 @@ def build():
     except ImportError:  # pragma: no cover - older nvidia-cutlass-dsl
         iket = None
 
+    def fma_iteration(x, y, z, w, a, b, fmas):
+        """One probe iteration: ``fmas`` FMAs in CHAINS independent dependent chains
+        (unrolled while tracing)."""
+        for _ in range(fmas // CHAINS):
+            x = x * a + b
+            if CHAINS >= 2:
+                y = y * a + b
+            if CHAINS == 4:
+                z = z * a + b
+                w = w * a + b
+        return x, y, z, w
+
     @cute.kernel
     def probe(buf: cute.Tensor, data: cute.Tensor, max_events: Int32, mask: Int32,
               rec_warps: Int32, fmas: cutlass.Constexpr, mode: cutlass.Constexpr, close: cutlass.Constexpr):
@@ -90,13 +102,7 @@ def build():
                 if cutlass.const_expr(ranged):
                     token = iket.range_start("iter")
                 for _s in cutlass.range_constexpr(nest_stride):
-                    for _ in cutlass.range_constexpr(fmas // CHAINS):
-                        x = x * a + b
-                        if cutlass.const_expr(CHAINS >= 2):
-                            y = y * a + b
-                        if cutlass.const_expr(CHAINS == 4):
-                            z = z * a + b
-                            w = w * a + b
+                    x, y, z, w = fma_iteration(x, y, z, w, a, b, fmas)
                 if cutlass.const_expr(ranged):
                     iket.range_end(token)
                 if cutlass.const_expr(sliced):
@@ -108,13 +114,7 @@ def build():
                 if cutlass.const_expr(mode in ("atomic", "staged")):
                     if record:
                         t = cp.read_globaltimer()
-                for _ in cutlass.range_constexpr(fmas // CHAINS):
-                    x = x * a + b
-                    if cutlass.const_expr(CHAINS >= 2):
-                        y = y * a + b
-                    if cutlass.const_expr(CHAINS == 4):
-                        z = z * a + b
-                        w = w * a + b
+                x, y, z, w = fma_iteration(x, y, z, w, a, b, fmas)
                 if cutlass.const_expr(mode != "off"):
                     if record:
                         if cutlass.const_expr(mode == "atomic"):
