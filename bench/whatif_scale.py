@@ -1,15 +1,20 @@
 """Timing of the pipeline analysis on ~5 M records (issue #17: <= 5 s on the 2-core CI box).
 
     python bench/whatif_scale.py bench/results/whatif_h100/trace_base.npz --copies 9
+    python bench/whatif_scale.py bench/results/persistent_h100/trace_persistent_l2.npz --copies 35 \\
+        --spec examples/ws_gemm_persistent_pipeline.json
 
-The H100 level-2 ws_gemm trace (598,528 records, 512 CTAs) is repeated ``--copies`` times
-with the CTAs renumbered (a grid that many times larger), then analysed: record matching,
-replay, critical path, blockers, occupancy, initiation interval, and one what-if.
+A level-2 ws_gemm trace from the H100 (the non-persistent one: 598,528 records, 512 CTAs;
+the persistent one: 156,160 records, 132 CTAs, 512 tiles, tiles as units through
+``tile_modulo``) is repeated ``--copies`` times with the CTAs renumbered (a grid that many
+times larger), then analysed: record matching, replay, critical path, blockers, occupancy,
+initiation interval, and one what-if.
 """
 
 from __future__ import annotations
 
 import argparse
+import os
 import sys
 import time
 from pathlib import Path
@@ -20,19 +25,27 @@ ROOT = Path(__file__).resolve().parents[1]
 sys.path.insert(0, str(ROOT))
 sys.path.insert(0, str(ROOT / "bench"))
 
-from whatif_check import load_trace  # noqa: E402
-
+import whatif_check  # noqa: E402
+from cute_prof import storage  # noqa: E402
 from cute_prof.analysis.critical_path import analyze_pipeline, match_records  # noqa: E402
 from cute_prof.analysis.model import load_pipeline  # noqa: E402
 from cute_prof.trace import Trace  # noqa: E402
 
 
+def load_any(path: Path) -> Trace:
+    """A cute_prof trace file, or a what-if trace saved as columns (bench/whatif_gpu.py)."""
+    with np.load(path, allow_pickle=False) as z:
+        columns = "meta" in z and "start_ns" in z
+    return whatif_check.load_trace(path) if columns else storage.load_trace(path)
+
+
 def main(argv=None) -> int:
-    ap = argparse.ArgumentParser()
+    ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     ap.add_argument("trace")
     ap.add_argument("--copies", type=int, default=9)
+    ap.add_argument("--spec", default=str(ROOT / "examples" / "ws_gemm_pipeline.json"))
     args = ap.parse_args(argv)
-    base = load_trace(Path(args.trace))
+    base = load_any(Path(args.trace))
     ev = base.events
     span = (int(ev["tid"].max()) // 16 + 1) * 16  # whole CTAs: slots stay
     parts = []
@@ -43,9 +56,8 @@ def main(argv=None) -> int:
     events = np.concatenate(parts)
     trace = Trace(events=events, tag_names=base.tag_names, capacity=len(events),
                   attempted=len(events), overflow=0, incomplete=0)
-    spec = load_pipeline(ROOT / "examples" / "ws_gemm_pipeline.json")
-    import os
-    print(f"{len(events):,} records, {os.cpu_count()} cores")
+    spec = load_pipeline(args.spec)
+    print(f"{len(events):,} records, {os.cpu_count()} cores, spec {args.spec}")
     for _ in range(2):
         t0 = time.perf_counter()
         data = match_records(trace, spec)
@@ -53,8 +65,9 @@ def main(argv=None) -> int:
         report = analyze_pipeline(trace, spec, what_ifs=[{"depth": {"smem_ab": 3}}])
         t2 = time.perf_counter()
         print(f"match_records {t1 - t0:.2f} s ({data.shape[0]} units x {data.shape[1]} "
-              f"iterations); analyze_pipeline with one what-if (matching included) "
-              f"{t2 - t1:.2f} s; units {report['units']}")
+              f"iterations, {int((data.unit_prev >= 0).sum())} following a unit of their CTA); "
+              f"analyze_pipeline with one what-if (matching included) {t2 - t1:.2f} s; "
+              f"units {report['units']}")
     return 0
 
 
