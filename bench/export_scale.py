@@ -28,10 +28,8 @@ is the encoding rate without the file system.
 from __future__ import annotations
 
 import argparse
-import datetime
 import json
 import os
-import platform
 import subprocess
 import sys
 import tempfile
@@ -42,8 +40,9 @@ ROOT = Path(__file__).resolve().parents[1]
 sys.path.insert(0, str(ROOT))
 sys.path.insert(0, str(ROOT / "bench"))
 
+from tools.machine import run_facts  # noqa: E402
 from tools.memory import reset_peak, status_kib  # noqa: E402
-from decode_speed import TAGS, build_buffer, cpu_model  # noqa: E402
+from decode_speed import TAGS, build_buffer  # noqa: E402
 
 SIZES = (1_000_000, 5_000_000, 20_000_000, 50_000_000)
 CLOCK_HZ = 1.755e9
@@ -260,15 +259,8 @@ def main() -> None:
             command.append("--child-numpy")
         done = subprocess.run(command, check=True, stdout=subprocess.PIPE, text=True)
         rows.append(json.loads(done.stdout.strip().splitlines()[-1]))
-    commit = subprocess.run(["git", "rev-parse", "--short", "HEAD"], cwd=ROOT,
-                            capture_output=True, text=True).stdout.strip()
     result = {
-        "machine": f"{cpu_model()}, {os.cpu_count()} cores, "
-                   f"{os.sysconf('SC_PAGE_SIZE') * os.sysconf('SC_PHYS_PAGES') / 2**30:.0f} GiB, "
-                   f"Python {platform.python_version()}",
-        "date": datetime.datetime.now(datetime.timezone.utc).strftime("%Y-%m-%d %H:%M UTC"),
-        "commit": commit,
-        "command": "python bench/export_scale.py " + " ".join(sys.argv[1:]),
+        **run_facts("python bench/export_scale.py " + " ".join(sys.argv[1:])),
         "rows": rows,
     }
     Path(args.out + ".json").write_text(json.dumps(result, indent=1) + "\n")

@@ -19,11 +19,9 @@ resident set before the buffer existed; it includes the buffer and the decoded T
 from __future__ import annotations
 
 import argparse
-import datetime
 import gc
 import json
 import os
-import platform
 import resource
 import subprocess
 import sys
@@ -35,8 +33,9 @@ ROOT = Path(__file__).resolve().parents[1]
 sys.path.insert(0, str(ROOT))
 sys.path.insert(0, str(ROOT / "bench"))
 
+from tools.machine import run_facts  # noqa: E402
 from tools.memory import reset_peak, status_kib  # noqa: E402
-from decode_speed import TAGS, build_buffer, cpu_model  # noqa: E402
+from decode_speed import TAGS, build_buffer  # noqa: E402
 
 SIZES = (1_000_000, 5_000_000, 20_000_000, 50_000_000)
 CLOCK_HZ = 1.755e9
@@ -286,15 +285,8 @@ def main(argv=None) -> int:
         done = subprocess.run([sys.executable, __file__, "--ceiling", str(records)],
                               stdout=subprocess.PIPE, text=True, check=True)
         ceilings.append(json.loads(done.stdout.strip().splitlines()[-1]))
-    commit = subprocess.run(["git", "rev-parse", "--short", "HEAD"], cwd=ROOT,
-                            capture_output=True, text=True).stdout.strip()
     result = {
-        "machine": f"{cpu_model()}, {os.cpu_count()} cores, "
-                   f"{os.sysconf('SC_PAGE_SIZE') * os.sysconf('SC_PHYS_PAGES') / 2**30:.0f} GiB, "
-                   f"Python {platform.python_version()}",
-        "date": datetime.datetime.now(datetime.timezone.utc).strftime("%Y-%m-%d %H:%M UTC"),
-        "commit": commit,
-        "command": "python bench/host_scale.py " + " ".join(argv if argv is not None else sys.argv[1:]),
+        **run_facts("python bench/host_scale.py " + " ".join(argv if argv is not None else sys.argv[1:])),
         "compiled_paths": not args.no_jit,
         "rows": rows,
         "failed": failed,
