@@ -350,18 +350,24 @@ def _flow_rows(flows, n_rows: int) -> tuple[np.ndarray, np.ndarray]:
     return src, dst
 
 
+def _counter_descriptor(pb, index: int, name: str, first_ts: int):
+    """The descriptor packet of counter track ``index`` (under the root track)."""
+    packet = pb.TracePacket()
+    packet.timestamp = first_ts
+    packet.trusted_packet_sequence_id = _ROOT_SEQUENCE
+    packet.track_descriptor.uuid = _COUNTER_UUID_BASE + index
+    packet.track_descriptor.name = name
+    packet.track_descriptor.parent_uuid = ROOT_TRACK_UUID
+    packet.track_descriptor.counter.SetInParent()
+    return packet
+
+
 def _counter_packets(pb, counters, first_ts: int, offset: int, trace: Trace) -> list:
     """A counter track per entry of ``counters`` under the root, with its samples."""
     packets = []
     for index, (name, ts, value) in enumerate(counter_series(counters, trace)):
         uuid = _COUNTER_UUID_BASE + index
-        packet = pb.TracePacket()
-        packet.timestamp = first_ts
-        packet.trusted_packet_sequence_id = _ROOT_SEQUENCE
-        packet.track_descriptor.uuid = uuid
-        packet.track_descriptor.name = name
-        packet.track_descriptor.parent_uuid = ROOT_TRACK_UUID
-        packet.track_descriptor.counter.SetInParent()
+        packet = _counter_descriptor(pb, index, name, first_ts)
         packets.append(packet)
         for t, v in zip((ts + offset).tolist(), value.tolist()):
             packet = pb.TracePacket()
@@ -771,13 +777,7 @@ def _write_counters(pb, handle, counters, first_ts: int, offset: int, trace: Tra
     byte for byte what :func:`_counter_packets` serialises."""
     for index, (name, ts, value) in enumerate(counter_series(counters, trace)):
         uuid = _COUNTER_UUID_BASE + index
-        packet = pb.TracePacket()
-        packet.timestamp = first_ts
-        packet.trusted_packet_sequence_id = _ROOT_SEQUENCE
-        packet.track_descriptor.uuid = uuid
-        packet.track_descriptor.name = name
-        packet.track_descriptor.parent_uuid = ROOT_TRACK_UUID
-        packet.track_descriptor.counter.SetInParent()
+        packet = _counter_descriptor(pb, index, name, first_ts)
         wrapper = pb.Trace()
         wrapper.packet.append(packet)
         handle.write(wrapper.SerializeToString())
