@@ -245,6 +245,30 @@ def _before(s_a, e_a, r_a, s_b, e_b, r_b):
 
 
 @jit.kernel
+def _nest_lane(j, s, e, end, lane_top, below, n_lanes):
+    """First-fit nesting lane of span j = [s, e) among the spans before it (start-ordered):
+    the lowest lane whose innermost still-open span contains it, else a new lane. Each
+    lane keeps a stack of open spans (``lane_top``, linked through ``below``; indices into
+    ``end``). Returns (lane, lane count)."""
+    placed = -1
+    for number in range(n_lanes):
+        top = lane_top[number]
+        while top >= 0 and end[top] <= s:
+            top = below[top]
+        lane_top[number] = top
+        if top < 0 or e <= end[top]:
+            placed = number
+            break
+    if placed < 0:
+        placed = n_lanes
+        lane_top[placed] = -1
+        n_lanes += 1
+    below[j] = lane_top[placed]
+    lane_top[placed] = j
+    return placed, n_lanes
+
+
+@jit.kernel
 def _sort_part(lo, hi, ts, end, iid, pay, override, perm, scratch, values):
     """Order positions ``lo:hi`` by (time, later end first, position) in place, moving
     every column along. Ordered parts (decoded traces are start-sorted) cost one check."""
@@ -342,23 +366,7 @@ def _order_and_lanes(offsets, ts, end, iid, pay, override, n_names, lane, lanes_
         n_lanes = 0
         for p in range(lo, mid):
             s = ts[p]
-            e = end[p]
-            j = p - lo
-            placed = -1
-            for number in range(n_lanes):
-                top = lane_top[number]
-                while top >= 0 and end[lo + top] <= s:
-                    top = below[top]
-                lane_top[number] = top
-                if top < 0 or e <= end[lo + top]:
-                    placed = number
-                    break
-            if placed < 0:
-                placed = n_lanes
-                lane_top[placed] = -1
-                n_lanes += 1
-            below[j] = lane_top[placed]
-            lane_top[placed] = j
+            placed, n_lanes = _nest_lane(p - lo, s, end[p], end[lo:], lane_top, below, n_lanes)
             lane[p] = placed
         if n_lanes == 0:
             n_lanes = 1  # a track of instants only
@@ -662,22 +670,7 @@ def lanes_by_row(offsets, rows, kind, start, dur, instant):
         n_lanes = 0
         for j in range(m):
             s = ts[j]
-            e = end[j]
-            placed = -1
-            for number in range(n_lanes):
-                top = lane_top[number]
-                while top >= 0 and end[top] <= s:
-                    top = below[top]
-                lane_top[number] = top
-                if top < 0 or e <= end[top]:
-                    placed = number
-                    break
-            if placed < 0:
-                placed = n_lanes
-                lane_top[placed] = -1
-                n_lanes += 1
-            below[j] = lane_top[placed]
-            lane_top[placed] = j
+            placed, n_lanes = _nest_lane(j, s, end[j], end, lane_top, below, n_lanes)
             lane[own[pay[j]]] = placed
         lanes_of[t] = max(n_lanes, 1)
     return lane, lanes_of
