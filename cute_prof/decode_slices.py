@@ -25,6 +25,7 @@ from .trace import EVENT_DTYPE, Trace
 __all__ = ["is_slices_buffer", "decode_slices", "allocate_slices_buffer"]
 
 _LOW32 = np.int64(0xFFFFFFFF)
+_HALF32 = np.int64(1 << 31)
 
 
 def is_slices_buffer(words: np.ndarray) -> bool:
@@ -93,20 +94,22 @@ def decode_slices(buf, tag_table=None, *, metadata: dict[str, Any] | None = None
     incomplete = int(np.count_nonzero(in_count & ~written))
     valid = in_count & written
 
+    kind = (records >> layout.SLICE_KIND_SHIFT) & layout.field_mask(layout.SLICE_KIND_BITS)
     lo = records & _LOW32
     prev = np.empty_like(lo)
     if per_warp:
         prev[:, 0] = base & _LOW32
         prev[:, 1:] = lo[:, :-1]
-    step = np.where(valid, (lo - prev) & _LOW32, 0)
+    step = (lo - prev) & _LOW32
+    # an explicit start may lie before the record stored ahead of it: a signed difference
+    step = np.where(kind == layout.SLICE_KIND_START, ((step + _HALF32) & _LOW32) - _HALF32, step)
+    step = np.where(valid, step, 0)
     times = base[:, None] + np.cumsum(step, axis=1)
     starts = np.empty_like(times)
     if per_warp:
         starts[:, 0] = base
         starts[:, 1:] = times[:, :-1]
-    kind = (records >> layout.SLICE_KIND_SHIFT) & layout.field_mask(layout.SLICE_KIND_BITS)
     is_event = valid & ((kind == layout.SLICE_KIND_SPAN) | (kind == layout.SLICE_KIND_INSTANT))
-    unknown_kind = int(np.count_nonzero(valid & (kind > layout.SLICE_KIND_INSTANT)))
     rows, cols = np.nonzero(is_event)
     event_kind = kind[rows, cols]
     end = times[rows, cols]
@@ -116,7 +119,15 @@ def decode_slices(buf, tag_table=None, *, metadata: dict[str, Any] | None = None
     events["start_ns"] = start
     events["dur_ns"] = end - start
     events["tag"] = (rec >> layout.SLICE_TAG_SHIFT) & layout.field_mask(layout.SLICE_TAG_BITS)
-    events["payload"] = (rec >> layout.SLICE_PAYLOAD_SHIFT) & layout.MAX_SLICE_PAYLOAD
+    payload = (rec >> layout.SLICE_PAYLOAD_SHIFT) & layout.MAX_SLICE_PAYLOAD
+    # a span right after a START: that record holds its payload's bits 13..31
+    before = np.where(cols > 0, records[rows, np.maximum(cols - 1, 0)], 0)
+    started = (cols > 0) & (event_kind == layout.SLICE_KIND_SPAN) & (
+        ((before >> layout.SLICE_KIND_SHIFT) & layout.field_mask(layout.SLICE_KIND_BITS))
+        == layout.SLICE_KIND_START)
+    high = (before >> layout.SLICE_START_PAYLOAD_SHIFT) & layout.field_mask(layout.SLICE_START_PAYLOAD_BITS)
+    payload = np.where(started, payload | (high << layout.SLICE_PAYLOAD_BITS), payload)
+    events["payload"] = ((payload + _HALF32) & _LOW32) - _HALF32  # the flat format's int32
     events["kind"] = np.where(event_kind == layout.SLICE_KIND_SPAN, layout.KIND_SPAN,
                               layout.KIND_INSTANT)
     ident_rows = ident[rows]
@@ -138,6 +149,7 @@ def decode_slices(buf, tag_table=None, *, metadata: dict[str, Any] | None = None
         slices_unclosed_full=int(np.count_nonzero(unclosed & (stored == per_warp))),
         slices_no_slice_records=lost_no_slice,
         slices_marks=int(np.count_nonzero(valid & (kind == layout.SLICE_KIND_MARK))),
+        slices_region_starts=int(np.count_nonzero(valid & (kind == layout.SLICE_KIND_START))),
         capacity=n_slices * per_warp,
     )
     if metadata:
@@ -149,9 +161,7 @@ def decode_slices(buf, tag_table=None, *, metadata: dict[str, Any] | None = None
             f"{meta['slices_unclosed_full']} of those warps filled their slice, so how many "
             "records they dropped is unknown; call rec.close() before the warp exits",
             ProfileWarning, stacklevel=2)
-    reasons = {"unknown_kind": unknown_kind} if unknown_kind else {}
     return Trace(
         events=events, tag_names=table.names, capacity=n_slices * per_warp,
         attempted=attempted, overflow=overflow, incomplete=incomplete, metadata=meta,
-        invalid=unknown_kind, invalid_reasons=reasons,
     )

@@ -338,9 +338,16 @@ def decode_where_words(words: np.ndarray) -> dict:
 #
 # Slice kinds: SLICE_KIND_MARK (a boundary: starts the next span, no event of its own),
 # SLICE_KIND_SPAN (a span from the previous record's time, or the open time, to this one),
-# SLICE_KIND_INSTANT. The host rebuilds the high timer bits from the open time by summing
-# the 32-bit differences between consecutive records of a warp (exact while consecutive
-# records of one warp are under 2**32 ns = 4.29 s apart).
+# SLICE_KIND_INSTANT, and SLICE_KIND_START (an explicit start for the span right after it:
+# its time is a timestamp the warp read earlier, so it may precede the record before it;
+# bits 32..50 hold bits 13..31 of that span's payload, 51..60 are zero). A region written
+# with an explicit start and end (``SliceRecorder.span``, the regions of a warp-specialised
+# kernel that overlap) is the pair START, SPAN: two words, stored together, and its payload
+# has the flat format's 32 bits. The host rebuilds the high timer bits from the open time by
+# summing the differences between consecutive records of a warp, modulo 2**32 (exact while
+# consecutive records of one warp are under 2**32 ns = 4.29 s apart); the difference into a
+# START record is taken as signed (exact while the start is under 2**31 ns = 2.1 s before
+# the record stored ahead of it).
 SLICES_MAGIC = as_int64(0xC511_CE50_0000_0002)  # "slices", format 2; negative
 SLICES_HEADER_WORDS = 4
 SLICE_HEADER_WORDS = 4
@@ -351,8 +358,11 @@ SLICE_TAG_SHIFT, SLICE_TAG_BITS = 32, 16
 SLICE_PAYLOAD_SHIFT, SLICE_PAYLOAD_BITS = 48, 13
 SLICE_KIND_SHIFT, SLICE_KIND_BITS = 61, 2
 SLICE_WRITTEN_BIT = 63
-SLICE_KIND_MARK, SLICE_KIND_SPAN, SLICE_KIND_INSTANT = 0, 1, 2
+SLICE_KIND_MARK, SLICE_KIND_SPAN, SLICE_KIND_INSTANT, SLICE_KIND_START = 0, 1, 2, 3
 MAX_SLICE_PAYLOAD = (1 << SLICE_PAYLOAD_BITS) - 1
+# a START record carries the high payload bits of the span it starts
+SLICE_START_PAYLOAD_SHIFT, SLICE_START_PAYLOAD_BITS = 32, PAYLOAD_BITS - SLICE_PAYLOAD_BITS
+MAX_SLICE_REGION_PAYLOAD = (1 << PAYLOAD_BITS) - 1
 MAX_SLICES = (1 << 31) - 1
 
 
@@ -372,5 +382,16 @@ def slice_record_high(tag: int, *, kind: int = SLICE_KIND_SPAN, payload: int = 0
         (int(tag) & field_mask(SLICE_TAG_BITS))
         | ((int(payload) & MAX_SLICE_PAYLOAD) << (SLICE_PAYLOAD_SHIFT - 32))
         | ((int(kind) & field_mask(SLICE_KIND_BITS)) << (SLICE_KIND_SHIFT - 32))
+        | (1 << (SLICE_WRITTEN_BIT - 32))
+    )
+
+
+def slice_start_high(payload: int = 0) -> int:
+    """Bits 32..63 of a START record (unsigned 32-bit) for a region whose payload is known
+    while tracing: kind START and the payload's bits above the span record's 13."""
+    high = (int(payload) >> SLICE_PAYLOAD_BITS) & field_mask(SLICE_START_PAYLOAD_BITS)
+    return (
+        (high << (SLICE_START_PAYLOAD_SHIFT - 32))
+        | (SLICE_KIND_START << (SLICE_KIND_SHIFT - 32))
         | (1 << (SLICE_WRITTEN_BIT - 32))
     )

@@ -68,10 +68,12 @@ the issue of the next one (the last: until every wgmma retired). The "wait full"
 k+1 nests inside it and shows how much of the period the warp spent waiting for data. The
 producer's "wait empty" / "issue TMA" regions tile its loop with no gaps.
 
-Two write paths (``GemmConfig.recorder``): ``"staged"`` (default) keeps records in the
+Three write paths (``GemmConfig.recorder``): ``"staged"`` (default) keeps records in the
 warp's registers with ``cute_prof.device.WarpRecorder`` and writes them with one atomic per
 FLUSH_EVERY k-tiles; ``"direct"`` calls ``cute_prof.device.profile_stop(guard="lane0")``,
-one global atomic per record.
+one global atomic per record; ``"slices"`` stores each region as two 8-byte words into the
+warp's own slice (``SliceRecorder.span``: no atomic, no staging). :func:`alloc_prof_for`
+allocates the buffer each path needs.
 
 Run (GPU):  python -m examples.ws_gemm --mnk 1000,1032,520 --level 2 [--cluster-m 1]
             python bench/ws_gemm_bench.py ; python examples/ws_gemm_profile.py
@@ -156,8 +158,10 @@ class GemmConfig:
     producer_regs: int = 40
     consumer_regs: int = 232
     # how records reach the buffer: "staged" = cute_prof.device.WarpRecorder (records kept in
-    # the warp's registers, one atomic + coalesced stores per FLUSH_EVERY k-tiles), or
-    # "direct" = cute_prof.device.profile_stop(guard="lane0") (one atomic per record)
+    # the warp's registers, one atomic + coalesced stores per FLUSH_EVERY k-tiles), "direct"
+    # = cute_prof.device.profile_stop(guard="lane0") (one atomic per record), or "slices" =
+    # cute_prof.device.slices.SliceRecorder (two 8-byte stores per region into the warp's
+    # own slice of a slices buffer: alloc_prof_for allocates it)
     recorder: str = "staged"
     # thread-block cluster (cluster_m x cluster_n CTAs). cluster_m > 1: the CTAs of a
     # cluster column share the B tile (each TMA-loads 1/cluster_m of it and multicasts it
@@ -1218,6 +1222,23 @@ def alloc_prof(max_events: int, device="cuda"):
         return torch.zeros(1 + 4 * max(1, int(max_events)), dtype=torch.int64, device=device)
 
 
+def alloc_prof_for(gemm: WsGemm, m: int, n: int, k: int, profile_level: int, device="cuda"):
+    """``(buffer tensor, max_events)`` for one launch of ``gemm`` at this shape and level, in
+    the format its recorder writes: a flat buffer with room for every record (``"staged"``,
+    ``"direct"``), or a slices buffer with one slice per warp of every launched CTA, each
+    large enough for the busiest warp's regions at two records each (``"slices"``; its
+    max_events is 0, unused)."""
+    exp = expected_counts(gemm, m, n, k, profile_level)
+    if gemm.cfg.recorder != "slices":
+        return alloc_prof(exp["total"], device=device), max(1, exp["total"])
+    from cute_prof.decode_slices import allocate_slices_buffer
+
+    per_tile = max(sum(exp["per_producer_warp"].values()), sum(exp["per_consumer_warp"].values()))
+    tiles = int(exp["tiles_per_cta"].max()) if len(exp["tiles_per_cta"]) else 1
+    warps = gemm.num_ctas(m, n) * (gemm.threads_per_cta // 32)
+    return allocate_slices_buffer(warps, max(1, 2 * per_tile * tiles), device=device), 0
+
+
 _DUMMY = {}
 
 
@@ -1414,8 +1435,8 @@ def _main(argv=None) -> int:
     runner = CompiledWsGemm(GemmConfig(recorder=args.recorder, cluster_m=args.cluster_m,
                                        cluster_n=args.cluster_n, persistent=args.persistent))
     exp = expected_counts(runner.gemm, m, n, k, args.level)
-    buf = alloc_prof(exp["total"])
-    runner.prepare(a, b, c, buf, max(1, exp["total"]), args.level)()
+    buf, max_events = alloc_prof_for(runner.gemm, m, n, k, args.level)
+    runner.prepare(a, b, c, buf, max_events, args.level)()
     torch.cuda.synchronize()
     ref = a.float() @ b.float().T
     rel = ((c.float() - ref).norm() / ref.norm()).item()

@@ -94,3 +94,47 @@ def test_header_that_disagrees_with_the_size_is_an_error():
     words = make(2, 4)[:-1]
     with pytest.raises(ProfileBufferError, match="header says"):
         decode_buffer(words)
+
+
+def start_record(t_lo, payload=0):
+    return L.as_int64((L.slice_start_high(payload) << 32) | (t_lo & 0xFFFFFFFF))
+
+
+def test_explicit_start_pairs_overlap_and_carry_32_bit_payloads():
+    # a consumer warp as a warp-specialised GEMM writes it: wait k nests in mma k-1, both end
+    # at the same read; mma k-1 started a k-tile period earlier than the record before it
+    words = make(1, 10)
+    base = (3 << 32) + 0xFFFFFF00  # the low word wraps inside the pairs
+    t = [base + d for d in (0x10, 0x40, 0x90, 0x100, 0x180)]
+    epi_payload = 70000 * 65536 + 12  # over 31 bits: the int32 payload of the flat format
+    recs = [
+        start_record(t[0], 0), record(t[1], 3, payload=0),  # wait 0: t0..t1
+        start_record(t[2], 1), record(t[3], 3, payload=1),  # wait 1: t2..t3
+        start_record(t[1], 0), record(t[3], 4, payload=0),  # mma 0: t1..t3, starts before wait 1
+        start_record(t[0], epi_payload), record(t[4], 9, payload=epi_payload & L.MAX_SLICE_PAYLOAD),
+    ]
+    open_slice(words, 0, 10, base=base, tid=2, sm=1, warp=4, count=len(recs), recs=recs)
+    trace = decode_buffer(words)
+    assert trace.attempted == 8 and trace.overflow == 0 and trace.incomplete == 0
+    assert trace.metadata["slices_region_starts"] == 4 and len(trace.events) == 4
+    by_tag = {(int(e["tag"]), int(e["payload"])): (int(e["start_ns"]), int(e["dur_ns"]))
+              for e in trace.events}
+    assert by_tag[(3, 0)] == (t[0], t[1] - t[0])
+    assert by_tag[(3, 1)] == (t[2], t[3] - t[2])
+    assert by_tag[(4, 0)] == (t[1], t[3] - t[1])
+    signed = np.array([epi_payload], dtype=np.int64).astype(np.uint32).view(np.int32)[0]
+    assert by_tag[(9, int(signed))] == (t[0], t[4] - t[0])
+
+
+def test_a_start_whose_span_overflowed_is_a_boundary_not_an_event():
+    words = make(1, 3)
+    recs = [record(110, 1), start_record(105, 1 << 20), record(130, 2, payload=1)]
+    open_slice(words, 0, 3, base=100, tid=0, sm=0, warp=0, count=3, recs=recs)
+    assert [(int(e["start_ns"]), int(e["dur_ns"]), int(e["payload"])) for e in decode_buffer(words).events] == [
+        (100, 10, 0), (105, 25, (1 << 20) | 1)]
+    # the last pair did not fit: its START took the last slot, its SPAN is counted lost
+    recs = [record(110, 1), record(120, 2), start_record(90, 1 << 20)]
+    open_slice(words, 0, 3, base=100, tid=0, sm=0, warp=0, count=4, recs=recs)
+    trace = decode_buffer(words)
+    assert trace.attempted == 4 and trace.overflow == 1 and trace.incomplete == 0
+    assert [(int(e["start_ns"]), int(e["dur_ns"])) for e in trace.events] == [(100, 10), (110, 10)]

@@ -12,6 +12,7 @@ from ..errors import ProfileBufferError
 from .flight import flight_enter, flight_leave
 from .ops import profile_start, profile_stop
 from .scope import Ledger, check_state_reachable
+from .slices import SliceRecorder
 from .ptx import (
     LINEAR_TID_LINES,
     ORDER_AFTER_BARRIERS,
@@ -301,19 +302,25 @@ class _RecorderRegion:
 
 
 
-WRITE_PATHS = ("staged", "direct")
+WRITE_PATHS = ("staged", "direct", "slices")
 
 
 class RoleRecorder:
     """One recording warp of a warp-specialised kernel (a producer, a consumer warp), with the
-    write path picked on the host: ``"staged"`` (a :class:`WarpRecorder`, the cheap path) or
-    ``"direct"`` (one atomic per record from lane 0, :func:`profile_stop`).
+    write path picked on the host: ``"slices"`` (a :class:`~cute_prof.device.slices.SliceRecorder`
+    on a slices buffer: two 8-byte stores per region, the cheapest), ``"staged"`` (a
+    :class:`WarpRecorder` on a flat buffer) or ``"direct"`` (one atomic per record from lane 0,
+    :func:`profile_stop`).
 
-    Both paths take the same calls: ``t = rec.start()``; ``rec.stop(t, tag, payload=k)``;
+    Every path takes the same calls: ``t = rec.start()``; ``rec.stop(t, tag, payload=k)``;
     ``rec.stop(t, tag, end=t2)`` closes a region at a timestamp already read, so back-to-back
-    regions share their boundary exactly; ``rec.flush()`` before the warp exits (a no-op on
-    the direct path). The staged registers travel through dynamic loops and branches like
-    any DSL value, so calls inside ``cutlass.range`` loops work.
+    regions share their boundary exactly; ``rec.flush()`` before the warp exits (slices: it
+    closes the warp's slice, so call it once, at the end; direct: a no-op). Regions may
+    overlap and nest in any order on every path. A timestamp from ``start()`` is an Int64
+    (flat buffers) or an Int32 (slices: ``%globaltimer_lo``); pass it back unchanged. The
+    recorder's state travels through dynamic loops and branches like any DSL value, so calls
+    inside ``cutlass.range`` loops work. ``max_events`` is unused on the slices path (the
+    buffer's header holds each warp's capacity).
 
     ``flight=(positions, slots)`` (a flight recorder's position region, see
     ``cute_prof.flight``) makes ``rec.enter(tag, payload=k, depth=d)`` / ``rec.leave(depth=d)``
@@ -330,8 +337,10 @@ class RoleRecorder:
         self.buf, self.max_events, self.tid = buf, max_events, tid
         self.write_path = write_path
         self.enabled = is_enabled(enabled)
-        if _rec is not None or write_path != "staged" or not self.enabled:
+        if _rec is not None or write_path == "direct" or not self.enabled:
             self._rec = _rec
+        elif write_path == "slices":
+            self._rec = SliceRecorder(buf, tid, enabled=True)
         else:
             self._rec = WarpRecorder(buf, max_events, tid, enabled=True, converged=converged)
 
@@ -356,13 +365,18 @@ class RoleRecorder:
 
     def start(self):
         """The region's start timestamp (``%globaltimer``)."""
+        if self.write_path == "slices":
+            return self._rec.now() if self._rec is not None else Int32(0)
         if self._rec is not None:
             return self._rec.start()
         return profile_start(self.buf, self.max_events, enabled=self.enabled)
 
     def stop(self, start, tag, *, payload=0, end=None):
         """Record [start, end]; ``end=None`` reads the timer now."""
-        if self._rec is not None:
+        if self.write_path == "slices":
+            if self._rec is not None:
+                self._rec.span(start, tag, payload=payload, end=end)
+        elif self._rec is not None:
             self._rec.stop(start, tag, payload=payload, end=end)
         elif self.enabled:
             profile_stop(self.buf, start, tag, self.tid, self.max_events, guard="lane0",
@@ -373,6 +387,10 @@ class RoleRecorder:
         return _RecorderRegion(self, tag, payload)
 
     def flush(self):
-        """Write staged records (staged path); call before the warp exits."""
-        if self._rec is not None:
+        """Write staged records (staged path) or close the warp's slice (slices path, once);
+        call before the warp exits."""
+        if self.write_path == "slices":
+            if self._rec is not None:
+                self._rec.close()
+        elif self._rec is not None:
             self._rec.flush()

@@ -174,6 +174,68 @@ class SliceRecorder:
         res = inline_asm(T.i32(), operands, "\n".join(lines), ",".join(cons) + ",~{memory}")
         self._cursor = Int32(res)
 
+    def _timer_lines(self, register: str) -> list:
+        order = [".reg .b32 om;", ORDER_AFTER_BARRIERS] if self.ordered else []
+        return [*order, f"mov.u32 {register}, %globaltimer_lo;"]
+
+    def now(self):
+        """``%globaltimer_lo`` now (an Int32): a timestamp for :meth:`span`'s ``start`` or
+        ``end``; nothing is stored. Several regions that share a boundary share one read."""
+        if not self.enabled:
+            return Int32(0)
+        text = "\n".join(["{", *self._timer_lines("$0"), "}"])
+        return Int32(inline_asm(T.i32(), [], text, "=r,~{memory}"))
+
+    def span(self, start, tag, *, payload=0, end=None):
+        """Record the region [``start``, ``end``] (timestamps from :meth:`now`; ``end=None``
+        reads the timer): a START and a SPAN record, stored together. Unlike :meth:`end`,
+        regions written this way may overlap or nest in any order (a warp-specialised
+        consumer's MMA k-tile spans its next wait), and the payload keeps 32 bits."""
+        if not self.enabled:
+            return
+        tag = resolve_tag(tag)
+        payload = trace_time_int(payload)
+        if isinstance(payload, int) and not 0 <= payload <= layout.MAX_SLICE_REGION_PAYLOAD:
+            raise ProfileBufferError(
+                f"payload {payload} does not fit 32 bits (0..{layout.MAX_SLICE_REGION_PAYLOAD})")
+        records, lane_cap, _ = self._const
+        operands = [self._cursor.ir_value(), records.ir_value(), lane_cap.ir_value(),
+                    _low_word(start).ir_value()]
+        cons = ["=r", "r", "l", "r", "r"]
+        lines = ["{", ".reg .pred p0, p1;", ".reg .u32 lo, hi, shi, c1;", ".reg .u64 a;"]
+        if isinstance(tag, int) and isinstance(payload, int):
+            lines += [f"mov.u32 hi, {layout.slice_record_high(tag, kind=layout.SLICE_KIND_SPAN, payload=payload)};",
+                      f"mov.u32 shi, {layout.slice_start_high(payload)};"]
+        else:
+            t_op, p_op = f"${len(operands) + 1}", f"${len(operands) + 2}"
+            operands += [Int32(tag).ir_value(), Int32(payload).ir_value()]
+            cons += ["r", "r"]
+            lines += [
+                f"and.b32 hi, {t_op}, {layout.field_mask(layout.SLICE_TAG_BITS)};",
+                f"bfi.b32 hi, {p_op}, hi, {layout.SLICE_PAYLOAD_SHIFT - 32}, {layout.SLICE_PAYLOAD_BITS};",
+                f"or.b32 hi, hi, {layout.slice_record_high(0, kind=layout.SLICE_KIND_SPAN)};",
+                f"shr.u32 shi, {p_op}, {layout.SLICE_PAYLOAD_BITS};",
+                f"or.b32 shi, shi, {layout.slice_start_high(0)};",
+            ]
+        if end is None:
+            lines += self._timer_lines("lo")
+        else:
+            operands.append(_low_word(end).ir_value())
+            cons.append("r")
+            lines.append(f"mov.u32 lo, ${len(operands)};")
+        lines += [
+            "setp.lt.u32 p0, $1, $3;",  # lane 0 below capacity (other lanes: capacity 0)
+            "add.u32 c1, $1, 1;",
+            "setp.lt.u32 p1, c1, $3;",
+            "mad.wide.u32 a, $1, 8, $2;",
+            "@p0 st.global.v2.u32 [a], {$4, shi};",
+            "@p1 st.global.v2.u32 [a+8], {lo, hi};",
+            "add.u32 $0, $1, 2;",
+            "}",
+        ]
+        res = inline_asm(T.i32(), operands, "\n".join(lines), ",".join(cons) + ",~{memory}")
+        self._cursor = Int32(res)
+
     def begin(self):
         """A boundary: the next ``end()`` measures from here (no event of its own)."""
         if self.enabled:
@@ -216,6 +278,12 @@ class SliceRecorder:
         operands = [self._cursor.ir_value(), records.ir_value(), has_slice.ir_value(),
                     self._address().ir_value()]
         inline_asm(None, operands, text, "r,l,r,l,~{memory}")
+
+
+def _low_word(value) -> Int32:
+    """A timestamp from :meth:`SliceRecorder.now` (Int32) or a full ``%globaltimer`` (Int64):
+    its low 32 bits, which is what a slice record holds."""
+    return Int32(value)  # an Int64 is truncated, as in C
 
 
 class _SliceRegion:
