@@ -38,6 +38,8 @@ MODES = {
     "staged": "WarpRecorder: registers, flush per 32 records, 32 B records (old default)",
     "slices": "SliceRecorder: per-warp slice, lane 0, 8 B record, shared boundaries (new)",
     "slices_unordered": "SliceRecorder(ordered=False): same, no bar.warp.sync before the read",
+    "span_pairs": "SliceRecorder.span / RoleRecorder('slices'): explicit start and end (2 timer reads), "
+                   "two 8 B records per region; regions may overlap (the GEMM's path)",
     "scaffold": "the bench's own per-iteration record test and branch around an empty asm block",
 }
 CHAINS = int(os.environ.get("OVERHEAD_CHAINS", "4"))  # independent FMA chains per thread (1, 2 or 4)
@@ -92,9 +94,9 @@ def build():
         nested = mode.startswith(("iket_s", "nest_s", "slices_s", "slicesu_s"))
         ranged = mode.startswith("iket_s")
         sliced = mode.startswith(("slices_s", "slicesu_s"))
-        srec = SliceRecorder(buf, track, ordered=mode == "slices" or mode.startswith("slices_s"),
-                             enabled=mode in ("slices", "slices_unordered") or sliced)
-        nest_stride = int(mode.split("_s")[1]) if nested else 1
+        srec = SliceRecorder(buf, track, ordered=mode in ("slices", "span_pairs") or mode.startswith("slices_s"),
+                             enabled=mode in ("slices", "slices_unordered", "span_pairs") or sliced)
+        nest_stride = int(mode.rsplit("_s", 1)[1]) if nested else 1
         if cutlass.const_expr(nested):
             # IKET's ranges cannot sit under a dynamic `if`: one range per outer iteration
             # around `stride` unrolled iterations; nest_sN is the same loop nest unprofiled.
@@ -111,9 +113,13 @@ def build():
             for i in cutlass.range(ITERS, unroll=1):
                 record = ((i & mask) == 0) & (warp < rec_warps)
                 t = Int64(0)
+                t32 = Int32(0)
                 if cutlass.const_expr(mode in ("atomic", "staged")):
                     if record:
                         t = cp.read_globaltimer()
+                if cutlass.const_expr(mode == "span_pairs"):
+                    if record:
+                        t32 = srec.now()
                 x, y, z, w = fma_iteration(x, y, z, w, a, b, fmas)
                 if cutlass.const_expr(mode != "off"):
                     if record:
@@ -123,6 +129,8 @@ def build():
                             rec.stop(t, 1)
                         if cutlass.const_expr(mode in ("slices", "slices_unordered")):
                             srec.end(1)
+                        if cutlass.const_expr(mode == "span_pairs"):
+                            srec.span(t32, 1)
                         if cutlass.const_expr(mode == "scaffold"):
                             inline_asm(None, [], "{\n}", "~{memory}")
         if cutlass.const_expr(close):
@@ -201,7 +209,9 @@ def main(argv=None) -> int:
     data = torch.randn(CTAS * THREADS, device="cuda")
     flat = allocate_profile_buffer(n_records, device="cuda")
     slices = allocate_slices_buffer(n_warps, PER_WARP, device="cuda")
+    pairs = allocate_slices_buffer(n_warps, 2 * PER_WARP, device="cuda")  # span_pairs: 2 words a region
     flat_arg, slices_arg, data_arg = buffer_arg(flat.tensor), buffer_arg(slices), from_dlpack(data)
+    pairs_arg = buffer_arg(pairs)
 
     compiled, sass_counts = {}, {}
     sass_dir = args.sass_dir or tempfile.mkdtemp()
@@ -209,6 +219,8 @@ def main(argv=None) -> int:
     nvdisasm = shutil.which("nvdisasm") or "/usr/local/cuda/bin/nvdisasm"
 
     def buf_for(mode):
+        if mode == "span_pairs":
+            return pairs_arg
         return slices_arg if mode.startswith("slices") else flat_arg
 
     def get(mode, fmas, close=True):
@@ -253,19 +265,23 @@ def main(argv=None) -> int:
                   and tr.overflow == n_records - min(cap, n_records) and tr.incomplete == 0)
             check(f"{mode} cap={cap}", ok, f"attempted {tr.attempted} events {len(tr.events)} "
                   f"overflow {tr.overflow} incomplete {tr.incomplete}")
-    for mode in ("slices", "slices_unordered"):
-        for per_warp, n_sl in ((ITERS, n_warps), (100, n_warps), (ITERS, n_warps - 7)):
+    for mode in ("slices", "slices_unordered", "span_pairs"):
+        words = 2 if mode == "span_pairs" else 1  # buffer records per region
+        for per_warp, n_sl in ((words * ITERS, n_warps), (101, n_warps), (words * ITERS, n_warps - 7)):
             sb = allocate_slices_buffer(n_sl, per_warp, device="cuda")
             run(mode, 16, 0, WARPS, buf=buffer_arg(sb))
             torch.cuda.synchronize()
             tr = decode_buffer(sb)
-            kept = n_sl * min(per_warp, ITERS)
+            stored = n_sl * min(per_warp, words * ITERS)
+            kept = n_sl * (min(per_warp, words * ITERS) // words)  # an odd slice ends on a lone START
             ev = tr.events
-            ok = (tr.attempted == n_records and len(ev) == kept and tr.overflow == n_records - kept
+            ok = (tr.attempted == words * n_records and len(ev) == kept
+                  and tr.overflow == words * n_records - stored
                   and tr.incomplete == 0 and tr.metadata["slices_unclosed_warps"] == 0
                   and (ev["dur_ns"] >= 0).all() and np.bincount(ev["payload"]).sum() == kept)
             check(f"{mode} per_warp={per_warp} slices={n_sl}", ok,
-                  f"attempted {tr.attempted} events {len(ev)} overflow {tr.overflow} (want {n_records - kept}) "
+                  f"attempted {tr.attempted} events {len(ev)} overflow {tr.overflow} "
+                  f"(want {words * n_records - stored}) "
                   f"dur median {np.median(ev['dur_ns']) if len(ev) else -1:.0f} ns")
     # forgotten close(): records still there, warning raised
     import warnings
