@@ -7,7 +7,7 @@ per region; ``staged``: registers + a flush per 8 k-tiles), and the persistent k
 once in a fresh random order; kernel durations come from CUPTI (torch.profiler kernel
 events), so host launch overhead is excluded. Ratios are per round (variant / level 0 of the
 same kernel in that round), then the median and the 10th-90th percentiles over rounds.
-cuBLAS is timed after, alone, the same way. Afterwards each profiled variant runs once more and its records are decoded and checked
+cuBLAS runs in the same rounds. Afterwards each profiled variant runs once more and its records are decoded and checked
 exactly (``ws_gemm.check_counts``: every region of every warp, no overflow).
 
     python bench/gemm_overhead.py [--mnk 8192,8192,8192] [--rounds 40] [--json out.json]
@@ -50,6 +50,12 @@ def main(argv=None) -> int:
     from examples import ws_gemm as W
 
     m, n, k = (int(x) for x in args.mnk.split(","))
+
+    def device_kernels(prof):
+        """CUPTI kernel events in start order, less the flat buffers' counter resets."""
+        found = [e for e in prof.events() if e.device_type == torch.autograd.DeviceType.CUDA
+                 and not any(s in e.name for s in ("fill", "elementwise", "emset", "Memcpy", "at::"))]
+        return sorted(found, key=lambda e: e.time_range.start)
     props = torch.cuda.get_device_properties(0)
     smi = subprocess.run(["nvidia-smi", "--query-gpu=name,driver_version,clocks.max.sm",
                           "--format=csv,noheader"], capture_output=True, text=True).stdout.strip()
@@ -97,7 +103,16 @@ def main(argv=None) -> int:
             v["reset"]()
         v["launch"]()
 
-    everything = list(variants)
+    # cuBLAS in the same shuffled rounds; a call may launch more than one kernel: count them
+    torch.matmul(a, b.T, out=c_ref)
+    torch.cuda.synchronize()
+    with profile(activities=[ProfilerActivity.CUDA]) as prof:
+        torch.matmul(a, b.T, out=c_ref)
+        torch.cuda.synchronize()
+    blas_kernels = len(device_kernels(prof))
+    cublas = dict(name="cuBLAS torch.matmul", family="cublas", level=0, recorder="-", reset=None,
+                  launch=lambda: torch.matmul(a, b.T, out=c_ref), kernels=blas_kernels)
+    everything = variants + [cublas]
     for _ in range(args.warmup):
         for v in everything:
             run(v)
@@ -109,44 +124,29 @@ def main(argv=None) -> int:
             random.shuffle(everything)
             for v in everything:
                 run(v)
-                order.append(v["name"])
+                order.append(v)
             torch.cuda.synchronize()
     clocks_after = subprocess.run(["nvidia-smi", "--query-gpu=clocks.sm,clocks.max.sm,power.draw,temperature.gpu",
                                    "--format=csv,noheader"], capture_output=True, text=True).stdout.strip()
-    kernels = [e for e in prof.events() if e.device_type == torch.autograd.DeviceType.CUDA
-               and not any(s in e.name for s in ("fill", "elementwise", "emset", "Memcpy", "at::"))]
-    kernels.sort(key=lambda e: e.time_range.start)
-    if len(kernels) != len(order):
+    kernels = device_kernels(prof)
+    want = sum(v.get("kernels", 1) for v in order)
+    if len(kernels) != want:
         names = sorted({e.name for e in kernels})
-        raise SystemExit(f"CUPTI saw {len(kernels)} kernels for {len(order)} launches: {names[:6]}")
-    per_name = {}
-    for name, e in zip(order, kernels, strict=True):
-        per_name.setdefault(name, []).append(e.time_range.elapsed_us() / 1e3)  # ms, in round order
-    # cuBLAS apart (it may launch more than one kernel per call): kernel time per call
-    for _ in range(args.warmup):
-        torch.matmul(a, b.T, out=c_ref)
-    torch.cuda.synchronize()
-    with profile(activities=[ProfilerActivity.CUDA]) as prof:
-        for _ in range(args.rounds):
-            torch.matmul(a, b.T, out=c_ref)
-            torch.cuda.synchronize()
-    blas = [e for e in prof.events() if e.device_type == torch.autograd.DeviceType.CUDA]
-    blas.sort(key=lambda e: e.time_range.start)
-    per_call = len(blas) // args.rounds
-    per_name["cuBLAS torch.matmul"] = [
-        sum(e.time_range.elapsed_us() for e in blas[i * per_call:(i + 1) * per_call]) / 1e3
-        for i in range(args.rounds)]
+        raise SystemExit(f"CUPTI saw {len(kernels)} kernels for {want} expected: {names[:6]}")
+    per_name, at = {}, 0
+    for v in order:  # kernel time per call (ms), in round order
+        n_k = v.get("kernels", 1)
+        per_name.setdefault(v["name"], []).append(
+            sum(e.time_range.elapsed_us() for e in kernels[at:at + n_k]) / 1e3)
+        at += n_k
 
     flops = 2.0 * m * n * k
     peak = next((v for key, v in PEAK_TFLOPS.items() if key in props.name), None)
     rows = []
-    cublas = dict(name="cuBLAS torch.matmul", family="cublas", level=0, recorder="-")
     for v in variants + [cublas]:
         t = np.array(per_name[v["name"]])
         base_name = "persistent L0" if v["family"] == "persistent" else "L0"
-        # per round (the same round's level 0); cuBLAS ran apart: medians
-        ratio = (t / np.array(per_name[base_name]) if v is not cublas
-                 else np.array([np.median(t) / np.median(per_name["L0"])]))
+        ratio = t / np.array(per_name[base_name])  # per round: the same round's level 0
         row = dict(name=v["name"], level=v["level"], recorder=v["recorder"], median_ms=float(np.median(t)),
                    tflops=flops / (np.median(t) * 1e-3) / 1e12, vs=base_name,
                    ratio_median=float(np.median(ratio)), ratio_p10=float(np.percentile(ratio, 10)),
