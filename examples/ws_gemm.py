@@ -698,7 +698,6 @@ class WsGemm:
                     if cutlass.const_expr(profile_level >= 2):
                         probe.leave(depth=1)
                         t_b = probe.start()
-                        probe.stop(t_a, TAG_WAIT_EMPTY, payload=k, end=t_b)
                     # arm the full barrier with the stage's byte count, then load A and B
                     ab_pipe.sync_object_full.arrive(state.index, ab_pipe.producer_mask)
                     full_bar = ab_pipe.producer_get_barrier(state)
@@ -724,7 +723,9 @@ class WsGemm:
                         )
                     state.advance()
                     if cutlass.const_expr(profile_level >= 2):
-                        # regions tile the loop: "issue TMA" ends where the next wait starts
+                        # the records are stored after the loads are issued, off the path
+                        # that feeds the consumers; "issue TMA" ends where the next wait starts
+                        probe.stop(t_a, TAG_WAIT_EMPTY, payload=k, end=t_b)
                         t_a = probe.start()
                         probe.stop(t_b, TAG_TMA_ISSUE, payload=k, end=t_a)
                         if cutlass.const_expr(self.cfg.recorder == "staged"):
@@ -784,21 +785,23 @@ class WsGemm:
                 if cutlass.const_expr(profile_level >= 2):
                     probe.leave(depth=1)
                     t_m = probe.start()
-                    probe.stop(t_w, TAG_WAIT_FULL, payload=k, end=t_m)
-                    # wgmma is asynchronous: k-tile k-1's "mma" period runs from its issue
-                    # to this issue, so the "wait full" just recorded nests inside it
-                    if k > 0:
-                        probe.stop(t_issue, TAG_MMA_KTILE, payload=k - 1, end=t_m)
-                    t_issue = t_m
-                    if cutlass.const_expr(self.cfg.recorder == "staged"):
-                        # the flush's stall lands while the previous k-tile's wgmma runs
-                        if k % FLUSH_EVERY == FLUSH_EVERY - 1:
-                            probe.flush()
                 cute.nvgpu.warpgroup.fence()
                 for kb in cutlass.range_constexpr(num_k_blocks):
                     coord = (None, None, kb, read_state.index)
                     cute.gemm(tiled_mma, acc, tCrA[coord], tCrB[coord], acc)
                 cute.nvgpu.warpgroup.commit_group()
+                if cutlass.const_expr(profile_level >= 2):
+                    # stored after this k-tile's wgmma is issued, so the tensor cores never
+                    # wait on a record. wgmma is asynchronous: k-tile k-1's "mma" period
+                    # runs from its issue to this issue; the "wait full" nests inside it
+                    probe.stop(t_w, TAG_WAIT_FULL, payload=k, end=t_m)
+                    if k > 0:
+                        probe.stop(t_issue, TAG_MMA_KTILE, payload=k - 1, end=t_m)
+                    t_issue = t_m
+                    if cutlass.const_expr(self.cfg.recorder == "staged"):
+                        # the flush's stall lands while this k-tile's wgmma runs
+                        if k % FLUSH_EVERY == FLUSH_EVERY - 1:
+                            probe.flush()
                 # keep this k-tile's wgmma in flight; the previous one is now complete
                 cute.nvgpu.warpgroup.wait_group(1)
                 if k > 0:
@@ -957,8 +960,6 @@ class WsGemm:
                         ab_pipe.sync_object_empty.wait(state.index, state.phase)
                         if cutlass.const_expr(profile_level >= 2):
                             t_b = probe.start()
-                            probe.stop(t_a, TAG_WAIT_EMPTY,
-                                       payload=i * PERSISTENT_TILE_MODULO + k, end=t_b)
                         ab_pipe.sync_object_full.arrive(state.index, ab_pipe.producer_mask)
                         full_bar = ab_pipe.producer_get_barrier(state)
                         if cutlass.const_expr(cn > 1):
@@ -983,6 +984,9 @@ class WsGemm:
                             )
                         state.advance()
                         if cutlass.const_expr(profile_level >= 2):
+                            # stored after the loads are issued (as in the kernel above)
+                            probe.stop(t_a, TAG_WAIT_EMPTY,
+                                       payload=i * PERSISTENT_TILE_MODULO + k, end=t_b)
                             t_a = probe.start()
                             probe.stop(t_b, TAG_TMA_ISSUE,
                                        payload=i * PERSISTENT_TILE_MODULO + k, end=t_a)
@@ -1046,6 +1050,13 @@ class WsGemm:
                     ab_pipe.consumer_wait(read_state)
                     if cutlass.const_expr(profile_level >= 2):
                         t_m = probe.start()
+                    cute.nvgpu.warpgroup.fence()
+                    for kb in cutlass.range_constexpr(num_k_blocks):
+                        coord = (None, None, kb, read_state.index)
+                        cute.gemm(tiled_mma, acc, tCrA[coord], tCrB[coord], acc)
+                    cute.nvgpu.warpgroup.commit_group()
+                    if cutlass.const_expr(profile_level >= 2):
+                        # stored after the wgmma is issued (as in the kernel above)
                         probe.stop(t_w, TAG_WAIT_FULL, payload=base + k, end=t_m)
                         if k > 0:
                             probe.stop(t_issue, TAG_MMA_KTILE, payload=base + k - 1, end=t_m)
@@ -1053,11 +1064,6 @@ class WsGemm:
                         if cutlass.const_expr(self.cfg.recorder == "staged"):
                             if k % FLUSH_EVERY == FLUSH_EVERY - 1:
                                 probe.flush()
-                    cute.nvgpu.warpgroup.fence()
-                    for kb in cutlass.range_constexpr(num_k_blocks):
-                        coord = (None, None, kb, read_state.index)
-                        cute.gemm(tiled_mma, acc, tCrA[coord], tCrB[coord], acc)
-                    cute.nvgpu.warpgroup.commit_group()
                     cute.nvgpu.warpgroup.wait_group(1)
                     if k > 0:
                         ab_pipe.consumer_release(release_state)
