@@ -634,6 +634,11 @@ class WsGemm:
         # PipelineTmaAsync picks the signalling lanes (lane r arrives on cluster rank r when
         # r shares a row or column with this CTA) and, for a cluster, ends with
         # fence.mbarrier_init + a cluster barrier so no peer arrives before init.
+        # slices: the recorders' header loads start now and land during the pipeline set-up
+        # (its barrier init and cluster sync), so no warp waits for them when it opens
+        prof_header = None
+        if cutlass.const_expr(profile_level >= 1 and self.cfg.recorder == "slices"):
+            prof_header = cp.prefetch_header(prof_buf)
         ab_pipe = self.make_ab_pipeline(storage, a_bytes + b_bytes)
 
         sA = storage.sA.get_tensor(a_smem_staged.outer, swizzle=a_smem_staged.inner)
@@ -682,7 +687,7 @@ class WsGemm:
                 prod_tid = cta_linear * TID_STRIDE + PRODUCER_SLOT
                 if cutlass.const_expr(profile_level >= 1):
                     probe = cp.RoleRecorder(prof_buf, max_events, prod_tid, write_path=self.cfg.recorder,
-                                            flight=self.flight_positions())
+                                            flight=self.flight_positions(), header=prof_header)
                     probe.enter(TAG_PRODUCER_MAINLOOP, depth=0)
                     t_main = probe.start()
                     t_a = t_main  # start of the next "wait empty" region
@@ -764,7 +769,7 @@ class WsGemm:
 
             if cutlass.const_expr(profile_level >= 1):
                 probe = cp.RoleRecorder(prof_buf, max_events, cons_tid, write_path=self.cfg.recorder,
-                                        flight=self.flight_positions())
+                                        flight=self.flight_positions(), header=prof_header)
                 probe.enter(TAG_CONSUMER_MAINLOOP, depth=0)
                 t_main = probe.start()
                 t_issue = t_main  # when the previous k-tile's wgmma was issued
@@ -897,6 +902,11 @@ class WsGemm:
         storage = smem.allocate(self.shared_storage)
         a_bytes = cute.size_in_bytes(self.ab_dtype, cute.slice_(a_smem_staged, (None, None, 0)))
         b_bytes = cute.size_in_bytes(self.ab_dtype, cute.slice_(b_smem_staged, (None, None, 0)))
+        # slices: the recorders' header loads start now and land during the pipeline set-up
+        # (its barrier init and cluster sync), so no warp waits for them when it opens
+        prof_header = None
+        if cutlass.const_expr(profile_level >= 1 and self.cfg.recorder == "slices"):
+            prof_header = cp.prefetch_header(prof_buf)
         ab_pipe = self.make_ab_pipeline(storage, a_bytes + b_bytes)
         sA = storage.sA.get_tensor(a_smem_staged.outer, swizzle=a_smem_staged.inner)
         sB = storage.sB.get_tensor(b_smem_staged.outer, swizzle=b_smem_staged.inner)
@@ -945,7 +955,7 @@ class WsGemm:
                     # the producer warp runs whole (a warp-uniform role branch) on 40
                     # registers: no divergence check, which would spill here
                     probe = cp.RoleRecorder(prof_buf, max_events, prod_tid, write_path=self.cfg.recorder,
-                                            converged=True)
+                                            converged=True, header=prof_header)
 
                 state = pipeline.make_pipeline_state(
                     pipeline.PipelineUserType.Producer, self.num_stages
@@ -1027,7 +1037,8 @@ class WsGemm:
             store_pipe = self.make_store_pipe()
 
             if cutlass.const_expr(profile_level >= 1):
-                probe = cp.RoleRecorder(prof_buf, max_events, cons_tid, write_path=self.cfg.recorder)
+                probe = cp.RoleRecorder(prof_buf, max_events, cons_tid, write_path=self.cfg.recorder,
+                                        header=prof_header)
 
             read_state = pipeline.make_pipeline_state(
                 pipeline.PipelineUserType.Consumer, self.num_stages

@@ -19,7 +19,7 @@ from cutlass.cute.runtime import from_dlpack  # noqa: E402
 
 from cute_prof.decode_slices import allocate_slices_buffer  # noqa: E402
 from cute_prof.device import buffer_arg  # noqa: E402
-from cute_prof.device.slices import SliceRecorder  # noqa: E402
+from cute_prof.device.slices import SliceRecorder, prefetch_header  # noqa: E402
 from cute_prof.errors import ProfileBufferError  # noqa: E402
 
 
@@ -85,5 +85,44 @@ def test_open_refuses_a_buffer_that_is_not_a_slices_buffer_or_too_small():
     (opening,) = [b for b in re.findall(r"// begin inline asm\n(.*?)// end inline asm", ptx, flags=re.S)
                   if "%globaltimer;" in b]
     # the magic and the header's size are checked before the first store
-    assert opening.index(f"setp.eq.s64 valid, hdr, {layout.SLICES_MAGIC}") < opening.index("st.global")
+    assert opening.index(f"setp.eq.s64 valid, h0, {layout.SLICES_MAGIC}") < opening.index("st.global")
     assert "setp.le.and.u64 valid, t, words, valid" in opening
+
+
+@cute.kernel
+def _prefetch_kernel(buf: cute.Tensor, data: cute.Tensor):
+    tidx, _, _ = cute.arch.thread_idx()
+    header = prefetch_header(buf)
+    x = data[tidx]
+    for _ in cutlass.range_constexpr(4):
+        x = x * 0.5 + 1.0
+    rec = SliceRecorder(buf, tidx // 32, header=header)
+    rec.end(1)
+    rec.close()
+    data[tidx] = x
+
+
+@cute.jit
+def _prefetch_launch(buf: cute.Tensor, data: cute.Tensor):
+    _prefetch_kernel(buf, data).launch(grid=(1, 1, 1), block=(64, 1, 1))
+
+
+def test_a_prefetched_header_is_loaded_before_the_work_and_not_again_at_the_open():
+    buf = allocate_slices_buffer(2, 8, device="cpu")
+    data = torch.zeros(64)
+    opts = cute.compile[cute.KeepPTX(), cute.GPUArch("sm_90a"), DumpDir(tempfile.mkdtemp())]
+    ptx = opts(_prefetch_launch, buffer_arg(buf), from_dlpack(data)).__ptx__
+    if os.path.exists(ptx[:512]):
+        with open(ptx) as fh:
+            ptx = fh.read()
+    blocks = re.findall(r"// begin inline asm\n(.*?)// end inline asm", ptx, flags=re.S)
+    loads = [i for i, b in enumerate(blocks) if "ld.global.u64" in b]
+    opens = [i for i, b in enumerate(blocks) if "%globaltimer;" in b]
+    assert len(loads) == 1 and len(opens) == 1 and loads[0] < opens[0]
+    body = ptx[ptx.index(blocks[loads[0]]):ptx.index(blocks[opens[0]])]
+    assert "fma.rn.f32" in body  # the work sits between the loads and the open
+
+
+def test_header_must_come_from_prefetch_header():
+    with pytest.raises(ProfileBufferError, match="prefetch_header"):
+        SliceRecorder(None, 0, header=(1, 2))

@@ -26,7 +26,7 @@ from .ops import (
 from .phases import PhaseSequence, Profiler
 from .ptx import GUARDS, is_enabled, read_clock64, read_globaltimer, set_enabled
 from .recorder import WRITE_PATHS, RoleRecorder, WarpRecorder
-from .slices import SliceRecorder
+from .slices import SliceRecorder, prefetch_header
 
 __all__ = [
     "GUARDS",
@@ -46,6 +46,7 @@ __all__ = [
     "lane0_warp0_stop",
     "profile_region",
     "profile_start",
+    "prefetch_header",
     "profile_stop",
     "read_clock64",
     "read_globaltimer",

@@ -320,14 +320,15 @@ class RoleRecorder:
     (flat buffers) or an Int32 (slices: ``%globaltimer_lo``); pass it back unchanged. The
     recorder's state travels through dynamic loops and branches like any DSL value, so calls
     inside ``cutlass.range`` loops work. ``max_events`` is unused on the slices path (the
-    buffer's header holds each warp's capacity).
+    buffer's header holds each warp's capacity); ``header=`` (slices only) takes
+    ``cute_prof.device.slices.prefetch_header(buf)`` issued early, so the open does not wait.
 
     ``flight=(positions, slots)`` (a flight recorder's position region, see
     ``cute_prof.flight``) makes ``rec.enter(tag, payload=k, depth=d)`` / ``rec.leave(depth=d)``
     mark where the warp is, for hang and crash reports; without it they emit nothing."""
 
     def __init__(self, buf, max_events, tid, *, write_path: str = "staged", enabled=None,
-                 flight=None, converged: bool = False, _rec=None):
+                 flight=None, converged: bool = False, header=None, _rec=None):
         if flight is not None and (not isinstance(flight, tuple) or len(flight) != 2):
             raise ProfileBufferError("flight must be a (positions, slots) pair: the flight recorder's "
                                      "position region and its slot count, as kernel arguments")
@@ -340,7 +341,7 @@ class RoleRecorder:
         if _rec is not None or write_path == "direct" or not self.enabled:
             self._rec = _rec
         elif write_path == "slices":
-            self._rec = SliceRecorder(buf, tid, enabled=True)
+            self._rec = SliceRecorder(buf, tid, enabled=True, header=header)
         else:
             self._rec = WarpRecorder(buf, max_events, tid, enabled=True, converged=converged)
 
