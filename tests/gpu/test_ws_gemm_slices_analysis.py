@@ -1,0 +1,92 @@
+"""The GEMM's trace on the slices write path means what the staged path's trace means: the
+same regions of the same warps, the consumer's wait nested in its MMA period exactly, and the
+pipeline model reads both alike (issue #19). Both kernels, in one process on a Hopper GPU."""
+
+from __future__ import annotations
+
+import os
+import sys
+
+import numpy as np
+import pytest
+
+torch = pytest.importorskip("torch")
+if not torch.cuda.is_available():
+    pytest.skip("no CUDA GPU", allow_module_level=True)
+pytest.importorskip("cutlass")
+if torch.cuda.get_device_capability()[0] != 9:
+    pytest.skip("ws_gemm needs an sm_90 (Hopper) GPU", allow_module_level=True)
+
+ROOT = os.path.dirname(os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
+sys.path.insert(0, ROOT)
+
+from cute_prof.analysis.critical_path import analyze_pipeline  # noqa: E402
+from cute_prof.analysis.model import load_pipeline  # noqa: E402
+from cute_prof.decode import decode_buffer  # noqa: E402
+from examples import ws_gemm as W  # noqa: E402
+
+M, N, K = 2048, 1536, 4096
+SPECS = {False: "examples/ws_gemm_pipeline.json", True: "examples/ws_gemm_persistent_pipeline.json"}
+
+
+def profiled(recorder, persistent):
+    torch.manual_seed(3)
+    a = torch.randn(M, K, device="cuda").to(torch.bfloat16)
+    b = torch.randn(N, K, device="cuda").to(torch.bfloat16)
+    c = torch.empty(M, N, device="cuda", dtype=torch.bfloat16)
+    runner = W.CompiledWsGemm(W.GemmConfig(recorder=recorder, persistent=persistent))
+    buf, max_events = W.alloc_prof_for(runner.gemm, M, N, K, 2)
+    runner.prepare(a, b, c, buf, max_events, 2)()
+    torch.cuda.synchronize()
+    return decode_buffer(buf), c, runner.gemm
+
+
+@pytest.fixture(scope="module", params=[False, True], ids=["non-persistent", "persistent"])
+def pair(request):
+    return request.param, profiled("slices", request.param), profiled("staged", request.param)
+
+
+def test_same_regions_of_the_same_warps_and_the_same_output(pair):
+    _, (sl, c_sl, gemm), (st, c_st, _) = pair
+    assert torch.equal(c_sl, c_st)
+    assert not W.check_counts(sl.events, gemm, M, N, K, 2)
+    assert sl.overflow == 0 and sl.incomplete == 0 and sl.attempted == 2 * len(sl.events)
+    key = lambda ev: np.sort(ev["tid"].astype(np.int64) << 40 | ev["tag"].astype(np.int64) << 32  # noqa: E731
+                             | ev["payload"].astype(np.int64) & 0xFFFFFFFF)
+    assert np.array_equal(key(sl.events), key(st.events))
+    # the same warp of each CTA wrote each region (SMs differ from launch to launch)
+    order_sl = np.lexsort((sl.events["payload"], sl.events["tag"], sl.events["tid"]))
+    order_st = np.lexsort((st.events["payload"], st.events["tag"], st.events["tid"]))
+    assert np.array_equal(sl.events["warp"][order_sl], st.events["warp"][order_st])
+
+
+def test_each_wait_nests_in_the_previous_mma_period_exactly(pair):
+    persistent, (sl, _, gemm), _ = pair
+    ids = W.tag_ids()
+    ev = sl.events
+    wait = ev[ev["tag"] == ids[W.TAG_WAIT_FULL]]
+    mma = ev[ev["tag"] == ids[W.TAG_MMA_KTILE]]
+    wait = wait[np.lexsort((wait["payload"], wait["tid"]))]
+    mma = mma[np.lexsort((mma["payload"], mma["tid"]))]
+    assert len(wait) == len(mma)
+    kt = gemm.k_tiles(K)
+    # per warp and tile: wait k (k >= 1) ends where mma k-1 ends, and starts inside it
+    w = wait.reshape(-1, kt)
+    m = mma.reshape(-1, kt)
+    assert (w["start_ns"][:, 1:] + w["dur_ns"][:, 1:] == m["start_ns"][:, :-1] + m["dur_ns"][:, :-1]).all()
+    assert (w["start_ns"][:, 1:] >= m["start_ns"][:, :-1]).all()
+    assert (m["dur_ns"] > 0).all() and (w["dur_ns"] >= 0).all()
+
+
+def test_the_pipeline_model_reads_both_alike(pair):
+    persistent, (sl, _, _), (st, _, _) = pair
+    spec = load_pipeline(os.path.join(ROOT, SPECS[persistent]))
+    got_sl, got_st = analyze_pipeline(sl, spec), analyze_pipeline(st, spec)
+    for got in (got_sl, got_st):
+        assert got["records_missing"] == 0 and got["records_extra"] == 0 and got["units_dropped"] == 0
+    assert got_sl["units"] == got_st["units"] and got_sl["iterations"] == got_st["iterations"]
+    # two launches, two write paths: the verdicts agree to within a tenth of the critical path
+    for name, share in got_st["critical_path_share"].items():
+        assert abs(got_sl["critical_path_share"][name] - share) < 0.1, name
+    ratio = got_sl["unit_span_ns"]["median"] / got_st["unit_span_ns"]["median"]
+    assert 0.9 < ratio < 1.1
