@@ -9,8 +9,8 @@ Steps:
    with exact record counts; relative Frobenius error vs an fp32 reference.
 2. timing at --size (default 8192): CUDA-event medians over --reps launches after
    --warmup launches, random normal inputs. Rows: cuBLAS, level 0, level 1, level 2 (the
-   default staged WarpRecorder write path), and levels 1 and 2 with the direct write path
-   (one profile_stop atomic per record), all with the default GemmConfig (2 x 1 cluster,
+   default staged WarpRecorder write path), levels 1 and 2 with the direct write path
+   (one profile_stop atomic per record) and level 2 with the slices path, all with the default GemmConfig (2 x 1 cluster,
    B multicast); then level 0 without a cluster (1 x 1) for comparison. The profile counter is zeroed
    before every timed launch (outside the events), so every launch writes all its records.
 3. a table (last thing printed) with ms, TFLOP/s, % of cuBLAS, overhead vs level 0;
@@ -66,10 +66,12 @@ def count_check(W, runner, m, n, k, level, log):
     a = torch.randn(m, k, device="cuda").to(torch.bfloat16)
     b = torch.randn(n, k, device="cuda").to(torch.bfloat16)
     c = torch.empty(m, n, device="cuda", dtype=torch.bfloat16)
-    buf = W.alloc_prof(exp["total"])
-    runner.prepare(a, b, c, buf, exp["total"], level)()
+    buf, max_events = W.alloc_prof_for(runner.gemm, m, n, k, level)
+    runner.prepare(a, b, c, buf, max_events, level)()
     torch.cuda.synchronize()
     recs, attempted = W.decode_records(buf.cpu().numpy())
+    if runner.gemm.cfg.recorder == "slices":
+        attempted //= 2  # a slices buffer counts words: two per region
     errors = W.check_counts(recs, runner.gemm, m, n, k, level)
     err = rel_err(c, a.float() @ b.float().T)
     log(f"  level {level} {m}x{n}x{k}: {len(recs)} records (attempted {attempted}, expected "
@@ -97,6 +99,7 @@ def main(argv=None) -> int:
     log(f"device: {dev} (sm_{cap[0]}{cap[1]}), torch {torch.__version__}, ops: {W.PROF_OPS_SOURCE}")
     runner = W.CompiledWsGemm()
     runner_d = W.CompiledWsGemm(W.GemmConfig(recorder="direct"))
+    runner_s = W.CompiledWsGemm(W.GemmConfig(recorder="slices"))
     runner_1x1 = W.CompiledWsGemm(W.GemmConfig(cluster_m=1, cluster_n=1))
     g = runner.gemm
     cl = f"{g.cfg.cluster_m}x{g.cfg.cluster_n}"
@@ -126,6 +129,8 @@ def main(argv=None) -> int:
         cnt_ok &= count_check(W, runner_d, 1000, 1032, 520, 2, log)
         cnt_ok &= count_check(W, runner_d, 1000, 1032, 520, 1, log)
         cnt_ok &= count_check(W, runner_1x1, 1000, 1032, 520, 2, log)
+        cnt_ok &= count_check(W, runner_s, 1000, 1032, 520, 2, log)
+        cnt_ok &= count_check(W, runner_s, 1000, 1032, 520, 1, log)
         all_ok &= cnt_ok
         report["counts_ok"] = cnt_ok
 
@@ -150,15 +155,16 @@ def main(argv=None) -> int:
     c_ref = torch.empty_like(c)
     levels = [(0, runner, "ws_gemm level 0"), (1, runner, "ws_gemm level 1"),
               (2, runner, "ws_gemm level 2"), (1, runner_d, "ws_gemm level 1 direct"),
-              (2, runner_d, "ws_gemm level 2 direct")]
+              (2, runner_d, "ws_gemm level 2 direct"), (2, runner_s, "ws_gemm level 2 slices")]
     if g.cluster_size > 1:
         levels.append((0, runner_1x1, "ws_gemm level 0 1x1"))
     variants = [("cuBLAS torch.matmul", lambda: torch.matmul(a, b.T, out=c_ref), None, None)]
     for level, r, name in levels:
         exp = W.expected_counts(r.gemm, s, s, s, level)
-        buf = W.alloc_prof(exp["total"]) if level else W._dummy_prof(a.device)
-        launch = r.prepare(a, b, c, buf, exp["total"], level)
-        reset = (lambda buf=buf: buf[:1].zero_()) if level else None
+        buf, max_events = W.alloc_prof_for(r.gemm, s, s, s, level) if level else (W._dummy_prof(a.device), 0)
+        launch = r.prepare(a, b, c, buf, max_events, level)
+        # a flat buffer's counter restarts every launch; a slices buffer is rewritten in place
+        reset = (lambda buf=buf: buf[:1].zero_()) if level and r.gemm.cfg.recorder != "slices" else None
         variants.append((name, launch, reset, (level, r, buf, exp)))
     times = {name: [] for name, *_ in variants}
     for name, fn, reset, _ in variants:
@@ -192,7 +198,8 @@ def main(argv=None) -> int:
         extra = {"level": level, "expected_records": exp["total"],
                  "cluster_mn": list(r.gemm.cluster_mn)}
         if level:
-            recs_attempted = int(buf[0].item())
+            recs_attempted = (int(W.decode_records(buf.cpu().numpy())[1]) // 2
+                              if r.gemm.cfg.recorder == "slices" else int(buf[0].item()))
             extra["records_last_launch"] = recs_attempted
             if recs_attempted != exp["total"]:
                 all_ok = False
