@@ -1,7 +1,8 @@
 """CPU-only checks of the warp-specialised GEMM (examples/ws_gemm.py): it compiles for
 sm_90a without a GPU, and its PTX has the instructions the design relies on, for the
 cluster configurations 1x1 (no cluster), 2x1 (the default: B multicast) and 1x2 (A
-multicast).
+multicast), with each of the three write paths (``GemmConfig.recorder``: staged, direct,
+slices).
 
 The compile runs in a subprocess because the DSL snapshots CUTE_DSL_* environment variables
 when ``cutlass.cute`` is imported."""
@@ -21,6 +22,7 @@ pytest.importorskip("torch")
 
 ROOT = Path(__file__).resolve().parents[1]
 CLUSTERS = ("1x1", "2x1", "1x2")
+RECORDERS = ("staged", "direct", "slices")
 
 
 @pytest.fixture(scope="module")
@@ -37,14 +39,14 @@ def ptx(tmp_path_factory):
         pytest.fail(f"compile failed:\n{proc.stdout[-4000:]}\n{proc.stderr[-8000:]}")
     texts = {
         (rec, cl, level): (out / f"ws_gemm_{rec}_c{cl}_l{level}.ptx").read_text()
-        for rec in ("staged", "direct")
+        for rec in RECORDERS
         for cl in CLUSTERS
         for level in (0, 1, 2)
     }
     # the default configuration is also written without the cluster suffix
     texts.update({
         (rec, "default", level): (out / f"ws_gemm_{rec}_l{level}.ptx").read_text()
-        for rec in ("staged", "direct")
+        for rec in RECORDERS
         for level in (0, 1, 2)
     })
     return texts
@@ -65,7 +67,7 @@ def _init_counts(text: str) -> list:
 
 
 @pytest.mark.parametrize("cluster", CLUSTERS)
-@pytest.mark.parametrize("recorder", ["staged", "direct"])
+@pytest.mark.parametrize("recorder", RECORDERS)
 @pytest.mark.parametrize("level", [0, 1, 2])
 def test_core_instructions(ptx, level, recorder, cluster):
     text = ptx[(recorder, cluster, level)]
@@ -98,7 +100,7 @@ def test_default_is_2x1(ptx):
     from examples import ws_gemm as W
 
     assert (W.GemmConfig.cluster_m, W.GemmConfig.cluster_n) == (2, 1)
-    for rec in ("staged", "direct"):
+    for rec in RECORDERS:
         for level in (0, 1, 2):
             assert ptx[(rec, "default", level)] == ptx[(rec, "2x1", level)]
 
@@ -145,20 +147,24 @@ def test_cluster_multicast_and_barriers(ptx, cluster, level):
 
 
 @pytest.mark.parametrize("cluster", CLUSTERS)
-@pytest.mark.parametrize("recorder", ["staged", "direct"])
+@pytest.mark.parametrize("recorder", RECORDERS)
 def test_level0_has_no_profiling(ptx, recorder, cluster):
     text = ptx[(recorder, cluster, 0)]
     assert "globaltimer" not in text
     assert "atom.global" not in text  # the profile counter is the only global atomic
-    assert "%smid" not in text
+    assert not re.search(r"(?<![\w.])red\.", text)  # nor a reduction (slices' close)
+    assert "%smid" not in text and "st.global" not in text
 
 
 @pytest.mark.parametrize("cluster", CLUSTERS)
 def test_level0_identical_across_recorders(ptx, cluster):
+    """Level 0 compiles the recorder away: the kernel is the same text whatever the write
+    path (comments aside)."""
     strip = lambda t: re.sub(r"//.*", "", t)  # noqa: E731
     body = lambda t: strip(t[t.index(".entry"):])  # noqa: E731
-    assert (_count(body(ptx[("staged", cluster, 0)]), r"\n")
-            == _count(body(ptx[("direct", cluster, 0)]), r"\n"))
+    staged = body(ptx[("staged", cluster, 0)])
+    for rec in ("direct", "slices"):
+        assert body(ptx[(rec, cluster, 0)]) == staged, rec
 
 
 @pytest.mark.parametrize("cluster", CLUSTERS)
@@ -184,6 +190,25 @@ def test_staged_record_sites(ptx, cluster):
     assert _count(l2, r"atom\.global\.add\.u64") == 2 * 8 + 4
     assert "shfl.sync.idx.b32" in l2  # the flush broadcasts the claimed base slot
     assert _count(l2, r"%globaltimer") > _count(l1, r"%globaltimer")
+
+
+@pytest.mark.parametrize("cluster", CLUSTERS)
+@pytest.mark.parametrize("level", [1, 2])
+def test_slices_record_sites(ptx, cluster, level):
+    text = ptx[("slices", cluster, level)]
+    # regions: level 1 = producer mainloop | consumer mainloop, epilogue; level 2 adds
+    # wait_empty, tma_issue | wait_full and mma_ktile (twice: in the loop for the previous
+    # k-tile, after it for the last)
+    producer, consumer = {1: (1, 2), 2: (3, 5)}[level]
+    from ws_gemm_slices import check_slices_record_sites
+
+    check_slices_record_sites(text, ptx[("slices", cluster, 0)], producer_sites=producer,
+                              consumer_sites=consumer)
+    # timer reads of region boundaries: level 1 = producer start + end, consumer start,
+    # epilogue start, 2 ends; level 2 adds 2 producer and 3 consumer reads (t_b, t_a |
+    # t_w, t_m, t_done), as many as the direct path's 64-bit reads
+    assert _count(text, r"%globaltimer_lo") == {1: 6, 2: 11}[level]
+    assert _count(ptx[("direct", cluster, level)], r"%globaltimer;") == {1: 6, 2: 11}[level]
 
 
 def test_no_profiling_inside_the_wgmma_issue(ptx):
@@ -227,26 +252,25 @@ def test_ptxas_no_spills(ptx, tmp_path):
 
 # ------------------------------------------------------------------ host-side logic
 # The checks the GPU test and the profile script run, exercised on a synthetic buffer
-# laid out exactly as the kernel writes it (same tids, warps, tags, payloads).
+# laid out exactly as the kernel writes it (same tids, warps, tags, payloads), in the flat
+# format (staged, direct) and the slices format (each warp's regions in program order).
 
 
-def _synthetic_words(W, gemm, m, n, k, level, *, mma_ns=500, wait_ns=20, fill_ns=800):
-    import numpy as np
-
-    from cute_prof import layout
-
+def _synthetic_regions(W, gemm, m, n, k, level, *, mma_ns=500, wait_ns=20, fill_ns=800,
+                       epoch=0):
+    """Rows (start, dur, tag id, cta, tid, warp, payload, sm), each warp's in the order the
+    kernel records them."""
     ids = W.tag_ids()
-    exp = W.expected_counts(gemm, m, n, k, level)
-    buf = np.zeros(layout.buffer_words(exp["total"]), dtype=np.int64)
     kt = gemm.k_tiles(k)
+    rows = []
 
     def put(start, dur, tag, cta, slot, warp, payload=0):
-        W_ = layout.write_records
-        W_(buf, [start], dur, ids[tag], W.tid_of(cta, slot), payload=payload, sm=cta % 132, warp=warp)
+        rows.append((epoch + start, dur, ids[tag], cta, W.tid_of(cta, slot), warp, payload, cta % 132))
 
+    pm, pn = gemm.padded_grid_shape(m, n)
     for cta in range(gemm.num_ctas(m, n)):
         t0 = 10_000 * cta
-        # producer warp 0
+        # producer warp 0: wait empty k, issue TMA k, ..., then its mainloop
         t = t0
         for kk in range(kt if level >= 2 else 0):
             put(t, 30, W.TAG_WAIT_EMPTY, cta, 0, 0, kk)
@@ -255,40 +279,73 @@ def _synthetic_words(W, gemm, m, n, k, level, *, mma_ns=500, wait_ns=20, fill_ns
         put(t0, max(t - t0, 70), W.TAG_PRODUCER_MAINLOOP, cta, 0, 0, kt)
         for s in gemm.recording_slots:
             # as the kernel records: "mma k-tile" kk runs from the issue of its wgmma to
-            # the next issue (the last: to retirement), the next "wait full" nests inside
+            # the next issue (the last: to retirement), the next "wait full" nests inside;
+            # wait k is recorded, then mma k - 1 (ending at the same read)
             t = t0
             issues = []
             for kk in range(kt if level >= 2 else 0):
                 w = fill_ns if kk == 0 else wait_ns
                 put(t, w, W.TAG_WAIT_FULL, cta, s, 3 + s, kk)
+                if kk:
+                    put(issues[-1], t + w - issues[-1], W.TAG_MMA_KTILE, cta, s, 3 + s, kk - 1)
                 issues.append(t + w)
                 t += w + mma_ns
-            for kk, issue in enumerate(issues):
-                until = issues[kk + 1] if kk + 1 < len(issues) else t
-                put(issue, until - issue, W.TAG_MMA_KTILE, cta, s, 3 + s, kk)
+            if issues:
+                put(issues[-1], t - issues[-1], W.TAG_MMA_KTILE, cta, s, 3 + s, kt - 1)
             end = t if level >= 2 else t0 + kt * (mma_ns + wait_ns)
             put(t0, end - t0, W.TAG_CONSUMER_MAINLOOP, cta, s, 3 + s, kt)
-            put(end, 900, W.TAG_EPILOGUE, cta, s, 3 + s, 0)
+            # the epilogue's payload: pid_m * 2^16 + pid_n, wider than a slice record's 13 bits
+            put(end, 900, W.TAG_EPILOGUE, cta, s, 3 + s, (cta % pm) * 65536 + cta // pm % pn)
+    return rows
+
+
+def _synthetic_words(W, gemm, m, n, k, level, *, fmt="flat", per_warp=None, epoch=0):
+    """The buffer the kernel would leave: ``fmt="flat"`` (staged, direct) or ``"slices"``
+    (one slice per warp of every CTA, ``per_warp`` words each: by default exactly
+    ``alloc_prof_for``'s)."""
+    import numpy as np
+
+    from cute_prof import layout
+
+    rows = _synthetic_regions(W, gemm, m, n, k, level, epoch=epoch)
+    if fmt == "slices":
+        import ws_gemm_slices
+
+        warps = gemm.threads_per_cta // 32
+        if per_warp is None:
+            buf, _ = W.alloc_prof_for(gemm, m, n, k, level, device="cpu")
+            per_warp = int(buf[1]) & 0xFFFFFFFF
+        return ws_gemm_slices.slices_words(rows, n_slices=gemm.num_ctas(m, n) * warps,
+                                           per_warp=per_warp, warps_per_cta=warps)
+    buf = np.zeros(layout.buffer_words(len(rows)), dtype=np.int64)
+    for start, dur, tag, cta, tid, warp, payload, sm in rows:
+        layout.write_records(buf, [start], dur, tag, tid, payload=payload, sm=sm, warp=warp)
     return buf
 
 
 @pytest.mark.parametrize("cluster", [(1, 1), (2, 1), (1, 2)])
 @pytest.mark.parametrize("level", [1, 2])
-def test_host_checks_on_synthetic_buffer(level, cluster):
+@pytest.mark.parametrize("fmt", ["flat", "slices"])
+def test_host_checks_on_synthetic_buffer(fmt, level, cluster):
     import numpy as np
 
     from examples import ws_gemm as W
     from examples import ws_gemm_profile as P
 
-    gemm = W.WsGemm(W.GemmConfig(cluster_m=cluster[0], cluster_n=cluster[1]))
+    gemm = W.WsGemm(W.GemmConfig(cluster_m=cluster[0], cluster_n=cluster[1],
+                                 recorder="staged" if fmt == "flat" else "slices"))
     m, n, k = 300, 520, 200  # 3 x 3 output tiles, 4 k-tiles
     # clusters round the grid up: 2x1 launches 4 x 3 CTAs, 1x2 3 x 4
     assert gemm.grid_shape(m, n) == (3, 3)
     want = {(1, 1): 9, (2, 1): 12, (1, 2): 12}[cluster]
     assert gemm.num_ctas(m, n) == want
-    words = _synthetic_words(W, gemm, m, n, k, level)
+    # slices: the low 32 timer bits wrap in the middle of the launch
+    epoch = (5 << 32) - 50_000 if fmt == "slices" else 0
+    words = _synthetic_words(W, gemm, m, n, k, level, fmt=fmt, epoch=epoch)
     recs, attempted = W.decode_records(words)
-    assert attempted == W.expected_counts(gemm, m, n, k, level)["total"] == len(recs)
+    total = W.expected_counts(gemm, m, n, k, level)["total"]
+    # slices count words: a region is a START and a SPAN
+    assert attempted == (2 if fmt == "slices" else 1) * total and len(recs) == total
     assert W.check_counts(recs, gemm, m, n, k, level) == []
     assert P.overlaps(recs) == 0
     ids = W.tag_ids()
@@ -299,6 +356,14 @@ def test_host_checks_on_synthetic_buffer(level, cluster):
         # cover all but the fill, the waits are 800 + 3 x 20
         assert abs(cov["mma_over_span"]["median"] - 2060 / 2860) < 1e-9
         assert abs(cov["wait_full_over_span"]["median"] - 860 / 2860) < 1e-9
+    if fmt == "slices":
+        # the same regions as the flat buffer holds, 64-bit times and 32-bit payloads included
+        flat, _ = W.decode_records(_synthetic_words(W, gemm, m, n, k, level))
+        cols = ["start_ns", "dur_ns", "tag", "tid", "warp", "sm", "payload"]
+        as_rows = lambda r: sorted(zip(*(r[c].astype(np.int64).tolist() for c in cols)))  # noqa: E731
+        shifted = recs.copy()
+        shifted["start_ns"] -= epoch
+        assert as_rows(shifted) == as_rows(flat)
 
     # a missing record, a stray warp and an overlap are all caught
     bad = recs[1:]
@@ -309,6 +374,35 @@ def test_host_checks_on_synthetic_buffer(level, cluster):
     dup = np.concatenate([recs, recs[:1]])
     dup["start_ns"][-1] += 1
     assert P.overlaps(dup) >= 1
+
+
+@pytest.mark.parametrize("per_warp", [19, 12])
+def test_slices_overflow_on_synthetic_buffer(per_warp):
+    """What the GPU overflow test asserts, on a buffer with the kernel's layout: with slices
+    too small, the count of lost words is exact and each warp keeps its first regions."""
+    import numpy as np
+
+    from cute_prof.decode import decode_buffer
+    from examples import ws_gemm as W
+    from ws_gemm_slices import prefix_mismatches
+
+    gemm = W.WsGemm(W.GemmConfig(recorder="slices"))
+    m, n, k = 300, 520, 200  # 12 CTAs (2x1), 4 k-tiles: 9 and 10 regions per warp
+    full = decode_buffer(_synthetic_words(W, gemm, m, n, k, 2, fmt="slices"))
+    short = decode_buffer(_synthetic_words(W, gemm, m, n, k, 2, fmt="slices", per_warp=per_warp))
+    # per CTA: the producer writes 18 words, 8 consumer warps 20 each
+    assert short.attempted == full.attempted == 12 * (18 + 8 * 20)
+    stored = 12 * (min(18, per_warp) + 8 * min(20, per_warp))
+    assert short.overflow == short.attempted - stored and full.overflow == 0
+    # an odd capacity keeps a last START whose SPAN was lost: no event from it
+    assert len(short.events) == 12 * (min(9, per_warp // 2) + 8 * min(10, per_warp // 2))
+    assert short.incomplete == 0
+    assert prefix_mismatches(short.events, full.events) == []
+    # a warp's regions out of order are caught
+    swapped = short.events.copy()
+    first, second = np.flatnonzero(swapped["tid"] == swapped["tid"][0])[:2]
+    swapped["slot"][[first, second]] = swapped["slot"][[second, first]]
+    assert prefix_mismatches(swapped, full.events) == [int(swapped["tid"][0])]
 
 
 def test_flight_positions_marked_only_when_configured(tmp_path):

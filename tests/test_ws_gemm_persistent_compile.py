@@ -1,5 +1,5 @@
 """CPU-only checks of the persistent ws_gemm (``GemmConfig(persistent=True)``): it compiles
-for sm_90a at profile levels 0 and 2 (both write paths, 1x1 and the default 2x1 cluster),
+for sm_90a at profile levels 0 and 2 (all three write paths, 1x1 and the default 2x1 cluster),
 its PTX keeps the non-persistent kernel's pipeline (same barriers, MMAs, record sites) inside
 a tile loop strided by the grid size, and the host-side schedule facts (tiles per CTA,
 expected record counts, the per-tile count check) hold on synthetic buffers.
@@ -21,8 +21,8 @@ pytest.importorskip("cutlass")
 pytest.importorskip("torch")
 
 ROOT = Path(__file__).resolve().parents[1]
-KEYS = [(rec, cl, level) for rec in ("staged", "direct") for cl in ("1x1", "2x1")
-        for level in (0, 2)]
+RECORDERS = ("staged", "direct", "slices")
+KEYS = [(rec, cl, level) for rec in RECORDERS for cl in ("1x1", "2x1") for level in (0, 2)]
 
 
 @pytest.fixture(scope="module")
@@ -82,23 +82,45 @@ def test_pipeline_inside_a_tile_loop(ptx, key):
         # record sites as in the non-persistent kernel: direct = one atomic per site (8),
         # staged = 12 (stage sites with their rare flush, plus explicit flushes) + 5: the
         # consumer's stage sites also write directly when called from divergent code (the
-        # producer's recorder is converged=True: it would spill on 40 registers)
-        assert count(text, r"atom\.global\.add\.u64") == (8 if rec == "direct" else 12 + 5)
+        # producer's recorder is converged=True: it would spill on 40 registers); slices =
+        # none (two plain stores per site)
+        atomics = {"direct": 8, "staged": 12 + 5, "slices": 0}[rec]
+        assert count(text, r"atom\.global\.add\.u64") == atomics
 
 
-def test_ptxas_staged_no_spills(ptx, tmp_path):
+@pytest.mark.parametrize("cluster", ["1x1", "2x1"])
+def test_slices_record_sites(ptx, cluster):
+    """The slices path in the tile loop: the same sites as the non-persistent kernel (3
+    producer, 5 consumer regions, two 8-byte stores each), no atomic, no shuffle, and each
+    warp closes its slice once, after its last tile."""
+    from ws_gemm_slices import check_slices_record_sites
+
+    text = ptx[("slices", cluster, 2)]
+    check_slices_record_sites(text, ptx[("slices", cluster, 0)], producer_sites=3,
+                              consumer_sites=5)
+    assert count(text, r"%globaltimer_lo") == 11
+
+
+@pytest.mark.parametrize("cluster", ["1x1", "2x1"])
+def test_level0_identical_across_recorders(ptx, cluster):
+    body = lambda t: re.sub(r"//.*", "", t[t.index(".entry"):])  # noqa: E731
+    for rec in ("direct", "slices"):
+        assert body(ptx[(rec, cluster, 0)]) == body(ptx[("staged", cluster, 0)]), rec
+
+
+def test_ptxas_staged_and_slices_no_spills(ptx, tmp_path):
     import shutil
 
     ptxas = shutil.which("ptxas")
     if ptxas is None:
         pytest.skip("ptxas not installed")
     for (rec, cl, level), text in ptx.items():
-        if rec != "staged":
+        if rec == "direct":
             continue  # direct at level 2 spills a few bytes (documented in the report)
-        src = tmp_path / f"{cl}_l{level}.ptx"
+        src = tmp_path / f"{rec}_{cl}_l{level}.ptx"
         src.write_text(text)
         proc = subprocess.run([ptxas, "-arch=sm_90a", "-v", str(src), "-o",
-                               str(tmp_path / f"{cl}_l{level}.cubin")],
+                               str(tmp_path / f"{rec}_{cl}_l{level}.cubin")],
                               capture_output=True, text=True, timeout=300)
         assert proc.returncode == 0, proc.stderr[-4000:]
         log = proc.stdout + proc.stderr
@@ -107,11 +129,11 @@ def test_ptxas_staged_no_spills(ptx, tmp_path):
 
 
 # ------------------------------------------------------------------ host-side facts
-def gemm(cluster=(2, 1), ctas=None):
+def gemm(cluster=(2, 1), ctas=None, recorder="staged"):
     from examples import ws_gemm as W
 
     return W, W.WsGemm(W.GemmConfig(cluster_m=cluster[0], cluster_n=cluster[1],
-                                    persistent=True, persistent_ctas=ctas))
+                                    persistent=True, persistent_ctas=ctas, recorder=recorder))
 
 
 def test_schedule_facts():
@@ -135,14 +157,14 @@ def test_schedule_facts():
         W.WsGemm(W.GemmConfig(persistent=True, epi_stages=3))
 
 
-def synthetic_words(W, g, m, n, k, level):
+def synthetic_words(W, g, m, n, k, level, *, fmt="flat"):
     """A buffer laid out as the persistent kernel writes it: per CTA its tiles one after
-    another, per-k-tile payload = tile * 2^16 + k."""
+    another, per-k-tile payload = tile * 2^16 + k; ``fmt="slices"``: as the slices recorder
+    writes it (each warp's regions in order in its slice, sized by ``alloc_prof_for``)."""
     from cute_prof import layout
 
     ids = W.tag_ids()
     exp = W.expected_counts(g, m, n, k, level)
-    buf = np.zeros(layout.buffer_words(exp["total"]), dtype=np.int64)
     kt = g.k_tiles(k)
     rows = []
     for cta, tiles in enumerate(exp["tiles_per_cta"].tolist()):
@@ -166,6 +188,16 @@ def synthetic_words(W, g, m, n, k, level):
                     rows += [(t, s - t + 1, W.TAG_CONSUMER_MAINLOOP, cta, slot, warp, i),
                              (s + 1, 900, W.TAG_EPILOGUE, cta, slot, warp, cta * 16 + i)]
             t += kt * 520 + 1000
+    if fmt == "slices":
+        from ws_gemm_slices import slices_words
+
+        prof, _ = W.alloc_prof_for(g, m, n, k, level, device="cpu")
+        warps = g.threads_per_cta // 32
+        return slices_words([(start, dur, ids[tag], cta, W.tid_of(cta, slot), warp, payload, cta)
+                             for start, dur, tag, cta, slot, warp, payload in rows],
+                            n_slices=g.num_ctas(m, n) * warps,
+                            per_warp=int(prof[1]) & 0xFFFFFFFF, warps_per_cta=warps)
+    buf = np.zeros(layout.buffer_words(exp["total"]), dtype=np.int64)
     for start, dur, tag, cta, slot, warp, payload in rows:
         layout.write_records(buf, [start], dur, ids[tag], W.tid_of(cta, slot), payload=payload,
                              sm=cta, warp=warp)
@@ -173,11 +205,23 @@ def synthetic_words(W, g, m, n, k, level):
 
 
 @pytest.mark.parametrize("level", [1, 2])
-def test_per_tile_counts_on_synthetic_buffer(level):
-    W, g = gemm(ctas=8)
+@pytest.mark.parametrize("fmt", ["flat", "slices"])
+def test_per_tile_counts_on_synthetic_buffer(fmt, level):
+    W, g = gemm(ctas=8, recorder="staged" if fmt == "flat" else "slices")
     m, n, k = 300, 520, 200  # 4 k-tiles; CTAs 0..3 run 2 tiles, 4..7 one
-    recs, attempted = W.decode_records(synthetic_words(W, g, m, n, k, level))
-    assert attempted == len(recs) == W.expected_counts(g, m, n, k, level)["total"]
+    recs, attempted = W.decode_records(synthetic_words(W, g, m, n, k, level, fmt=fmt))
+    total = W.expected_counts(g, m, n, k, level)["total"]
+    # slices count words, two per region
+    assert attempted == (2 if fmt == "slices" else 1) * total and len(recs) == total
+    if fmt == "slices":
+        # the slices are sized for the busiest warp's tiles: 2 tiles x (2 x 4 + 2) regions x
+        # 2 words, 12 warps of 8 CTAs; the payloads keep their tile index above bit 13
+        prof, _ = W.alloc_prof_for(g, m, n, k, level, device="cpu")
+        assert int(prof[1]) == ((8 * 12) << 32) | (2 * 2 * (2 * 4 + 2 if level == 2 else 2))
+        flat, _ = W.decode_records(synthetic_words(W, g, m, n, k, level))
+        key = lambda r: sorted(zip(r["tid"].tolist(), r["tag"].tolist(), r["payload"].tolist(),  # noqa: E731
+                                   r["start_ns"].tolist(), r["dur_ns"].tolist()))
+        assert key(recs) == key(flat)
     assert W.check_counts(recs, g, m, n, k, level) == []
     ids = W.tag_ids()
     # a CTA with one tile too few or too many is caught

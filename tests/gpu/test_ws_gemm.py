@@ -24,10 +24,14 @@ if torch.cuda.get_device_capability()[0] != 9:
 
 sys.path.insert(0, os.path.dirname(os.path.dirname(os.path.dirname(os.path.abspath(__file__)))))
 
+from cute_prof.decode import decode_buffer  # noqa: E402
+from cute_prof.decode_slices import allocate_slices_buffer  # noqa: E402
 from examples import ws_gemm as W  # noqa: E402
+from tests.ws_gemm_slices import prefix_mismatches  # noqa: E402
 
 TOL = 1e-2  # relative Frobenius error (bf16 output, fp32 accumulation)
 
+RECORDERS = ["staged", "direct", "slices"]
 CLUSTERS = [(1, 1), (2, 1)]
 CLUSTER_IDS = ["1x1", "2x1"]
 DEFAULT = (W.GemmConfig.cluster_m, W.GemmConfig.cluster_n)
@@ -56,17 +60,24 @@ def rel_err(c, a, b):
     return ((c.float() - ref).norm() / ref.norm().clamp_min(1e-30)).item()
 
 
-def run(m, n, k, level, *, max_events=None, recorder="staged", seed=0, cluster=DEFAULT):
+def run(m, n, k, level, *, prof=None, recorder="staged", seed=0, cluster=DEFAULT):
+    """One launch; ``prof``: a ``(buffer, max_events)`` to record into instead of
+    ``alloc_prof_for``'s (which has room for every record, in the recorder's format)."""
     r = runner(recorder, cluster)
     a, b = inputs(m, n, k, seed)
     c = torch.full((m, n), float("nan"), device="cuda", dtype=torch.bfloat16)
     exp = W.expected_counts(r.gemm, m, n, k, level)
-    cap = exp["total"] if max_events is None else max_events
-    buf = W.alloc_prof(cap)
-    r.prepare(a, b, c, buf, cap, level)()
+    buf, max_events = W.alloc_prof_for(r.gemm, m, n, k, level) if prof is None else prof
+    r.prepare(a, b, c, buf, max_events, level)()
     torch.cuda.synchronize()
     recs, attempted = W.decode_records(buf.cpu().numpy())
     return a, b, c, recs, attempted, exp
+
+
+def words_per_region(recorder: str) -> int:
+    """What ``attempted`` counts per region: a record (flat buffers) or a slice word (a
+    region is a START and a SPAN word)."""
+    return 2 if recorder == "slices" else 1
 
 
 SIZES = [
@@ -109,7 +120,7 @@ def test_cluster_bit_identical_to_1x1(m, n, k, cluster):
 
 
 @pytest.mark.parametrize("cluster", CLUSTERS, ids=CLUSTER_IDS)
-@pytest.mark.parametrize("recorder", ["staged", "direct"])
+@pytest.mark.parametrize("recorder", RECORDERS)
 @pytest.mark.parametrize("level", [1, 2])
 @pytest.mark.parametrize("m,n,k", [(1000, 1032, 520), (256, 512, 1024), (384, 256, 64)])
 def test_profiled_output_bit_identical(m, n, k, level, recorder, cluster):
@@ -119,14 +130,14 @@ def test_profiled_output_bit_identical(m, n, k, level, recorder, cluster):
 
 
 @pytest.mark.parametrize("cluster", CLUSTERS, ids=CLUSTER_IDS)
-@pytest.mark.parametrize("recorder", ["staged", "direct"])
+@pytest.mark.parametrize("recorder", RECORDERS)
 @pytest.mark.parametrize("level", [1, 2])
 @pytest.mark.parametrize("m,n,k", [(300, 520, 200), (256, 512, 1024), (1300, 712, 328)])
 def test_exact_counts(m, n, k, level, recorder, cluster):
     a, b, c, recs, attempted, exp = run(m, n, k, level, recorder=recorder, cluster=cluster)
     gemm = runner(recorder, cluster).gemm
     assert rel_err(c, a, b) < TOL
-    assert attempted == exp["total"], (attempted, exp)
+    assert attempted == words_per_region(recorder) * exp["total"], (attempted, exp)
     errors = W.check_counts(recs, gemm, m, n, k, level)
     assert not errors, "\n".join(errors)
     # every launched CTA records, cluster padding included (300 and 1300 rows: an odd
@@ -149,7 +160,7 @@ def test_exact_counts(m, n, k, level, recorder, cluster):
         assert sum(exp["per_consumer_warp"].values()) == 2 * kt + 2
 
 
-@pytest.mark.parametrize("recorder", ["staged", "direct"])
+@pytest.mark.parametrize("recorder", RECORDERS)
 def test_region_sanity_level2(recorder):
     m, n, k = 512, 1024, 2048
     _, _, _, recs, _, _ = run(m, n, k, 2, recorder=recorder)
@@ -191,7 +202,44 @@ def test_overflow_keeps_result_and_counter(recorder):
     m, n, k = 1000, 1032, 520
     exp = W.expected_counts(runner().gemm, m, n, k, 2)
     cap = exp["total"] // 3
-    a, b, c, recs, attempted, _ = run(m, n, k, 2, max_events=cap, recorder=recorder)
+    a, b, c, recs, attempted, _ = run(m, n, k, 2, prof=(W.alloc_prof(cap), cap), recorder=recorder)
     assert rel_err(c, a, b) < TOL
     assert attempted == exp["total"]
     assert len(recs) == cap  # an incomplete slot would be missing here
+
+
+# 1000 x 1032 x 520 on the default 2x1 cluster: 8 x 5 tiles padded to 8 x 5 CTAs of 12 warps,
+# 9 k-tiles; at level 2 the producer warp records 2 x 9 + 1 = 19 regions (38 words), each
+# consumer warp 2 x 9 + 2 = 20 (40 words)
+@pytest.mark.parametrize("per_warp", [39, 13], ids=["one-word-short", "odd-and-far-short"])
+def test_slices_overflow_keeps_result_and_exact_count(per_warp):
+    """Slices too small for the warps' regions: the output is unchanged, the decoder counts
+    exactly the words each warp could not store, and each warp kept its first regions (at
+    an odd capacity the last START is stored without its SPAN: no event)."""
+    m, n, k = 1000, 1032, 520
+    gemm = runner("slices").gemm
+    exp = W.expected_counts(gemm, m, n, k, 2)
+    ctas, warps = gemm.num_ctas(m, n), gemm.threads_per_cta // 32
+    kt = gemm.k_tiles(k)
+    assert (ctas, warps, kt) == (40, 12, 9)
+    producer_words, consumer_words = 2 * (2 * kt + 1), 2 * (2 * kt + 2)
+    assert exp["total"] == ctas * (producer_words + 8 * consumer_words) // 2
+
+    _, _, c0, _, _, _ = run(m, n, k, 0, recorder="slices")
+    full_buf, full_max = W.alloc_prof_for(gemm, m, n, k, 2)
+    run(m, n, k, 2, prof=(full_buf, full_max), recorder="slices")
+    full = decode_buffer(full_buf.cpu().numpy())
+    assert full.overflow == 0 and len(full.events) == exp["total"]
+
+    small = allocate_slices_buffer(ctas * warps, per_warp)
+    a, b, c, recs, attempted, _ = run(m, n, k, 2, prof=(small, 0), recorder="slices")
+    assert torch.equal(c, c0), "overflowing slices changed the GEMM output"
+    trace = decode_buffer(small.cpu().numpy())
+    stored = ctas * (min(producer_words, per_warp) + 8 * min(consumer_words, per_warp))
+    assert attempted == trace.attempted == 2 * exp["total"]
+    assert trace.overflow == trace.attempted - stored
+    assert trace.incomplete == 0 and trace.metadata["slices_unclosed_warps"] == 0
+    assert trace.metadata["slices_opened"] == 9 * ctas  # warps 1..3 record nothing
+    kept = min(producer_words, per_warp) // 2 + 8 * (min(consumer_words, per_warp) // 2)
+    assert len(recs) == len(trace.events) == ctas * kept
+    assert prefix_mismatches(trace.events, full.events) == []

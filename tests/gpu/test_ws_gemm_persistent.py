@@ -44,8 +44,8 @@ def run(r, m, n, k, level, seed=0):
     b = torch.randn(n, k, device="cuda", generator=g).to(torch.bfloat16)
     c = torch.full((m, n), float("nan"), device="cuda", dtype=torch.bfloat16)
     exp = W.expected_counts(r.gemm, m, n, k, level)
-    buf = W.alloc_prof(exp["total"])
-    r.prepare(a, b, c, buf, max(1, exp["total"]), level)()
+    buf, max_events = W.alloc_prof_for(r.gemm, m, n, k, level)  # in the recorder's format
+    r.prepare(a, b, c, buf, max_events, level)()
     torch.cuda.synchronize()
     recs, attempted = W.decode_records(buf.cpu().numpy())
     ref = a.float() @ b.float().T
@@ -83,8 +83,10 @@ def test_correct_and_equal_to_non_persistent(m, n, k, cluster, ctas):
 
 
 @pytest.mark.parametrize("cluster,ctas,recorder",
-                         [(cl, n, "staged") for cl, n in CONFIGS] + [((2, 1), None, "direct")],
-                         ids=[f"{i}-staged" for i in CONFIG_IDS] + ["2x1-direct"])
+                         [(cl, n, "staged") for cl, n in CONFIGS] + [((2, 1), None, "direct")]
+                         + [((2, 1), None, "slices"), ((1, 1), 6, "slices")],
+                         ids=[f"{i}-staged" for i in CONFIG_IDS] + ["2x1-direct"]
+                         + ["2x1-slices", "1x1-6ctas-slices"])
 @pytest.mark.parametrize("level", [1, 2])
 @pytest.mark.parametrize("m,n,k", [(1000, 1032, 520), (4096, 4096, 1024)])
 def test_exact_counts_per_tile(m, n, k, level, cluster, ctas, recorder):
@@ -93,7 +95,10 @@ def test_exact_counts_per_tile(m, n, k, level, cluster, ctas, recorder):
     assert err < TOL
     c0, _, _, _, _ = run(r, m, n, k, 0)
     assert torch.equal(c, c0), "profiling changed the output"
-    assert attempted == exp["total"] == len(recs), (attempted, exp["total"], len(recs))
+    # slices: attempted counts words, two per region (a START and a SPAN)
+    per_region = 2 if recorder == "slices" else 1
+    assert attempted == per_region * exp["total"] and len(recs) == exp["total"], (
+        attempted, exp["total"], len(recs))
     errors = W.check_counts(recs, r.gemm, m, n, k, level)
     assert not errors, "\n".join(errors)
     tiles = exp["tiles_per_cta"]
