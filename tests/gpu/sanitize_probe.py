@@ -1,4 +1,6 @@
-"""Run the overflow/clamp/unaligned cases once, for compute-sanitizer memcheck:
+"""Run the overflow/clamp/unaligned cases once, for compute-sanitizer memcheck (the flat
+buffer's write paths, then the slices path's records and span pairs, every buffer exactly
+sized):
 
     compute-sanitizer --tool memcheck --error-exitcode 3 python tests/gpu/sanitize_probe.py
 """
@@ -36,4 +38,15 @@ for variant in ("elected", "staged", "profile"):
             assert trace.attempted == attempted and len(trace.events) == capacity, (variant, capacity)
             assert trace.overflow == attempted - capacity
             checked += 1
+
+# the slices path: per-warp capacities of one word, one short, odd, and fewer slices than warps
+sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
+import test_slices_gpu as S  # noqa: E402
+
+for run, words in ((S._run, S.PER_WARP_RECORDS), (S._run_spans, S.SPAN_WORDS)):
+    for per_warp, n_slices in ((1, S.N_WARPS), (words - 1, S.N_WARPS - 3), (7, 5)):
+        trace = decode_buffer(run(n_slices, per_warp))
+        assert trace.attempted == S.N_WARPS * words, (run.__name__, per_warp, n_slices)
+        assert trace.overflow == S.N_WARPS * words - n_slices * per_warp and trace.incomplete == 0
+        checked += 1
 print(f"sanitize_probe: {checked} overflowing launches decoded exactly")
