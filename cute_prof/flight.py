@@ -64,6 +64,7 @@ class FlightRecorder:
         self.trace: Trace | None = None
         self.reported_at: float | None = None  # time.monotonic() when the report was ready
         self.watch_started_at: float | None = None  # time.monotonic() when the watchdog began
+        self.watch_ended_at: float | None = None  # when it stopped waiting (finished or timed out)
 
     def records_address(self) -> int:
         """Device address of the record buffer (pass as ``cute.runtime.make_ptr``)."""
@@ -282,6 +283,7 @@ def watch(launch: Callable[[], Any], recorder: FlightRecorder, *, timeout: float
     launch()
     recorder.watch_started_at = time.monotonic()
     finished = wait_for_device(timeout, poll=poll)
+    recorder.watch_ended_at = time.monotonic()
     if finished:
         torch.cuda.synchronize()
     report = flight_report(recorder, tag_table=tag_table, hung=not finished)

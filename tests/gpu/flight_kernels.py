@@ -172,6 +172,9 @@ def main(argv=None) -> int:
     out = {"mode": args.mode, "error": error, "hung": report.hung if report else None,
            # from the watchdog's start (the launch has returned) to the report
            "elapsed_s": (rec.reported_at - rec.watch_started_at) if args.mode not in ("trap", "illegal") else None,
+           # where the time went: waiting for the deadline, then building the report
+           "waited_s": (rec.watch_ended_at - rec.watch_started_at) if rec.watch_ended_at else None,
+           "report_s": (rec.reported_at - rec.watch_ended_at) if rec.watch_ended_at else None,
            "total_s": (time.monotonic() - t0) if args.mode not in ("trap", "illegal") else None,
            "groups": report.groups if report else [], "report": report.format() if report else "",
            "records": int(len(report.trace.events)) if report else 0,

@@ -65,7 +65,8 @@ def test_hang_watchdog_names_stuck_warps(fence):
                     "--timeout", str(timeout), *(["--fence"] if fence else []))
     print(out["report"])
     figure(f"flight hang (fence={fence}): report {out['elapsed_s']:.2f} s after the watchdog began (timeout "
-           f"{timeout} s; {out['total_s']:.2f} s after the launch call)\n{out['report']}")
+           f"{timeout} s; waited {out['waited_s']:.2f} s, report built in {out['report_s']:.2f} s; "
+           f"{out['total_s']:.2f} s after the launch call)\n{out['report']}")
     assert out["hung"] is True
     assert out["elapsed_s"] <= timeout + 1.0
     groups = {(g["open"], g["name"], g["payload"]): g for g in out["groups"]}
