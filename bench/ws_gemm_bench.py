@@ -7,7 +7,8 @@ profiling, next to cuBLAS (torch.matmul) in the same process.
 Steps:
 1. correctness: several sizes (tile multiples and not) at profile level 0, one at level 2
    with exact record counts; relative Frobenius error vs an fp32 reference.
-2. timing at --size (default 8192): CUDA-event medians over --reps launches after
+2. timing at --size (default 8192): CUDA-event medians over --reps rounds (variants in a fresh
+   random order each round) after
    --warmup launches, random normal inputs. Rows: cuBLAS, level 0, level 1, level 2 (the
    default staged WarpRecorder write path), levels 1 and 2 with the direct write path
    (one profile_stop atomic per record) and level 2 with the slices path, all with the default GemmConfig (2 x 1 cluster,
@@ -22,6 +23,7 @@ from __future__ import annotations
 import argparse
 import json
 import os
+import random
 import statistics
 import sys
 import time
@@ -151,7 +153,7 @@ def main(argv=None) -> int:
         log(f"  {name:<26} median {t['median_ms']:.4f} ms  ({row['tflops']:.1f} TFLOP/s)")
 
     log(f"timing at {s}^3 (warm-up {args.warmup}, {args.reps} rounds, CUDA events; every round "
-        f"launches each variant once, so clock and thermal drift hit them alike):")
+        f"launches each variant once in a fresh order, so clock and thermal drift hit them alike):")
     c_ref = torch.empty_like(c)
     levels = [(0, runner, "ws_gemm level 0"), (1, runner, "ws_gemm level 1"),
               (2, runner, "ws_gemm level 2"), (1, runner_d, "ws_gemm level 1 direct"),
@@ -174,7 +176,9 @@ def main(argv=None) -> int:
             fn()
     torch.cuda.synchronize()
     for _ in range(args.reps):
-        for name, fn, reset, _ in variants:
+        # a fresh order every round: a variant that always follows the slow direct path would
+        # run at another clock and power state than the others
+        for name, fn, reset, _ in random.sample(variants, len(variants)):
             if reset is not None:
                 reset()
             start, end = torch.cuda.Event(enable_timing=True), torch.cuda.Event(enable_timing=True)
