@@ -25,7 +25,7 @@ from typing import Any, Callable
 
 import numpy as np
 
-from . import layout
+from . import jit, layout
 from .buffer import ProfileBuffer, host_words
 from .decode import decode_buffer
 from .errors import ProfileBufferError
@@ -244,7 +244,11 @@ def flight_report(recorder: FlightRecorder, *, tag_table=None, hung: bool = Fals
     records = recorder.record_words()
     report = diagnose(positions, now_ns=_now_globaltimer(positions, recorder.launched_host_ns), tag_table=tag_table)
     report.hung, report.error = hung, error
-    report.trace = decode_buffer(records, tag_table, metadata={"flight": "hung" if hung else ("faulted" if error else "finished")})
+    # numpy, never the compiled decoder: a first compile took 4.4 s (0.9 s from numba's cache)
+    # in the middle of a hang report on the H100 machine; a flight buffer is small
+    with jit.disabled():
+        report.trace = decode_buffer(records, tag_table,
+                                     metadata={"flight": "hung" if hung else ("faulted" if error else "finished")})
     if output is not None:
         export_trace(report.trace, output)
     return report

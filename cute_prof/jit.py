@@ -1,9 +1,10 @@
 """Compiled kernels for the host's hot paths, with numpy as the reference and the fallback.
 
 numba turns the few loops that numpy cannot express in one pass (segmented scans, varint
-encoding, text formatting) into machine code. Where numba is missing (the GPU machine of
-this project has none) or ``CUTE_PROF_NO_JIT=1`` is set, every caller runs its numpy path,
-which gives the same result; the tests compare the two.
+encoding, text formatting) into machine code. Where numba is missing or
+``CUTE_PROF_NO_JIT=1`` is set, every caller runs its numpy path, which gives the same
+result; the tests compare the two. Paths that must answer at once whatever the cache holds
+(the flight recorder's hang and fault reports) run numpy under :func:`disabled`.
 """
 
 from __future__ import annotations

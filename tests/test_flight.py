@@ -243,3 +243,25 @@ def test_session_fault_seen_while_polling_is_reported(monkeypatch, tmp_path):
             pass
     assert fake.report.error.startswith("RuntimeError") and len(fake.trace.events) == n_records
     assert (tmp_path / "t.json").exists()
+
+
+def test_a_report_never_compiles_the_decoder(monkeypatch):
+    """A hang report must not wait for numba: a first compile took 4.4 s in the middle of
+    one on the H100 machine. The report decodes on the numpy path, also where numba is."""
+    import cute_prof.decode as decode
+    import cute_prof.flight as flight
+
+    positions, now = hung_pipeline(ctas=4)
+    records, n_records = synthetic_records()
+
+    def compiled(*args, **kwargs):
+        raise AssertionError("the compiled decoder ran inside a flight report")
+
+    monkeypatch.setattr(decode, "_decode_compiled", compiled)
+    monkeypatch.setattr(decode, "_classify_compiled", compiled)
+    monkeypatch.setattr(flight, "_now_globaltimer", lambda positions, launched: now)
+    monkeypatch.setattr(flight.jit, "numba", object())  # as if numba were there
+    monkeypatch.delenv("CUTE_PROF_NO_JIT", raising=False)
+    assert flight.jit.enabled()
+    report = flight.flight_report(SyntheticRecorder(positions, records), tag_table=TAGS, hung=True)
+    assert report.hung and len(report.trace.events) == n_records
