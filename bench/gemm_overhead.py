@@ -18,7 +18,6 @@ from __future__ import annotations
 import argparse
 import datetime
 import json
-import random
 import subprocess
 import sys
 import time
@@ -28,6 +27,9 @@ import numpy as np
 
 ROOT = Path(__file__).resolve().parents[1]
 sys.path.insert(0, str(ROOT))
+sys.path.insert(0, str(ROOT / "bench"))
+
+from tools.cupti import time_shuffled  # noqa: E402
 
 # dense BF16 tensor-core peak at the boost clock, for "how far from the hardware bound"
 PEAK_TFLOPS = {"H100": 989.4, "H200": 989.4}
@@ -43,7 +45,6 @@ def main(argv=None) -> int:
     args = ap.parse_args(argv)
 
     import torch
-    from torch.profiler import ProfilerActivity, profile
 
     from cute_prof.decode import decode_buffer
     from cute_prof.decode_slices import reset_slices
@@ -51,11 +52,6 @@ def main(argv=None) -> int:
 
     m, n, k = (int(x) for x in args.mnk.split(","))
 
-    def device_kernels(prof):
-        """CUPTI kernel events in start order, less the flat buffers' counter resets."""
-        found = [e for e in prof.events() if e.device_type == torch.autograd.DeviceType.CUDA
-                 and not any(s in e.name for s in ("fill", "elementwise", "emset", "Memcpy", "at::"))]
-        return sorted(found, key=lambda e: e.time_range.start)
     props = torch.cuda.get_device_properties(0)
     smi = subprocess.run(["nvidia-smi", "--query-gpu=name,driver_version,clocks.max.sm",
                           "--format=csv,noheader"], capture_output=True, text=True).stdout.strip()
@@ -103,42 +99,15 @@ def main(argv=None) -> int:
             v["reset"]()
         v["launch"]()
 
-    # cuBLAS in the same shuffled rounds; a call may launch more than one kernel: count them
-    torch.matmul(a, b.T, out=c_ref)
-    torch.cuda.synchronize()
-    with profile(activities=[ProfilerActivity.CUDA]) as prof:
-        torch.matmul(a, b.T, out=c_ref)
-        torch.cuda.synchronize()
-    blas_kernels = len(device_kernels(prof))
+    # cuBLAS in the same shuffled rounds (time_shuffled counts the kernels of each call)
     cublas = dict(name="cuBLAS torch.matmul", family="cublas", level=0, recorder="-", reset=None,
-                  launch=lambda: torch.matmul(a, b.T, out=c_ref), kernels=blas_kernels)
+                  launch=lambda: torch.matmul(a, b.T, out=c_ref))
     everything = variants + [cublas]
-    for _ in range(args.warmup):
-        for v in everything:
-            run(v)
-    torch.cuda.synchronize()
-
-    order = []
-    with profile(activities=[ProfilerActivity.CUDA]) as prof:
-        for _ in range(args.rounds):
-            random.shuffle(everything)
-            for v in everything:
-                run(v)
-                order.append(v)
-            torch.cuda.synchronize()
+    per_name = time_shuffled({v["name"]: v["launch"] for v in everything}, rounds=args.rounds,
+                             warmup=args.warmup,
+                             resets={v["name"]: v["reset"] for v in everything if v["reset"] is not None})
     clocks_after = subprocess.run(["nvidia-smi", "--query-gpu=clocks.sm,clocks.max.sm,power.draw,temperature.gpu",
                                    "--format=csv,noheader"], capture_output=True, text=True).stdout.strip()
-    kernels = device_kernels(prof)
-    want = sum(v.get("kernels", 1) for v in order)
-    if len(kernels) != want:
-        names = sorted({e.name for e in kernels})
-        raise SystemExit(f"CUPTI saw {len(kernels)} kernels for {want} expected: {names[:6]}")
-    per_name, at = {}, 0
-    for v in order:  # kernel time per call (ms), in round order
-        n_k = v.get("kernels", 1)
-        per_name.setdefault(v["name"], []).append(
-            sum(e.time_range.elapsed_us() for e in kernels[at:at + n_k]) / 1e3)
-        at += n_k
 
     flops = 2.0 * m * n * k
     peak = next((v for key, v in PEAK_TFLOPS.items() if key in props.name), None)

@@ -7,8 +7,8 @@ profiling, next to cuBLAS (torch.matmul) in the same process.
 Steps:
 1. correctness: several sizes (tile multiples and not) at profile level 0, one at level 2
    with exact record counts; relative Frobenius error vs an fp32 reference.
-2. timing at --size (default 8192): CUDA-event medians over --reps rounds (variants in a fresh
-   random order each round) after
+2. timing at --size (default 8192): CUPTI kernel-duration medians over --reps rounds
+   (variants in a fresh random order each round) after
    --warmup launches, random normal inputs. Rows: cuBLAS, level 0, level 1, level 2 (the
    default staged WarpRecorder write path), levels 1 and 2 with the direct write path
    (one profile_stop atomic per record) and level 2 with the slices path, all with the default GemmConfig (2 x 1 cluster,
@@ -23,7 +23,6 @@ from __future__ import annotations
 import argparse
 import json
 import os
-import random
 import statistics
 import sys
 import time
@@ -33,8 +32,11 @@ import numpy as np
 
 ROOT = Path(__file__).resolve().parents[1]
 sys.path.insert(0, str(ROOT))
+sys.path.insert(0, str(ROOT / "bench"))
 
 import torch  # noqa: E402
+
+from tools.cupti import time_shuffled  # noqa: E402
 
 
 def rel_err(c, ref):
@@ -152,8 +154,8 @@ def main(argv=None) -> int:
         rows.append(row)
         log(f"  {name:<26} median {t['median_ms']:.4f} ms  ({row['tflops']:.1f} TFLOP/s)")
 
-    log(f"timing at {s}^3 (warm-up {args.warmup}, {args.reps} rounds, CUDA events; every round "
-        f"launches each variant once in a fresh order, so clock and thermal drift hit them alike):")
+    log(f"timing at {s}^3 (warm-up {args.warmup}, {args.reps} rounds, CUPTI kernel durations; every "
+        f"round launches each variant once in a fresh order, so clock and thermal drift hit them alike):")
     c_ref = torch.empty_like(c)
     levels = [(0, runner, "ws_gemm level 0"), (1, runner, "ws_gemm level 1"),
               (2, runner, "ws_gemm level 2"), (1, runner_d, "ws_gemm level 1 direct"),
@@ -168,25 +170,11 @@ def main(argv=None) -> int:
         # a flat buffer's counter restarts every launch; a slices buffer is rewritten in place
         reset = (lambda buf=buf: buf[:1].zero_()) if level and r.gemm.cfg.recorder != "slices" else None
         variants.append((name, launch, reset, (level, r, buf, exp)))
-    times = {name: [] for name, *_ in variants}
-    for name, fn, reset, _ in variants:
-        for _ in range(args.warmup):
-            if reset is not None:
-                reset()
-            fn()
-    torch.cuda.synchronize()
-    for _ in range(args.reps):
-        # a fresh order every round: a variant that always follows the slow direct path would
-        # run at another clock and power state than the others
-        for name, fn, reset, _ in random.sample(variants, len(variants)):
-            if reset is not None:
-                reset()
-            start, end = torch.cuda.Event(enable_timing=True), torch.cuda.Event(enable_timing=True)
-            start.record()
-            fn()
-            end.record()
-            end.synchronize()
-            times[name].append(start.elapsed_time(end))
+    # CUPTI kernel durations, every variant once per round in a fresh order (CUDA events
+    # around one Python launch would also time the host's launch overhead)
+    times = time_shuffled({name: fn for name, fn, _, _ in variants}, rounds=args.reps,
+                          warmup=args.warmup,
+                          resets={name: reset for name, _, reset, _ in variants if reset is not None})
     torch.matmul(a, b.T, out=c_ref)
     for name, fn, reset, info in variants:
         t = {"median_ms": statistics.median(times[name]), "min_ms": min(times[name]),

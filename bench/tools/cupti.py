@@ -1,0 +1,73 @@
+"""Kernel times from CUPTI (torch.profiler), variants shuffled every round: the GPU benches' one
+timing method. CUDA events around one Python launch also time the host's launch overhead
+(tens of microseconds for a CuTe DSL kernel), which differs from variant to variant."""
+
+from __future__ import annotations
+
+import random
+from typing import Callable
+
+# kernels the benches launch themselves between variants (a flat buffer's counter reset)
+HOUSEKEEPING = ("fill", "elementwise", "emset", "Memcpy", "at::")
+
+
+def device_kernels(prof) -> list:
+    """CUPTI kernel events in start order, less the housekeeping kernels."""
+    import torch
+
+    found = [e for e in prof.events() if e.device_type == torch.autograd.DeviceType.CUDA
+             and not any(s in e.name for s in HOUSEKEEPING)]
+    return sorted(found, key=lambda e: e.time_range.start)
+
+
+def kernels_per_call(launch: Callable[[], object]) -> int:
+    """How many kernels one call launches (cuBLAS may launch more than one)."""
+    import torch
+    from torch.profiler import ProfilerActivity, profile
+
+    launch()
+    torch.cuda.synchronize()
+    with profile(activities=[ProfilerActivity.CUDA]) as prof:
+        launch()
+        torch.cuda.synchronize()
+    return len(device_kernels(prof))
+
+
+def time_shuffled(variants: dict, *, rounds: int, warmup: int = 3, resets: dict | None = None) -> dict:
+    """``{name: [ms per round]}``: every variant once per round, in a fresh random order, its
+    kernels' CUPTI durations summed per call. ``resets[name]`` runs before each launch and is
+    not timed (its kernels must be housekeeping ones)."""
+    import torch
+    from torch.profiler import ProfilerActivity, profile
+
+    resets = resets or {}
+    counts = {name: kernels_per_call(fn) for name, fn in variants.items()}
+
+    def run(name):
+        if name in resets:
+            resets[name]()
+        variants[name]()
+
+    names = list(variants)
+    for _ in range(warmup):
+        for name in names:
+            run(name)
+    torch.cuda.synchronize()
+    order = []
+    with profile(activities=[ProfilerActivity.CUDA]) as prof:
+        for _ in range(rounds):
+            random.shuffle(names)
+            for name in names:
+                run(name)
+                order.append(name)
+            torch.cuda.synchronize()
+    kernels = device_kernels(prof)
+    want = sum(counts[name] for name in order)
+    if len(kernels) != want:
+        raise RuntimeError(f"CUPTI saw {len(kernels)} kernels, expected {want}: "
+                           f"{sorted({e.name for e in kernels})[:6]}")
+    times, at = {name: [] for name in variants}, 0
+    for name in order:
+        times[name].append(sum(e.time_range.elapsed_us() for e in kernels[at:at + counts[name]]) / 1e3)
+        at += counts[name]
+    return times
