@@ -7,6 +7,8 @@ Counts: ``attempted`` = the warps' own counts (from ``close()``) plus records of
 found no slice; ``overflow`` = attempted - stored, exactly, per warp. A warp that never
 called ``close()`` still has every record that fit decoded; it is counted in
 ``metadata["slices_unclosed_warps"]`` and, if its slice is full, its overflow is unknown.
+A warp that recorded from divergent code (its lanes' counts disagreed at ``close()``) is
+counted in ``metadata["slices_diverged_warps"]`` and warned about.
 """
 
 from __future__ import annotations
@@ -88,6 +90,7 @@ def decode_slices(buf, tag_table=None, *, metadata: dict[str, Any] | None = None
     # unclosed warps: the leading written records are all there is
     leading = np.where(written.all(axis=1), per_warp, np.argmin(written, axis=1))
     counts = np.where(closed, closing & _LOW32, 0)
+    diverged = closed & (((closing >> layout.SLICE_DIVERGED_BIT) & 1) == 1)
     stored = np.where(closed, np.minimum(counts, per_warp), np.where(opened, leading, 0))
     column = np.arange(per_warp)
     in_count = column[None, :] < stored[:, None]
@@ -148,12 +151,20 @@ def decode_slices(buf, tag_table=None, *, metadata: dict[str, Any] | None = None
         slices_opened=int(opened.sum()), slices_unclosed_warps=int(unclosed.sum()),
         slices_unclosed_full=int(np.count_nonzero(unclosed & (stored == per_warp))),
         slices_no_slice_records=lost_no_slice,
+        slices_diverged_warps=int(diverged.sum()),
         slices_marks=int(np.count_nonzero(valid & (kind == layout.SLICE_KIND_MARK))),
         slices_region_starts=int(np.count_nonzero(valid & (kind == layout.SLICE_KIND_START))),
         capacity=n_slices * per_warp,
     )
     if metadata:
         meta.update(metadata)
+    if diverged.any():
+        warnings.warn(
+            f"{int(diverged.sum())} warp(s) recorded with a SliceRecorder from divergent code "
+            "(their lanes' record counts disagreed at close()): lane 0 stores every record, so "
+            "records made while it sat out a branch are missing and not counted. Record from "
+            "code the whole warp runs (a WarpRecorder handles divergent callers)",
+            ProfileWarning, stacklevel=2)
     if unclosed.any():
         warnings.warn(
             f"{int(unclosed.sum())} warp(s) never called close() on their SliceRecorder: their "

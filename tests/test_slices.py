@@ -138,3 +138,14 @@ def test_a_start_whose_span_overflowed_is_a_boundary_not_an_event():
     trace = decode_buffer(words)
     assert trace.attempted == 4 and trace.overflow == 1 and trace.incomplete == 0
     assert [(int(e["start_ns"]), int(e["dur_ns"])) for e in trace.events] == [(100, 10), (110, 10)]
+
+
+def test_a_warp_that_recorded_from_divergent_code_is_flagged_and_warned_about():
+    words = make(2, 4)
+    open_slice(words, 0, 4, base=100, tid=1, sm=0, warp=0, count=2, recs=[record(150, 1), record(170, 2)])
+    open_slice(words, 1, 4, base=100, tid=2, sm=0, warp=1, count=1, recs=[record(150, 1)])
+    slice_at(words, 1, 4)[2] |= np.int64(1) << L.SLICE_DIVERGED_BIT
+    with pytest.warns(ProfileWarning, match="divergent code"):
+        trace = decode_buffer(words)
+    assert trace.metadata["slices_diverged_warps"] == 1 and len(trace.events) == 3
+    assert trace.attempted == 3 and trace.overflow == 0  # the flag leaves the count alone

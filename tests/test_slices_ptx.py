@@ -126,3 +126,13 @@ def test_a_prefetched_header_is_loaded_before_the_work_and_not_again_at_the_open
 def test_header_must_come_from_prefetch_header():
     with pytest.raises(ProfileBufferError, match="prefetch_header"):
         SliceRecorder(None, 0, header=(1, 2))
+
+
+def test_close_compares_the_lanes_counts():
+    from cute_prof import layout
+    ptx = _ptx(True)
+    (closing,) = [b for b in re.findall(r"// begin inline asm\n(.*?)// end inline asm", ptx, flags=re.S)
+                  if "SLICE_CLOSED" in b or f"{layout.SLICE_CLOSED_MAGIC << layout.SLICE_MAGIC_SHIFT}" in b]
+    assert "redux.sync.min.u32" in closing and "redux.sync.max.u32" in closing
+    assert f"@dv or.b64 c, c, {1 << layout.SLICE_DIVERGED_BIT}" in closing
+    assert closing.index("@dv or.b64") < closing.index("st.global.u64")

@@ -284,19 +284,30 @@ class SliceRecorder:
         return _SliceRegion(self, tag, payload)
 
     def close(self):
-        """Store the warp's exact record count (all lanes call it, once, at the end)."""
+        """Store the warp's exact record count (all lanes call it, once, at the end).
+
+        Lane 0 stores every record, so a record made while lane 0 sat out a branch is lost;
+        the lanes' counts then disagree, and close() marks the slice (the decoder warns)."""
         if not self.enabled:
             return
         records, _, has_slice = self._const
         text = "\n".join([
-            "{", ".reg .pred l0, ok, w, n;", ".reg .u32 lane;", ".reg .u64 c, g;",
+            "{", ".reg .pred l0, ok, w, n, dv;", ".reg .u32 lane, am, mn, mx;", ".reg .u64 c, g;",
             "mov.u32 lane, %laneid;",
             "setp.eq.u32 ok, $2, 1;",
             "setp.eq.and.u32 l0, lane, 0, ok;",
             "setp.eq.u32 n, lane, 0;",
             "setp.eq.and.u32 n, $2, 0, n;",  # a valid buffer, but no slice for this warp
+            # recorded from divergent code: the active lanes' counts differ, or close() itself
+            # runs in a partial warp
+            "activemask.b32 am;",
+            "redux.sync.min.u32 mn, $0, am;",
+            "redux.sync.max.u32 mx, $0, am;",
+            "setp.ne.u32 dv, mn, mx;",
+            "setp.ne.or.b32 dv, am, -1, dv;",
             "cvt.u64.u32 c, $0;",
             f"or.b64 c, c, {layout.SLICE_CLOSED_MAGIC << layout.SLICE_MAGIC_SHIFT};",
+            f"@dv or.b64 c, c, {1 << layout.SLICE_DIVERGED_BIT};",
             "@l0 st.global.u64 [$1+-16], c;",
             "cvta.to.global.u64 g, $3;",
             "cvt.u64.u32 c, $0;",

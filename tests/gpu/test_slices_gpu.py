@@ -175,3 +175,41 @@ def test_span_overflow_is_exact_and_keeps_whole_regions_first():
     assert trace.metadata["slices_no_slice_records"] == 6 * SPAN_WORDS
     assert trace.incomplete == 0 and len(trace.events) == n_slices * (per_warp // 2)
     assert trace.metadata["slices_region_starts"] == n_slices * (per_warp // 2 + 1)
+
+
+# ---- a SliceRecorder called from divergent code: not silent
+
+
+@cute.kernel
+def _divergent_kernel(buf: cute.Tensor, data: cute.Tensor):
+    tidx, _, _ = cute.arch.thread_idx()
+    bidx, _, _ = cute.arch.block_idx()
+    warp = cute.arch.warp_idx()
+    x = data[bidx * THREADS + tidx]
+    rec = SliceRecorder(buf, bidx * WARPS + warp)
+    for i in cutlass.range(ITERS, unroll=1):
+        x = x * 0.999 + 0.001
+        rec.end(3, payload=i)
+        if tidx % 32 >= 16:  # lane 0 sits this one out: its record is lost
+            rec.instant(4, payload=i)
+    rec.close()
+    data[bidx * THREADS + tidx] = x
+
+
+@cute.jit
+def _divergent_launch(buf: cute.Tensor, data: cute.Tensor):
+    _divergent_kernel(buf, data).launch(grid=(CTAS, 1, 1), block=(THREADS, 1, 1))
+
+
+def test_records_from_divergent_code_are_flagged_not_silently_lost():
+    buf = allocate_slices_buffer(N_WARPS, 2 * ITERS)
+    data = torch.rand(CTAS * THREADS, device="cuda")
+    cute.compile(_divergent_launch, buffer_arg(buf), from_dlpack(data))(buffer_arg(buf), from_dlpack(data))
+    torch.cuda.synchronize()
+    with warnings.catch_warnings(record=True) as caught:
+        warnings.simplefilter("always")
+        trace = decode_buffer(buf)
+    assert trace.metadata["slices_diverged_warps"] == N_WARPS
+    assert any(issubclass(w.category, ProfileWarning) and "divergent code" in str(w.message) for w in caught)
+    ev = trace.events
+    assert np.count_nonzero(ev["tag"] == 3) == N_WARPS * ITERS and np.count_nonzero(ev["tag"] == 4) == 0
