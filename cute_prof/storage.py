@@ -16,6 +16,7 @@ interrupted save never leaves a half-written file under the final name.
 
 from __future__ import annotations
 
+import gzip
 import json
 import os
 from pathlib import Path
@@ -249,8 +250,9 @@ def load_trace(path: str | os.PathLike, *, clock_hz: float | None = None):
     * ``.npz`` / ``.pt`` saved buffers are decoded again. Clock-mode records are converted
       with ``clock_hz`` if given, else with the rate the buffer's own clock_sync pairs give,
       else with the rate recorded at save time.
-    * ``.json`` Chrome traces from :func:`cute_prof.export.chrome_json.events_to_perfetto` are read
-      back from the exact nanoseconds and fields they keep in each event's ``args``.
+    * ``.json`` (or ``.json.gz``) Chrome traces from
+      :func:`cute_prof.export.chrome_json.events_to_perfetto` are read back from the exact
+      nanoseconds and fields they keep in each event's ``args``.
     * ``.json`` (or ``.json.gz``) NVIDIA IKET captures are read by
       :func:`cute_prof.readers.iket.load_iket`.
     """
@@ -294,8 +296,14 @@ def load_chrome_json(path: str | os.PathLike):
     path = Path(path)
     try:
         with open(path, "rb") as handle:
-            data = json.load(handle, parse_constant=_reject_constant)
-    except (UnicodeDecodeError, ValueError, RecursionError) as err:
+            if handle.read(2) == b"\x1f\x8b":  # gzip, as Perfetto's UI also opens it
+                handle.seek(0)
+                with gzip.GzipFile(fileobj=handle) as unzipped:
+                    data = json.load(unzipped, parse_constant=_reject_constant)
+            else:
+                handle.seek(0)
+                data = json.load(handle, parse_constant=_reject_constant)
+    except (UnicodeDecodeError, ValueError, RecursionError, OSError, EOFError) as err:
         why = "nested too deeply" if isinstance(err, RecursionError) else f"{type(err).__name__}: {err}"
         raise ProfileBufferError(f"{str(path)!r} is not a JSON trace ({why})") from None
     other = data.get("otherData") if isinstance(data, dict) else None

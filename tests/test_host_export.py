@@ -32,7 +32,7 @@ sys.path.insert(0, str(Path(__file__).parent / "reference"))
 import old_pftrace_writer  # the writer as it was before vectorising (tests/reference)
 
 ROOT = Path(__file__).resolve().parents[1]
-GEMM_JSON = ROOT / "examples" / "traces" / "ws_gemm_256x1024x4096_h200.json"
+GEMM_JSON = ROOT / "examples" / "traces" / "ws_gemm_256x1024x4096_h200.json.gz"
 
 
 def make_trace(rows, names=("a", "b", "c")) -> Trace:
@@ -303,3 +303,19 @@ def test_flows_must_connect_existing_regions(tmp_path):
     with pytest.raises(ProfileBufferError, match="flow rows must be in"):
         events_to_perfetto(flow_trace(), tmp_path / "t.json",
                            flows=np.array([(-1, 0)], FLOW_DTYPE))
+
+
+def test_a_gzipped_chrome_trace_reads_back_like_the_plain_one(tmp_path):
+    import gzip
+
+    from cute_prof.errors import ProfileBufferError
+
+    plain = tmp_path / "gemm.json"
+    plain.write_bytes(gzip.decompress(GEMM_JSON.read_bytes()))
+    zipped, unzipped = load_chrome_json(GEMM_JSON), load_chrome_json(plain)
+    assert len(zipped.events) == len(unzipped.events) > 0
+    assert (zipped.events == unzipped.events).all() and zipped.tag_names == unzipped.tag_names
+    broken = tmp_path / "broken.json.gz"
+    broken.write_bytes(GEMM_JSON.read_bytes()[:1000])
+    with pytest.raises(ProfileBufferError, match="not a JSON trace"):
+        load_chrome_json(broken)

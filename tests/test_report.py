@@ -13,7 +13,7 @@ from cute_prof.report import write_report
 from cute_prof.storage import load_trace
 
 ROOT = Path(__file__).parent.parent
-GEMM = ROOT / "examples" / "traces" / "ws_gemm_256x1024x4096_h200.json"
+GEMM = ROOT / "examples" / "traces" / "ws_gemm_256x1024x4096_h200.json.gz"
 SPEC = ROOT / "examples" / "ws_gemm_roles.json"
 
 

@@ -124,7 +124,7 @@ def test_cli_analyze_and_diff_on_the_committed_gemm_trace():
     from pathlib import Path
 
     root = Path(__file__).parent.parent
-    trace = root / "examples" / "traces" / "ws_gemm_256x1024x4096_h200.json"
+    trace = root / "examples" / "traces" / "ws_gemm_256x1024x4096_h200.json.gz"
     spec = root / "examples" / "ws_gemm_roles.json"
     run = lambda *a: subprocess.run([sys.executable, "-m", "cute_prof.cli", "-q", *map(str, a)],
                                     capture_output=True, text=True, timeout=120)
@@ -169,7 +169,7 @@ def test_cli_export_with_roles_and_flows(tmp_path):
     from pathlib import Path
 
     root = Path(__file__).parent.parent
-    trace = root / "examples" / "traces" / "ws_gemm_256x1024x4096_h200.json"
+    trace = root / "examples" / "traces" / "ws_gemm_256x1024x4096_h200.json.gz"
     spec = root / "examples" / "ws_gemm_roles.json"
     out = tmp_path / "flows.json"
     done = subprocess.run([sys.executable, "-m", "cute_prof.cli", "-q", "export", str(trace),
