@@ -178,21 +178,10 @@ class SliceRecorder:
         records, lane_cap, _ = self._const
         operands = [self._cursor.ir_value(), records.ir_value(), lane_cap.ir_value()]
         cons = ["=r", "r", "l", "r"]
-        lines = ["{", ".reg .pred p;", ".reg .u32 lo, hi;", ".reg .u64 a;"]
-        if isinstance(tag, int) and isinstance(payload, int):
-            lines.append(f"mov.u32 hi, {layout.slice_record_high(tag, kind=kind, payload=payload)};")
-        else:
-            operands += [Int32(tag).ir_value(), Int32(payload).ir_value()]
-            cons += ["r", "r"]
-            lines += [
-                f"and.b32 hi, $4, {layout.field_mask(layout.SLICE_TAG_BITS)};",
-                f"bfi.b32 hi, $5, hi, {layout.SLICE_PAYLOAD_SHIFT - 32}, {layout.SLICE_PAYLOAD_BITS};",
-                f"or.b32 hi, hi, {layout.slice_record_high(0, kind=kind)};",
-            ]
-        if self.ordered:
-            lines += [".reg .b32 om;", ORDER_AFTER_BARRIERS]
+        lines = ["{", ".reg .pred p;", ".reg .u32 lo, hi;", ".reg .u64 a;",
+                 *_high_word_lines(tag, payload, kind, operands, cons)]
         lines += [
-            "mov.u32 lo, %globaltimer_lo;",
+            *self._timer_lines("lo"),
             "setp.lt.u32 p, $1, $3;",  # lane 0 below capacity (other lanes: capacity 0)
             "mad.wide.u32 a, $1, 8, $2;",
             "@p st.global.v2.u32 [a], {lo, hi};",
@@ -230,21 +219,8 @@ class SliceRecorder:
         operands = [self._cursor.ir_value(), records.ir_value(), lane_cap.ir_value(),
                     _low_word(start).ir_value()]
         cons = ["=r", "r", "l", "r", "r"]
-        lines = ["{", ".reg .pred p0, p1;", ".reg .u32 lo, hi, shi, c1;", ".reg .u64 a;"]
-        if isinstance(tag, int) and isinstance(payload, int):
-            lines += [f"mov.u32 hi, {layout.slice_record_high(tag, kind=layout.SLICE_KIND_SPAN, payload=payload)};",
-                      f"mov.u32 shi, {layout.slice_start_high(payload)};"]
-        else:
-            t_op, p_op = f"${len(operands) + 1}", f"${len(operands) + 2}"
-            operands += [Int32(tag).ir_value(), Int32(payload).ir_value()]
-            cons += ["r", "r"]
-            lines += [
-                f"and.b32 hi, {t_op}, {layout.field_mask(layout.SLICE_TAG_BITS)};",
-                f"bfi.b32 hi, {p_op}, hi, {layout.SLICE_PAYLOAD_SHIFT - 32}, {layout.SLICE_PAYLOAD_BITS};",
-                f"or.b32 hi, hi, {layout.slice_record_high(0, kind=layout.SLICE_KIND_SPAN)};",
-                f"shr.u32 shi, {p_op}, {layout.SLICE_PAYLOAD_BITS};",
-                f"or.b32 shi, shi, {layout.slice_start_high(0)};",
-            ]
+        lines = ["{", ".reg .pred p0, p1;", ".reg .u32 lo, hi, shi, c1;", ".reg .u64 a;",
+                 *_high_word_lines(tag, payload, layout.SLICE_KIND_SPAN, operands, cons, start_word="shi")]
         if end is None:
             lines += self._timer_lines("lo")
         else:
@@ -317,6 +293,29 @@ class SliceRecorder:
         operands = [self._cursor.ir_value(), records.ir_value(), has_slice.ir_value(),
                     self._address().ir_value()]
         inline_asm(None, operands, text, "r,l,r,l,~{memory}")
+
+
+def _high_word_lines(tag, payload, kind, operands: list, cons: list, *, start_word=None) -> list:
+    """PTX setting ``hi``, a record's high word (and ``start_word``, its START record's, when
+    given): one immediate when the tag and payload are known while tracing, else packed on
+    the device from two operands appended to ``operands``."""
+    if isinstance(tag, int) and isinstance(payload, int):
+        lines = [f"mov.u32 hi, {layout.slice_record_high(tag, kind=kind, payload=payload)};"]
+        if start_word:
+            lines.append(f"mov.u32 {start_word}, {layout.slice_start_high(payload)};")
+        return lines
+    t_op, p_op = f"${len(operands) + 1}", f"${len(operands) + 2}"
+    operands += [Int32(tag).ir_value(), Int32(payload).ir_value()]
+    cons += ["r", "r"]
+    lines = [
+        f"and.b32 hi, {t_op}, {layout.field_mask(layout.SLICE_TAG_BITS)};",
+        f"bfi.b32 hi, {p_op}, hi, {layout.SLICE_PAYLOAD_SHIFT - 32}, {layout.SLICE_PAYLOAD_BITS};",
+        f"or.b32 hi, hi, {layout.slice_record_high(0, kind=kind)};",
+    ]
+    if start_word:
+        lines += [f"shr.u32 {start_word}, {p_op}, {layout.SLICE_PAYLOAD_BITS};",
+                  f"or.b32 {start_word}, {start_word}, {layout.slice_start_high(0)};"]
+    return lines
 
 
 def _low_word(value) -> Int32:
