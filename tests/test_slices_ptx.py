@@ -136,3 +136,10 @@ def test_close_compares_the_lanes_counts():
     assert "redux.sync.min.u32" in closing and "redux.sync.max.u32" in closing
     assert f"@dv or.b64 c, c, {1 << layout.SLICE_DIVERGED_BIT}" in closing
     assert closing.index("@dv or.b64") < closing.index("st.global.u64")
+
+
+def test_role_recorder_refuses_a_header_on_the_flat_paths():
+    from cute_prof.device import RoleRecorder
+
+    with pytest.raises(ProfileBufferError, match="header= is the slices path's"):
+        RoleRecorder(None, 0, 0, write_path="staged", header=object())

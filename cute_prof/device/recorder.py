@@ -335,6 +335,9 @@ class RoleRecorder:
         self.flight = flight
         if write_path not in WRITE_PATHS:
             raise ProfileBufferError(f"write_path must be one of {WRITE_PATHS}, got {write_path!r}")
+        if header is not None and write_path != "slices":
+            raise ProfileBufferError(f"header= is the slices path's prefetched buffer header; the "
+                                     f"{write_path!r} path has none: leave it out")
         self.buf, self.max_events, self.tid = buf, max_events, tid
         self.write_path = write_path
         self.enabled = is_enabled(enabled)
