@@ -526,6 +526,34 @@ class WsGemm:
             ),
         )
 
+    def load_stage(self, ab_pipe, state, tma_atom_a, tAgA, a_coord, tAsA, tma_atom_b, tBgB, b_coord,
+                   tBsB, a_mcast_mask, b_mcast_mask):
+        """Arm the stage's full barrier with its byte count, then TMA-load its A and B tiles
+        (global tiles ``tAgA[a_coord]``, ``tBgB[b_coord]``), each multicast to the CTAs of the
+        cluster row (A) / column (B) that share it."""
+        cm, cn = self.cluster_mn
+        ab_pipe.sync_object_full.arrive(state.index, ab_pipe.producer_mask)
+        full_bar = ab_pipe.producer_get_barrier(state)
+        if cutlass.const_expr(cn > 1):
+            cute.copy(tma_atom_a, tAgA[a_coord], tAsA[(None, state.index)], tma_bar_ptr=full_bar,
+                      mcast_mask=a_mcast_mask)
+        else:
+            cute.copy(tma_atom_a, tAgA[a_coord], tAsA[(None, state.index)], tma_bar_ptr=full_bar)
+        if cutlass.const_expr(cm > 1):
+            cute.copy(tma_atom_b, tBgB[b_coord], tBsB[(None, state.index)], tma_bar_ptr=full_bar,
+                      mcast_mask=b_mcast_mask)
+        else:
+            cute.copy(tma_atom_b, tBgB[b_coord], tBsB[(None, state.index)], tma_bar_ptr=full_bar)
+
+    def issue_mma(self, tiled_mma, acc, tCrA, tCrB, stage, num_k_blocks):
+        """One k-tile's wgmma from smem stage ``stage``, committed as one group: it runs on
+        while the warp goes on (``warpgroup.wait_group`` waits for it)."""
+        cute.nvgpu.warpgroup.fence()
+        for kb in range(num_k_blocks):  # unrolled while tracing (a plain method)
+            coord = (None, None, kb, stage)
+            cute.gemm(tiled_mma, acc, tCrA[coord], tCrB[coord], acc)
+        cute.nvgpu.warpgroup.commit_group()
+
     @cute.jit
     def store_tile(self, copies, tma_atom_c, sC, gC, store_pipe, warp_idx, tile_valid):
         """Convert the accumulators to bf16 and TMA-store the 128 x 256 tile ``gC`` in
@@ -676,6 +704,7 @@ class WsGemm:
                     cute.group_modes(sB, 0, 2),
                     cute.group_modes(gB, 0, 2),
                 )
+                a_mcast_mask = b_mcast_mask = None  # 1 x 1: no multicast
                 if cutlass.const_expr(self.cluster_size > 1):
                     # multicast to the CTAs of this cluster row (A) / column (B)
                     a_mcast_mask = cute.make_layout_image_mask(
@@ -703,29 +732,8 @@ class WsGemm:
                     if cutlass.const_expr(profile_level >= 2):
                         probe.leave(depth=1)
                         t_b = probe.start()
-                    # arm the full barrier with the stage's byte count, then load A and B
-                    ab_pipe.sync_object_full.arrive(state.index, ab_pipe.producer_mask)
-                    full_bar = ab_pipe.producer_get_barrier(state)
-                    if cutlass.const_expr(cn > 1):
-                        cute.copy(
-                            tma_atom_a, tAgA[(None, k)], tAsA[(None, state.index)],
-                            tma_bar_ptr=full_bar, mcast_mask=a_mcast_mask,
-                        )
-                    else:
-                        cute.copy(
-                            tma_atom_a, tAgA[(None, k)], tAsA[(None, state.index)],
-                            tma_bar_ptr=full_bar,
-                        )
-                    if cutlass.const_expr(cm > 1):
-                        cute.copy(
-                            tma_atom_b, tBgB[(None, k)], tBsB[(None, state.index)],
-                            tma_bar_ptr=full_bar, mcast_mask=b_mcast_mask,
-                        )
-                    else:
-                        cute.copy(
-                            tma_atom_b, tBgB[(None, k)], tBsB[(None, state.index)],
-                            tma_bar_ptr=full_bar,
-                        )
+                    self.load_stage(ab_pipe, state, tma_atom_a, tAgA, (None, k), tAsA,
+                                    tma_atom_b, tBgB, (None, k), tBsB, a_mcast_mask, b_mcast_mask)
                     state.advance()
                     if cutlass.const_expr(profile_level >= 2):
                         # the records are stored after the loads are issued, off the path
@@ -790,11 +798,7 @@ class WsGemm:
                 if cutlass.const_expr(profile_level >= 2):
                     probe.leave(depth=1)
                     t_m = probe.start()
-                cute.nvgpu.warpgroup.fence()
-                for kb in cutlass.range_constexpr(num_k_blocks):
-                    coord = (None, None, kb, read_state.index)
-                    cute.gemm(tiled_mma, acc, tCrA[coord], tCrB[coord], acc)
-                cute.nvgpu.warpgroup.commit_group()
+                self.issue_mma(tiled_mma, acc, tCrA, tCrB, read_state.index, num_k_blocks)
                 if cutlass.const_expr(profile_level >= 2):
                     # stored after this k-tile's wgmma is issued, so the tensor cores never
                     # wait on a record. wgmma is asynchronous: k-tile k-1's "mma" period
@@ -943,6 +947,7 @@ class WsGemm:
                     cute.group_modes(sB, 0, 2),
                     cute.group_modes(gB_all, 0, 2),
                 )
+                a_mcast_mask = b_mcast_mask = None  # 1 x 1: no multicast
                 if cutlass.const_expr(self.cluster_size > 1):
                     a_mcast_mask = cute.make_layout_image_mask(
                         cta_layout_mnk, cluster_coord, mode=1
@@ -970,28 +975,8 @@ class WsGemm:
                         ab_pipe.sync_object_empty.wait(state.index, state.phase)
                         if cutlass.const_expr(profile_level >= 2):
                             t_b = probe.start()
-                        ab_pipe.sync_object_full.arrive(state.index, ab_pipe.producer_mask)
-                        full_bar = ab_pipe.producer_get_barrier(state)
-                        if cutlass.const_expr(cn > 1):
-                            cute.copy(
-                                tma_atom_a, tAgA[(None, pid_m, k)], tAsA[(None, state.index)],
-                                tma_bar_ptr=full_bar, mcast_mask=a_mcast_mask,
-                            )
-                        else:
-                            cute.copy(
-                                tma_atom_a, tAgA[(None, pid_m, k)], tAsA[(None, state.index)],
-                                tma_bar_ptr=full_bar,
-                            )
-                        if cutlass.const_expr(cm > 1):
-                            cute.copy(
-                                tma_atom_b, tBgB[(None, pid_n, k)], tBsB[(None, state.index)],
-                                tma_bar_ptr=full_bar, mcast_mask=b_mcast_mask,
-                            )
-                        else:
-                            cute.copy(
-                                tma_atom_b, tBgB[(None, pid_n, k)], tBsB[(None, state.index)],
-                                tma_bar_ptr=full_bar,
-                            )
+                        self.load_stage(ab_pipe, state, tma_atom_a, tAgA, (None, pid_m, k), tAsA,
+                                        tma_atom_b, tBgB, (None, pid_n, k), tBsB, a_mcast_mask, b_mcast_mask)
                         state.advance()
                         if cutlass.const_expr(profile_level >= 2):
                             # stored after the loads are issued (as in the kernel above)
@@ -1061,11 +1046,7 @@ class WsGemm:
                     ab_pipe.consumer_wait(read_state)
                     if cutlass.const_expr(profile_level >= 2):
                         t_m = probe.start()
-                    cute.nvgpu.warpgroup.fence()
-                    for kb in cutlass.range_constexpr(num_k_blocks):
-                        coord = (None, None, kb, read_state.index)
-                        cute.gemm(tiled_mma, acc, tCrA[coord], tCrB[coord], acc)
-                    cute.nvgpu.warpgroup.commit_group()
+                    self.issue_mma(tiled_mma, acc, tCrA, tCrB, read_state.index, num_k_blocks)
                     if cutlass.const_expr(profile_level >= 2):
                         # stored after the wgmma is issued (as in the kernel above)
                         probe.stop(t_w, TAG_WAIT_FULL, payload=base + k, end=t_m)
