@@ -545,6 +545,14 @@ class WsGemm:
         else:
             cute.copy(tma_atom_b, tBgB[b_coord], tBsB[(None, state.index)], tma_bar_ptr=full_bar)
 
+    def prefetch_prof_header(self, prof_buf, profile_level):
+        """Slices path: the recorders' header loads, issued before the pipeline set-up (its
+        barrier init and cluster sync) so that they land before any warp opens its slice.
+        None on the other paths."""
+        if profile_level >= 1 and self.cfg.recorder == "slices":
+            return cp.prefetch_header(prof_buf)
+        return None
+
     def issue_mma(self, tiled_mma, acc, tCrA, tCrB, stage, num_k_blocks):
         """One k-tile's wgmma from smem stage ``stage``, committed as one group: it runs on
         while the warp goes on (``warpgroup.wait_group`` waits for it)."""
@@ -662,11 +670,7 @@ class WsGemm:
         # PipelineTmaAsync picks the signalling lanes (lane r arrives on cluster rank r when
         # r shares a row or column with this CTA) and, for a cluster, ends with
         # fence.mbarrier_init + a cluster barrier so no peer arrives before init.
-        # slices: the recorders' header loads start now and land during the pipeline set-up
-        # (its barrier init and cluster sync), so no warp waits for them when it opens
-        prof_header = None
-        if cutlass.const_expr(profile_level >= 1 and self.cfg.recorder == "slices"):
-            prof_header = cp.prefetch_header(prof_buf)
+        prof_header = self.prefetch_prof_header(prof_buf, profile_level)
         ab_pipe = self.make_ab_pipeline(storage, a_bytes + b_bytes)
 
         sA = storage.sA.get_tensor(a_smem_staged.outer, swizzle=a_smem_staged.inner)
@@ -906,11 +910,7 @@ class WsGemm:
         storage = smem.allocate(self.shared_storage)
         a_bytes = cute.size_in_bytes(self.ab_dtype, cute.slice_(a_smem_staged, (None, None, 0)))
         b_bytes = cute.size_in_bytes(self.ab_dtype, cute.slice_(b_smem_staged, (None, None, 0)))
-        # slices: the recorders' header loads start now and land during the pipeline set-up
-        # (its barrier init and cluster sync), so no warp waits for them when it opens
-        prof_header = None
-        if cutlass.const_expr(profile_level >= 1 and self.cfg.recorder == "slices"):
-            prof_header = cp.prefetch_header(prof_buf)
+        prof_header = self.prefetch_prof_header(prof_buf, profile_level)
         ab_pipe = self.make_ab_pipeline(storage, a_bytes + b_bytes)
         sA = storage.sA.get_tensor(a_smem_staged.outer, swizzle=a_smem_staged.inner)
         sB = storage.sB.get_tensor(b_smem_staged.outer, swizzle=b_smem_staged.inner)
