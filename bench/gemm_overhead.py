@@ -6,9 +6,10 @@ per region; ``staged``: registers + a flush per 8 k-tiles), and the persistent k
 0 and level 2; cuBLAS (torch.matmul) as the reference. Every round launches every variant
 once in a fresh random order; kernel durations come from CUPTI (torch.profiler kernel
 events), so host launch overhead is excluded. Ratios are per round (variant / level 0 of the
-same kernel in that round), then the median and the 10th-90th percentiles over rounds.
-cuBLAS runs in the same rounds. Afterwards each profiled variant runs once more and its records are decoded and checked
-exactly (``ws_gemm.check_counts``: every region of every warp, no overflow).
+same kernel in that round), then the median and the 10th-90th percentiles over rounds;
+cuBLAS runs in the same rounds. Afterwards each profiled variant runs once more and its
+records are decoded and checked exactly (``ws_gemm.check_counts``: every region of every
+warp, no overflow).
 
     python bench/gemm_overhead.py [--mnk 8192,8192,8192] [--rounds 40] [--json out.json]
 """

@@ -74,8 +74,7 @@ def count_check(W, runner, m, n, k, level, log):
     runner.prepare(a, b, c, buf, max_events, level)()
     torch.cuda.synchronize()
     recs, attempted = W.decode_records(buf.cpu().numpy())
-    if runner.gemm.cfg.recorder == "slices":
-        attempted //= 2  # a slices buffer counts words: two per region
+    attempted //= W.words_per_region(runner.gemm)  # regions
     errors = W.check_counts(recs, runner.gemm, m, n, k, level)
     err = rel_err(c, a.float() @ b.float().T)
     log(f"  level {level} {m}x{n}x{k}: {len(recs)} records (attempted {attempted}, expected "
@@ -190,8 +189,7 @@ def main(argv=None) -> int:
         extra = {"level": level, "expected_records": exp["total"],
                  "cluster_mn": list(r.gemm.cluster_mn)}
         if level:
-            recs_attempted = (int(W.decode_records(buf.cpu().numpy())[1]) // 2
-                              if r.gemm.cfg.recorder == "slices" else int(buf[0].item()))
+            recs_attempted = int(W.decode_records(buf.cpu().numpy())[1]) // W.words_per_region(r.gemm)
             extra["records_last_launch"] = recs_attempted
             if recs_attempted != exp["total"]:
                 all_ok = False

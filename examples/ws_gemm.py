@@ -1220,6 +1220,12 @@ def alloc_prof(max_events: int, device="cuda"):
         return torch.zeros(1 + 4 * max(1, int(max_events)), dtype=torch.int64, device=device)
 
 
+def words_per_region(gemm: WsGemm) -> int:
+    """Buffer records one region takes (what a trace's ``attempted`` counts): one on the flat
+    paths, two slice words (START and SPAN) on the slices path."""
+    return 2 if gemm.cfg.recorder == "slices" else 1
+
+
 def alloc_prof_for(gemm: WsGemm, m: int, n: int, k: int, profile_level: int, device="cuda"):
     """``(buffer tensor, max_events)`` for one launch of ``gemm`` at this shape and level, in
     the format its recorder writes: a flat buffer with room for every record (``"staged"``,
@@ -1234,7 +1240,7 @@ def alloc_prof_for(gemm: WsGemm, m: int, n: int, k: int, profile_level: int, dev
     per_tile = max(sum(exp["per_producer_warp"].values()), sum(exp["per_consumer_warp"].values()))
     tiles = int(exp["tiles_per_cta"].max()) if len(exp["tiles_per_cta"]) else 1
     warps = gemm.num_ctas(m, n) * (gemm.threads_per_cta // 32)
-    return allocate_slices_buffer(warps, max(1, 2 * per_tile * tiles), device=device), 0
+    return allocate_slices_buffer(warps, max(1, words_per_region(gemm) * per_tile * tiles), device=device), 0
 
 
 _DUMMY = {}
@@ -1442,7 +1448,8 @@ def _main(argv=None) -> int:
           f"rel Frobenius error {rel:.3e}")
     recs, attempted = decode_records(buf.cpu().numpy())
     errs = check_counts(recs, runner.gemm, m, n, k, args.level)
-    print(f"records {len(recs)} (attempted {attempted}, expected {exp['total']}); count errors: {errs or 'none'}")
+    print(f"records {len(recs)} (buffer records attempted {attempted}, expected "
+          f"{words_per_region(runner.gemm) * exp['total']}); count errors: {errs or 'none'}")
     return 0 if rel < 1e-2 and not errs else 1
 
 

@@ -96,8 +96,7 @@ def test_exact_counts_per_tile(m, n, k, level, cluster, ctas, recorder):
     c0, _, _, _, _ = run(r, m, n, k, 0)
     assert torch.equal(c, c0), "profiling changed the output"
     # slices: attempted counts words, two per region (a START and a SPAN)
-    per_region = 2 if recorder == "slices" else 1
-    assert attempted == per_region * exp["total"] and len(recs) == exp["total"], (
+    assert attempted == W.words_per_region(r.gemm) * exp["total"] and len(recs) == exp["total"], (
         attempted, exp["total"], len(recs))
     errors = W.check_counts(recs, r.gemm, m, n, k, level)
     assert not errors, "\n".join(errors)
