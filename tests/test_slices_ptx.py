@@ -132,7 +132,7 @@ def test_close_compares_the_lanes_counts():
     from cute_prof import layout
     ptx = _ptx(True)
     (closing,) = [b for b in re.findall(r"// begin inline asm\n(.*?)// end inline asm", ptx, flags=re.S)
-                  if "SLICE_CLOSED" in b or f"{layout.SLICE_CLOSED_MAGIC << layout.SLICE_MAGIC_SHIFT}" in b]
+                  if f"{layout.SLICE_CLOSED_MAGIC << layout.SLICE_MAGIC_SHIFT}" in b]
     assert "redux.sync.min.u32" in closing and "redux.sync.max.u32" in closing
     assert f"@dv or.b64 c, c, {1 << layout.SLICE_DIVERGED_BIT}" in closing
     assert closing.index("@dv or.b64") < closing.index("st.global.u64")
