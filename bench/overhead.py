@@ -18,14 +18,14 @@ import json
 import os
 import platform
 import random
-import re
-import shutil
 import subprocess
 import sys
 import tempfile
 import time
 
 import numpy as np
+
+from cute_prof.sass import disassemble, find_nvdisasm, loop_instructions
 
 CTAS, THREADS, ITERS = 1056, 128, 256
 WARPS = THREADS // 32
@@ -147,32 +147,6 @@ def build():
     return launch
 
 
-def loop_instructions(sass: str) -> int:
-    """Instructions in the probe's main loop: the longest backward branch's body."""
-    lines = []
-    for line in sass.splitlines():
-        m = re.match(r"\s*/\*([0-9a-f]{4,})\*/\s+(.*?);", line)
-        if m:
-            lines.append((int(m.group(1), 16), m.group(2)))
-    best = 0
-    label_at = {}
-    cur = None
-    for line in sass.splitlines():
-        lab = re.match(r"\.(L_x_\d+):", line.strip())
-        if lab:
-            cur = lab.group(1)
-            continue
-        m = re.match(r"\s*/\*([0-9a-f]{4,})\*/", line)
-        if m and cur is not None:
-            label_at[cur] = int(m.group(1), 16)
-            cur = None
-    for a, text in lines:
-        m = re.search(r"BRA\s+(?:`\()?\.?(L_x_\d+)", text)
-        if m and m.group(1) in label_at and label_at[m.group(1)] < a:
-            best = max(best, (a - label_at[m.group(1)]) // 16 + 1)
-    return best
-
-
 def main(argv=None) -> int:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("--rounds", type=int, default=30)
@@ -216,7 +190,7 @@ def main(argv=None) -> int:
     compiled, sass_counts = {}, {}
     sass_dir = args.sass_dir or tempfile.mkdtemp()
     os.makedirs(sass_dir, exist_ok=True)
-    nvdisasm = shutil.which("nvdisasm") or "/usr/local/cuda/bin/nvdisasm"
+    nvdisasm = find_nvdisasm()
 
     def buf_for(mode):
         if mode == "span_pairs":
@@ -231,8 +205,8 @@ def main(argv=None) -> int:
             compiled[key] = opts(launch, buf_for(mode), data_arg, Int32(n_records), Int32(0), Int32(WARPS),
                                  fmas, mode, close)
             cubins = [os.path.join(d, f) for f in os.listdir(d) if f.endswith(".cubin")]
-            if cubins and os.path.exists(nvdisasm) and close:
-                sass = subprocess.run([nvdisasm, "-c", cubins[0]], capture_output=True, text=True).stdout
+            if cubins and nvdisasm and close:
+                sass = disassemble(cubins[0], nvdisasm=nvdisasm)
                 with open(os.path.join(sass_dir, f"probe_chains{CHAINS}.sass"), "a") as fh:
                     fh.write(f"\n##### {mode} F={fmas}\n" + sass)
                 sass_counts[f"{mode}_F{fmas}"] = loop_instructions(sass)

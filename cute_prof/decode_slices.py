@@ -28,6 +28,7 @@ __all__ = ["is_slices_buffer", "decode_slices", "allocate_slices_buffer"]
 
 _LOW32 = np.int64(0xFFFFFFFF)
 _HALF32 = np.int64(1 << 31)
+_PLACEMENT_TRIES = 4
 
 
 def is_slices_buffer(words: np.ndarray) -> bool:
@@ -45,8 +46,17 @@ def allocate_slices_buffer(n_warps: int, per_warp: int, device="cuda"):
         raise ProfileBufferError(
             f"need 1..{layout.MAX_SLICES} warps and 0..2**32-1 records per warp, got "
             f"n_warps={n_warps}, per_warp={per_warp}")
-    words = torch.zeros(layout.slices_buffer_words(n_warps, per_warp), dtype=torch.int64,
-                        device=device)
+    size = layout.slices_buffer_words(n_warps, per_warp)
+    words = torch.zeros(size, dtype=torch.int64, device=device)
+    # a slice across a 4 GiB boundary of the address space holds fewer records (the device's
+    # cursor is the low half of an address): allocate again, while the misplaced ones are
+    # still held, so the allocator hands out another place
+    misplaced = []
+    while (len(misplaced) < _PLACEMENT_TRIES
+           and (layout.slice_records_that_fit(words.data_ptr(), n_warps, per_warp) < per_warp).any()):
+        misplaced.append(words)
+        words = torch.zeros(size, dtype=torch.int64, device=device)
+    del misplaced
     words[: layout.SLICES_HEADER_WORDS] = torch.as_tensor(
         layout.slices_header(n_warps, per_warp), dtype=torch.int64)
     return words
@@ -81,17 +91,29 @@ def decode_slices(buf, tag_table=None, *, metadata: dict[str, Any] | None = None
             f"{per_warp} records ({layout.slices_buffer_words(n_slices, per_warp)} words)")
     lost_no_slice = int(words[2])
     slices = words[layout.SLICES_HEADER_WORDS:].reshape(n_slices, layout.SLICE_HEADER_WORDS + per_warp)
-    base, ident, closing = slices[:, 0], slices[:, 1], slices[:, 2]
+    base, ident, closing, fit_word = slices[:, 0], slices[:, 1], slices[:, 2], slices[:, 3]
     records = slices[:, layout.SLICE_HEADER_WORDS:]
 
     opened = ((ident >> layout.SLICE_MAGIC_SHIFT) & 0x7F) == layout.SLICE_OPEN_MAGIC
     closed = opened & (((closing >> layout.SLICE_MAGIC_SHIFT) & 0x7F) == layout.SLICE_CLOSED_MAGIC)
+    # records that fit where each slice lies (word 3; older buffers leave it zero: per_warp)
+    has_fit = opened & (((fit_word >> layout.SLICE_MAGIC_SHIFT) & 0x7F) == layout.SLICE_OPEN_MAGIC)
+    fits = np.where(has_fit, np.minimum(fit_word & _LOW32, per_warp), per_warp)
+    cut = opened & (fits < per_warp)
     written = records < 0  # bit 63 set
     # unclosed warps: the leading written records are all there is
     leading = np.where(written.all(axis=1), per_warp, np.argmin(written, axis=1))
+    leading = np.minimum(leading, fits)
     counts = np.where(closed, closing & _LOW32, 0)
     diverged = closed & (((closing >> layout.SLICE_DIVERGED_BIT) & 1) == 1)
-    stored = np.where(closed, np.minimum(counts, per_warp), np.where(opened, leading, 0))
+    # open for 2**28 ns or more: the device's count is modulo 2**29, so trust the written
+    # records over it, and where the slice filled, say that the overflow may be short
+    long_open = closed & (((closing >> layout.SLICE_LONG_OPEN_BIT) & 1) == 1)
+    wrap = np.int64(1 << layout.SLICE_COUNT_BITS)
+    short = long_open & (counts < leading)
+    counts = np.where(short, counts + (leading - counts + wrap - 1) // wrap * wrap, counts)
+    ambiguous = long_open & (leading >= fits)
+    stored = np.where(closed, np.minimum(counts, fits), np.where(opened, leading, 0))
     column = np.arange(per_warp)
     in_count = column[None, :] < stored[:, None]
     incomplete = int(np.count_nonzero(in_count & ~written))
@@ -144,17 +166,21 @@ def decode_slices(buf, tag_table=None, *, metadata: dict[str, Any] | None = None
 
     unclosed = opened & ~closed
     attempted = int(counts.sum()) + int(stored[unclosed].sum()) + lost_no_slice
-    overflow = int(np.maximum(counts - per_warp, 0).sum()) + lost_no_slice
+    overflow = int(np.maximum(counts - fits, 0).sum()) + lost_no_slice
+    capacity = int(np.where(opened, fits, per_warp).sum())
     meta: dict[str, Any] = source_metadata(buf)
     meta.update(
         format="slices", slices=n_slices, slice_capacity=per_warp,
         slices_opened=int(opened.sum()), slices_unclosed_warps=int(unclosed.sum()),
-        slices_unclosed_full=int(np.count_nonzero(unclosed & (stored == per_warp))),
+        slices_unclosed_full=int(np.count_nonzero(unclosed & (stored == fits))),
         slices_no_slice_records=lost_no_slice,
         slices_diverged_warps=int(diverged.sum()),
+        slices_cut_warps=int(cut.sum()), slices_cut_records=int((per_warp - fits[cut]).sum()),
+        slices_long_open_warps=int(long_open.sum()),
+        slices_count_modulo_warps=int(ambiguous.sum()),
         slices_marks=int(np.count_nonzero(valid & (kind == layout.SLICE_KIND_MARK))),
         slices_region_starts=int(np.count_nonzero(valid & (kind == layout.SLICE_KIND_START))),
-        capacity=n_slices * per_warp,
+        capacity=capacity,
     )
     if metadata:
         meta.update(metadata)
@@ -165,6 +191,18 @@ def decode_slices(buf, tag_table=None, *, metadata: dict[str, Any] | None = None
             "records made while it sat out a branch are missing and not counted. Record from "
             "code the whole warp runs (a WarpRecorder handles divergent callers)",
             ProfileWarning, stacklevel=2)
+    if cut.any():
+        warnings.warn(
+            f"{int(cut.sum())} slice(s) cross a 4 GiB boundary of the device's address space and "
+            f"held {meta['slices_cut_records']} fewer records than per_warp (the records past it "
+            "are counted as overflow): allocate the buffer with allocate_slices_buffer, which "
+            "places slices clear of such boundaries", ProfileWarning, stacklevel=2)
+    if ambiguous.any():
+        warnings.warn(
+            f"{int(ambiguous.sum())} warp(s) filled their slice and kept their recorder open "
+            f"for over {2 ** layout.SLICE_LONG_OPEN_SHIFT / 1e9:.2f} s: the device counts a "
+            f"warp's records modulo 2**{layout.SLICE_COUNT_BITS}, so their overflow is exact "
+            f"only modulo {1 << layout.SLICE_COUNT_BITS:,}", ProfileWarning, stacklevel=2)
     if unclosed.any():
         warnings.warn(
             f"{int(unclosed.sum())} warp(s) never called close() on their SliceRecorder: their "
@@ -173,6 +211,6 @@ def decode_slices(buf, tag_table=None, *, metadata: dict[str, Any] | None = None
             "records they dropped is unknown; call rec.close() before the warp exits",
             ProfileWarning, stacklevel=2)
     return Trace(
-        events=events, tag_names=table.names, capacity=n_slices * per_warp,
+        events=events, tag_names=table.names, capacity=capacity,
         attempted=attempted, overflow=overflow, incomplete=incomplete, metadata=meta,
     )

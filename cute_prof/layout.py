@@ -332,7 +332,15 @@ def decode_where_words(words: np.ndarray) -> dict:
 #             bit 55 (SLICE_DIVERGED_BIT) set when the lanes' counts disagreed at close():
 #             the warp recorded from divergent code, and lane 0, which stores, missed records
 #             (zero: the warp never called close(); its written records still decode)
-#     word 3  zero (reserved)
+#             bit 54 (SLICE_LONG_OPEN_BIT) set when the recorder stayed open 2**29 ns (0.54 s)
+#             or longer (possibly from 2**28 ns: close() compares the timer in 2**28 ns
+#             units): the count is kept modulo 2**SLICE_COUNT_BITS, and only a warp open
+#             that long can have attempted that many records
+#     word 3  bits 0..31 records that fit the slice where it lies, 56..62 SLICE_OPEN_MAGIC
+#             (written at the open): per_warp, or fewer when the slice crosses a 4 GiB
+#             boundary of the address space (the device keeps only the low 32 bits of a
+#             record's address in its cursor, so a slice ends before such a boundary).
+#             Zero in buffers from before this word existed: per_warp
 #     then ``per_warp`` records of one word each:
 #             bits  0..31 %globaltimer_lo when the record was written (the end of a span)
 #             bits 32..47 tag id, 48..60 payload (13 bits, unsigned), 61..62 slice kind,
@@ -357,6 +365,14 @@ SLICE_OPEN_MAGIC = 0x5B
 SLICE_CLOSED_MAGIC = 0x5C
 SLICE_MAGIC_SHIFT = 56
 SLICE_DIVERGED_BIT = 55
+SLICE_LONG_OPEN_BIT = 54
+# the device counts in bytes of record address (8 a record) in 32 bits: counts wrap at 2**29
+SLICE_COUNT_BITS = 29
+# close() flags a recorder open at least 2**SLICE_LONG_OPEN_SHIFT ns; a warp cannot store
+# 2**SLICE_COUNT_BITS records in less (a record is 4 instructions of one warp, >= 2 ns at 2 GHz)
+SLICE_LONG_OPEN_SHIFT = 28
+# records of a slice start below this offset within a 4 GiB window of the address space (word 3)
+SLICE_WINDOW_END = (1 << 32) - 8
 SLICE_TAG_SHIFT, SLICE_TAG_BITS = 32, 16
 SLICE_PAYLOAD_SHIFT, SLICE_PAYLOAD_BITS = 48, 13
 SLICE_KIND_SHIFT, SLICE_KIND_BITS = 61, 2
@@ -398,3 +414,15 @@ def slice_start_high(payload: int = 0) -> int:
         | (SLICE_KIND_START << (SLICE_KIND_SHIFT - 32))
         | (1 << (SLICE_WRITTEN_BIT - 32))
     )
+
+
+def slice_records_that_fit(buffer_address: int, n_slices: int, per_warp: int) -> np.ndarray:
+    """Records each slice holds where the buffer lies (what the device writes in slice word
+    3): ``per_warp``, or fewer for the slice whose records would reach SLICE_WINDOW_END of a
+    4 GiB window. The host model of the open's computation, for allocators and tests."""
+    slice_bytes = 8 * (SLICE_HEADER_WORDS + int(per_warp))
+    first = (int(buffer_address) + 8 * (SLICES_HEADER_WORDS + SLICE_HEADER_WORDS)
+             + slice_bytes * np.arange(int(n_slices), dtype=np.int64))
+    low = first & 0xFFFFFFFF
+    end = np.clip(low + 8 * int(per_warp), None, SLICE_WINDOW_END)
+    return (np.maximum(end, low) - low) >> 3

@@ -149,3 +149,86 @@ def test_a_warp_that_recorded_from_divergent_code_is_flagged_and_warned_about():
         trace = decode_buffer(words)
     assert trace.metadata["slices_diverged_warps"] == 1 and len(trace.events) == 3
     assert trace.attempted == 3 and trace.overflow == 0  # the flag leaves the count alone
+
+
+def fit_word(records):
+    """Slice word 3 as the device's open writes it."""
+    return records | (L.SLICE_OPEN_MAGIC << L.SLICE_MAGIC_SHIFT)
+
+
+def test_a_slice_cut_short_by_an_address_boundary_counts_the_rest_as_overflow():
+    words = make(2, 6)
+    open_slice(words, 0, 6, base=10, tid=0, sm=0, warp=0, count=5,
+               recs=[record(20 + i, 1) for i in range(5)])
+    open_slice(words, 1, 6, base=10, tid=1, sm=0, warp=1, count=5,
+               recs=[record(20 + i, 1) for i in range(2)])
+    slice_at(words, 0, 6)[3] = fit_word(6)
+    slice_at(words, 1, 6)[3] = fit_word(2)  # only two record slots below the boundary
+    with pytest.warns(ProfileWarning, match="4 GiB boundary"):
+        trace = decode_buffer(words)
+    assert np.bincount(trace.events["tid"]).tolist() == [5, 2]
+    assert trace.attempted == 10 and trace.overflow == 3 and trace.capacity == 8
+    assert trace.metadata["slices_cut_warps"] == 1 and trace.metadata["slices_cut_records"] == 4
+    assert trace.incomplete == 0
+
+
+def test_buffers_without_the_fit_word_decode_as_before():
+    words = make(1, 3)
+    open_slice(words, 0, 3, base=0, tid=0, sm=0, warp=0, count=4, recs=[record(i, 1) for i in range(3)])
+    with warnings.catch_warnings():
+        warnings.simplefilter("error")
+        trace = decode_buffer(words)
+    assert len(trace.events) == 3 and trace.overflow == 1 and trace.capacity == 3
+    assert trace.metadata["slices_cut_warps"] == 0
+
+
+def test_a_long_open_full_slice_warns_that_its_overflow_is_modulo_the_count_width():
+    words = make(2, 3)
+    long_bit = 1 << L.SLICE_LONG_OPEN_BIT
+    # warp 0: full, long open, its count wrapped to 1 (below the 3 records it stored)
+    open_slice(words, 0, 3, base=0, tid=0, sm=0, warp=0, count=1, recs=[record(i, 1) for i in range(3)])
+    slice_at(words, 0, 3)[2] |= long_bit
+    # warp 1: long open but room to spare: its count is exact
+    open_slice(words, 1, 3, base=0, tid=1, sm=0, warp=1, count=2, recs=[record(i, 1) for i in range(2)])
+    slice_at(words, 1, 3)[2] |= long_bit
+    with pytest.warns(ProfileWarning, match="modulo"):
+        trace = decode_buffer(words)
+    assert np.bincount(trace.events["tid"]).tolist() == [3, 2]
+    wrap = 1 << L.SLICE_COUNT_BITS
+    assert trace.overflow == wrap + 1 - 3  # the smallest count consistent with what was stored
+    assert trace.metadata["slices_long_open_warps"] == 2
+    assert trace.metadata["slices_count_modulo_warps"] == 1
+
+
+def test_placement_model_cuts_only_the_slice_that_reaches_a_4_gib_boundary():
+    per_warp, n = 10, 5
+    slice_bytes = 8 * (L.SLICE_HEADER_WORDS + per_warp)
+    # records of slice 2 start 3 slots below the boundary: 2 fit (the last slot is never used)
+    records_2 = (9 << 32) - 3 * 8
+    buffer = records_2 - 8 * (L.SLICES_HEADER_WORDS + L.SLICE_HEADER_WORDS) - 2 * slice_bytes
+    assert L.slice_records_that_fit(buffer, n, per_warp).tolist() == [10, 10, 2, 10, 10]
+    assert (L.slice_records_that_fit(1 << 20, n, per_warp) == per_warp).all()
+    # a slice ending exactly at the boundary loses its last slot
+    records_0 = (3 << 32) - 8 * per_warp
+    at = records_0 - 8 * (L.SLICES_HEADER_WORDS + L.SLICE_HEADER_WORDS)
+    assert L.slice_records_that_fit(at, 1, per_warp).tolist() == [per_warp - 1]
+
+
+def test_allocator_places_slices_clear_of_address_boundaries(monkeypatch):
+    torch = pytest.importorskip("torch")
+    from cute_prof import decode_slices
+
+    made = []
+    real_zeros = torch.zeros
+
+
+    def zeros(*args, **kwargs):
+        t = real_zeros(*args, **kwargs)
+        made.append(t)
+        return t
+
+    addresses = iter([(5 << 32) - 200, 1 << 20])  # first: slice 1 would cross 5 << 32
+    monkeypatch.setattr(torch, "zeros", zeros)
+    monkeypatch.setattr(torch.Tensor, "data_ptr", lambda self: next(addresses), raising=False)
+    words = decode_slices.allocate_slices_buffer(4, 8, device="cpu")
+    assert len(made) == 2 and words is made[1]

@@ -5,8 +5,6 @@ one record costs in instructions (``bench/overhead.py --sass-dir`` does the same
 """
 import os
 import re
-import shutil
-import subprocess
 import sys
 import tempfile
 
@@ -20,10 +18,10 @@ from cutlass.cute.runtime import from_dlpack  # noqa: E402
 
 import overhead as O  # noqa: E402
 from cute_prof.device import buffer_arg  # noqa: E402
+from cute_prof.sass import disassemble  # noqa: E402
 
 out = sys.argv[1] if len(sys.argv) > 1 else tempfile.mkdtemp()
 os.makedirs(out, exist_ok=True)
-nvdisasm = shutil.which("nvdisasm") or "/usr/local/cuda/bin/nvdisasm"
 launch = O.build()
 buf = torch.zeros(1 + 4 * 16, dtype=torch.int64)
 data = torch.zeros(O.CTAS * O.THREADS)
@@ -35,7 +33,7 @@ for mode in O.MODES:  # F = 64, every warp recording every iteration
     if not cubins:
         print(mode, "no cubin", os.listdir(d))
         continue
-    sass = subprocess.run([nvdisasm, "-c", cubins[0]], capture_output=True, text=True).stdout
+    sass = disassemble(cubins[0])
     with open(os.path.join(out, f"probe_{mode}.sass"), "w") as fh:
         fh.write(sass)
     instr = [l for l in sass.splitlines() if re.search(r"/\*[0-9a-f]{4}\*/", l)]

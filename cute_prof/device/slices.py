@@ -1,17 +1,21 @@
 """Per-warp slice write path (layout format 2): the cheapest record the profiler writes.
 
 Every warp owns a slice of the buffer whose size the host picks; lane 0 stores each record
-straight to global memory as one 8-byte word (``%globaltimer_lo`` and the tag), so a
-record is a timer read, a compare, an address, a store and a counter increment: no
-atomic, no shuffle, no staging. Back-to-back regions share their boundaries (a span starts
+straight to global memory as one 8-byte word (``%globaltimer_lo`` and the tag). A record
+is four SASS instructions: the timer read, one compare, the store and a cursor increment.
+The cursor is the low 32 bits of the record's address (the high half is a constant the
+store pairs it with, so there is no address arithmetic), and the compare also folds in
+whether the previous record fitted, so once a warp's slice is full no later record can be
+stored, even after its cursor wraps. No atomic, no shuffle, no staging. Back-to-back regions share their boundaries (a span starts
 at the previous record of the warp), so each region costs one timer read. The warp keeps
 counting past its capacity and ``close()`` stores the exact count, so overflow is exact per
-warp; a warp that never closes still leaves every record that fit, and the host says so.
+warp (modulo 2**29 attempts, and the host knows when that could matter); a warp that never
+closes still leaves every record that fit, and the host says so.
 """
 
 from __future__ import annotations
 
-from cutlass import Int32, Int64
+from cutlass import Boolean, Int32, Int64
 from cutlass._mlir.dialects import llvm
 from cutlass.cutlass_dsl import T
 
@@ -26,6 +30,7 @@ from .ptx import (
     resolve_tag,
     trace_time_int,
 )
+from .scope import check_state_reachable
 
 _OPEN_LINES = (
     *LINEAR_TID_LINES,
@@ -55,13 +60,26 @@ _OPEN_LINES = (
     "setp.lt.and.u64 ok, sl, x64, valid;",
     "mov.u32 lane, %laneid;",
     "setp.eq.and.u32 l0, lane, 0, ok;",
-    "selp.u32 lcap, cap, 0, l0;",
     "cvt.u64.u32 t, cap;",
     f"add.u64 t, t, {layout.SLICE_HEADER_WORDS};",
     "mul.lo.u64 a, sl, t;",
     f"add.u64 a, a, {layout.SLICES_HEADER_WORDS};",
     "shl.b64 a, a, 3;",
     "add.u64 a, a, g;",  # the slice header
+    # the records: cursor = low half of their address, which must stay below
+    # SLICE_WINDOW_END of its 4 GiB window (no carry into the high half, ever)
+    f"add.u64 r, a, {8 * layout.SLICE_HEADER_WORDS};",
+    "mov.b64 {rlo, rhi}, r;",
+    "cvt.u64.u32 x64, rlo;",
+    "cvt.u64.u32 t, cap;",
+    "shl.b64 t, t, 3;",
+    "add.u64 t, t, x64;",
+    f"min.u64 t, t, {layout.SLICE_WINDOW_END};",
+    "max.u64 t, t, x64;",
+    "cvt.u32.u64 rend, t;",
+    "sub.u64 t, t, x64;",
+    "shr.u64 t, t, 3;",  # records that fit where the slice lies
+    f"or.b64 fit, t, {layout.SLICE_OPEN_MAGIC << layout.SLICE_MAGIC_SHIFT};",
     "mov.u64 t, %globaltimer;",
     "mov.u32 sm, %smid;",
     "cvt.u64.u32 tw, sm;",
@@ -71,6 +89,16 @@ _OPEN_LINES = (
     "or.b64 tw, tw, x64;",
     f"or.b64 tw, tw, {layout.SLICE_OPEN_MAGIC << layout.SLICE_MAGIC_SHIFT};",
 )
+
+
+class _SliceConstants:
+    """What the open computes once per warp: the low halves of the records' first address
+    (``start``) and of the end of what fits (``end``), the high half shared by every record
+    (``high``), whether the warp has a slice (``state``: 1 yes, 0 no slice, 2 not a slices
+    buffer) and the open time in 2**28 ns units (``opened``, for close()'s long-open flag)."""
+
+    def __init__(self, start, high, end, state, opened):
+        self.start, self.high, self.end, self.state, self.opened = start, high, end, state, opened
 
 
 class SliceHeader:
@@ -119,8 +147,10 @@ class SliceRecorder:
             return
         if header is not None and not isinstance(header, SliceHeader):
             raise ProfileBufferError("header= takes what cute_prof.device.slices.prefetch_header(buf) returns")
-        self._const = _const if _const is not None else self._open(tid, header or prefetch_header(buf))
-        self._cursor = _state if _state is not None else Int32(0)
+        if _const is None:
+            _const, opened_state = self._open(tid, header or prefetch_header(buf))
+            _state = _state if _state is not None else opened_state
+        self._const, self._state = _const, _state
 
     def _address(self):
         address, _ = buffer_address_and_words(self.buf, 0)
@@ -131,42 +161,66 @@ class SliceRecorder:
             "{",
             ".reg .pred ok, l0, valid;",
             ".reg .u32 x, y, z, nx, ny, nz, nt, lin, w, wpc, cx, cy, cz, ncx, ncy, cl, cap, nsl, "
-            "lane, lcap, sm;",
-            ".reg .u64 g, sl, t, h0, h1, a, tw, x64, words;",
-            "cvta.to.global.u64 g, $3;",
-            "mov.u64 words, $5;",
-            "mov.u64 h0, $6;",
-            "mov.u64 h1, $7;",
+            "lane, sm, rlo, rhi, rend;",
+            ".reg .u64 g, sl, t, h0, h1, a, r, tw, x64, words, fit;",
+            "cvta.to.global.u64 g, $7;",
+            "mov.u64 words, $9;",
+            "mov.u64 h0, $10;",
+            "mov.u64 h1, $11;",
             *_OPEN_LINES,
-            "cvt.u64.u32 x64, $4;",
+            "cvt.u64.u32 x64, $8;",
             "or.b64 tw, tw, x64;",
             "@l0 st.global.u64 [a], t;",  # slices are 8-byte aligned only
             "@l0 st.global.u64 [a+8], tw;",
-            "add.u64 $0, a, 32;",
-            "mov.u32 $1, lcap;",
-            "selp.u32 $2, 0, 2, valid;",
-            "selp.u32 $2, 1, $2, ok;",
+            "@l0 st.global.u64 [a+24], fit;",
+            "mov.u32 $0, rlo;",
+            "mov.u32 $1, rhi;",
+            "mov.u32 $2, rend;",
+            "selp.u32 $3, 0, 2, valid;",
+            "selp.u32 $3, 1, $3, ok;",
+            f"shr.u64 t, t, {layout.SLICE_LONG_OPEN_SHIFT};",
+            "cvt.u32.u64 $4, t;",
+            "mov.u32 $5, rlo;",
+            "mov.pred $6, l0;",  # only lane 0 of a warp with a slice ever stores
             "}",
         ])
-        struct = llvm.StructType.get_literal([T.i64(), T.i32(), T.i32()])
+        struct = llvm.StructType.get_literal([T.i32()] * 6 + [T.bool()])
         address, words = buffer_address_and_words(self.buf, 0)
         if words is None:  # a bare pointer: trust the header's size
             words = (1 << 62)
         res = inline_asm(struct, [Int64(address).ir_value(), Int32(tid).ir_value(), Int64(words).ir_value(),
                                   header.magic.ir_value(), header.dims.ir_value()],
-                         text, "=l,=r,=r,l,r,l,l,l,~{memory}")
-        return (Int64(llvm.extractvalue(T.i64(), res, [0])),
-                Int32(llvm.extractvalue(T.i32(), res, [1])),
-                Int32(llvm.extractvalue(T.i32(), res, [2])))
+                         text, "=r,=r,=r,=r,=r,=r,=b,l,r,l,l,l,~{memory}")
+        fields = [Int32(llvm.extractvalue(T.i32(), res, [i])) for i in range(6)]
+        start, high, end, state, opened = fields[:5]
+        return _SliceConstants(start, high, end, state, opened), (fields[5], Boolean(llvm.extractvalue(T.bool(), res, [6])))
 
     def __extract_mlir_values__(self):
-        return [self._cursor.ir_value()] if self.enabled else []
+        if not self.enabled:
+            return []
+        cursor, storing = self._state
+        return [cursor.ir_value(), storing.ir_value()]
 
     def __new_from_mlir_values__(self, values):
         if not self.enabled:
             return SliceRecorder(self.buf, self.tid, ordered=self.ordered, enabled=False)
         return SliceRecorder(self.buf, self.tid, ordered=self.ordered, enabled=True,
-                             _state=Int32(values[0]), _const=self._const)
+                             _state=(Int32(values[0]), Boolean(values[1])), _const=self._const)
+
+    def _state_operands(self, operands: list, cons: list) -> None:
+        """Append the cursor and the storing predicate (inputs ``$2``, ``$3`` after the two
+        outputs) and the constant high address half and end (``$4``, ``$5``)."""
+        cursor, storing = self._state
+        check_state_reachable(cursor, "SliceRecorder")
+        operands += [cursor.ir_value(), storing.ir_value(), self._const.high.ir_value(),
+                     self._const.end.ir_value()]
+        cons += ["=r", "=b", "r", "b", "r", "r"]
+
+    def _update(self, text: str, operands: list, cons: list) -> None:
+        struct = llvm.StructType.get_literal([T.i32(), T.bool()])
+        res = inline_asm(struct, operands, text, ",".join(cons) + ",~{memory}")
+        self._state = (Int32(llvm.extractvalue(T.i32(), res, [0])),
+                       Boolean(llvm.extractvalue(T.bool(), res, [1])))
 
     def _write(self, tag, payload, kind):
         tag = resolve_tag(tag)
@@ -175,21 +229,21 @@ class SliceRecorder:
             raise ProfileBufferError(
                 f"payload {payload} does not fit the slices format's 13 bits "
                 f"(0..{layout.MAX_SLICE_PAYLOAD}); use the staged path for wider payloads")
-        records, lane_cap, _ = self._const
-        operands = [self._cursor.ir_value(), records.ir_value(), lane_cap.ir_value()]
-        cons = ["=r", "r", "l", "r"]
-        lines = ["{", ".reg .pred p;", ".reg .u32 lo, hi;", ".reg .u64 a;",
+        operands, cons = [], []
+        self._state_operands(operands, cons)
+        lines = ["{", ".reg .u32 lo, hi;", ".reg .u64 a;",
                  *_high_word_lines(tag, payload, kind, operands, cons)]
         lines += [
             *self._timer_lines("lo"),
-            "setp.lt.u32 p, $1, $3;",  # lane 0 below capacity (other lanes: capacity 0)
-            "mad.wide.u32 a, $1, 8, $2;",
-            "@p st.global.v2.u32 [a], {lo, hi};",
-            "add.u32 $0, $1, 1;",
+            # stores while this record fits and every earlier one did (a latch: a cursor
+            # that wraps after the slice filled never passes again)
+            "setp.lt.and.u32 $1, $2, $5, $3;",
+            "mov.b64 a, {$2, $4};",
+            "@$1 st.global.v2.u32 [a], {lo, hi};",
+            "add.u32 $0, $2, 8;",
             "}",
         ]
-        res = inline_asm(T.i32(), operands, "\n".join(lines), ",".join(cons) + ",~{memory}")
-        self._cursor = Int32(res)
+        self._update("\n".join(lines), operands, cons)
 
     def _timer_lines(self, register: str) -> list:
         order = [".reg .b32 om;", ORDER_AFTER_BARRIERS] if self.ordered else []
@@ -215,30 +269,29 @@ class SliceRecorder:
         if isinstance(payload, int) and not 0 <= payload <= layout.MAX_SLICE_REGION_PAYLOAD:
             raise ProfileBufferError(
                 f"payload {payload} does not fit 32 bits (0..{layout.MAX_SLICE_REGION_PAYLOAD})")
-        records, lane_cap, _ = self._const
-        operands = [self._cursor.ir_value(), records.ir_value(), lane_cap.ir_value(),
-                    _low_word(start).ir_value()]
-        cons = ["=r", "r", "l", "r", "r"]
-        lines = ["{", ".reg .pred p0, p1;", ".reg .u32 lo, hi, shi, c1;", ".reg .u64 a;",
+        operands, cons = [], []
+        self._state_operands(operands, cons)
+        operands.append(_low_word(start).ir_value())
+        cons.append("r")
+        lines = ["{", ".reg .pred p0;", ".reg .u32 lo, hi, shi, c1;", ".reg .u64 a;",
                  *_high_word_lines(tag, payload, layout.SLICE_KIND_SPAN, operands, cons, start_word="shi")]
         if end is None:
             lines += self._timer_lines("lo")
         else:
             operands.append(_low_word(end).ir_value())
             cons.append("r")
-            lines.append(f"mov.u32 lo, ${len(operands)};")
+            lines.append(f"mov.u32 lo, ${len(operands) + 1};")  # +1: two outputs come first
         lines += [
-            "setp.lt.u32 p0, $1, $3;",  # lane 0 below capacity (other lanes: capacity 0)
-            "add.u32 c1, $1, 1;",
-            "setp.lt.u32 p1, c1, $3;",
-            "mad.wide.u32 a, $1, 8, $2;",
-            "@p0 st.global.v2.u32 [a], {$4, shi};",
-            "@p1 st.global.v2.u32 [a+8], {lo, hi};",
-            "add.u32 $0, $1, 2;",
+            "setp.lt.and.u32 p0, $2, $5, $3;",
+            "add.u32 c1, $2, 8;",
+            "setp.lt.and.u32 $1, c1, $5, $3;",
+            "mov.b64 a, {$2, $4};",
+            "@p0 st.global.v2.u32 [a], {$6, shi};",
+            "@$1 st.global.v2.u32 [a+8], {lo, hi};",
+            "add.u32 $0, $2, 16;",
             "}",
         ]
-        res = inline_asm(T.i32(), operands, "\n".join(lines), ",".join(cons) + ",~{memory}")
-        self._cursor = Int32(res)
+        self._update("\n".join(lines), operands, cons)
 
     def begin(self):
         """A boundary: the next ``end()`` measures from here (no event of its own)."""
@@ -266,9 +319,12 @@ class SliceRecorder:
         the lanes' counts then disagree, and close() marks the slice (the decoder warns)."""
         if not self.enabled:
             return
-        records, _, has_slice = self._const
+        cursor, _ = self._state
+        check_state_reachable(cursor, "SliceRecorder")
+        const = self._const
         text = "\n".join([
-            "{", ".reg .pred l0, ok, w, n, dv;", ".reg .u32 lane, am, mn, mx;", ".reg .u64 c, g;",
+            "{", ".reg .pred l0, ok, w, n, dv, lg;", ".reg .u32 lane, am, mn, mx, cnt, e;",
+            ".reg .u64 c, g, r, t;",
             "mov.u32 lane, %laneid;",
             "setp.eq.u32 ok, $2, 1;",
             "setp.eq.and.u32 l0, lane, 0, ok;",
@@ -281,18 +337,28 @@ class SliceRecorder:
             "redux.sync.max.u32 mx, $0, am;",
             "setp.ne.u32 dv, mn, mx;",
             "setp.ne.or.b32 dv, am, -1, dv;",
-            "cvt.u64.u32 c, $0;",
+            # open across two 2**28 ns boundaries: 2**28 ns or more, so the count may have wrapped
+            "mov.u64 t, %globaltimer;",
+            f"shr.u64 t, t, {layout.SLICE_LONG_OPEN_SHIFT};",
+            "cvt.u32.u64 e, t;",
+            "sub.u32 e, e, $5;",
+            "setp.ge.u32 lg, e, 2;",
+            "sub.u32 cnt, $0, $4;",
+            "shr.u32 cnt, cnt, 3;",
+            "cvt.u64.u32 c, cnt;",
             f"or.b64 c, c, {layout.SLICE_CLOSED_MAGIC << layout.SLICE_MAGIC_SHIFT};",
             f"@dv or.b64 c, c, {1 << layout.SLICE_DIVERGED_BIT};",
-            "@l0 st.global.u64 [$1+-16], c;",
+            f"@lg or.b64 c, c, {1 << layout.SLICE_LONG_OPEN_BIT};",
+            "mov.b64 r, {$4, $1};",
+            "@l0 st.global.u64 [r+-16], c;",
             "cvta.to.global.u64 g, $3;",
-            "cvt.u64.u32 c, $0;",
+            "cvt.u64.u32 c, cnt;",
             "@n red.global.add.u64 [g+16], c;",
             "}",
         ])
-        operands = [self._cursor.ir_value(), records.ir_value(), has_slice.ir_value(),
-                    self._address().ir_value()]
-        inline_asm(None, operands, text, "r,l,r,l,~{memory}")
+        operands = [cursor.ir_value(), const.high.ir_value(), const.state.ir_value(),
+                    self._address().ir_value(), const.start.ir_value(), const.opened.ir_value()]
+        inline_asm(None, operands, text, "r,r,r,l,r,r,~{memory}")
 
 
 def _high_word_lines(tag, payload, kind, operands: list, cons: list, *, start_word=None) -> list:
@@ -304,7 +370,7 @@ def _high_word_lines(tag, payload, kind, operands: list, cons: list, *, start_wo
         if start_word:
             lines.append(f"mov.u32 {start_word}, {layout.slice_start_high(payload)};")
         return lines
-    t_op, p_op = f"${len(operands) + 1}", f"${len(operands) + 2}"
+    t_op, p_op = f"${len(operands) + 2}", f"${len(operands) + 3}"  # after the two outputs
     operands += [Int32(tag).ir_value(), Int32(payload).ir_value()]
     cons += ["r", "r"]
     lines = [

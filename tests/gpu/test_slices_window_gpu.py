@@ -1,0 +1,114 @@
+"""The slices cursor is the low half of a record's address: what that means on a real GPU.
+
+A slice that crosses a 4 GiB boundary of the address space holds only the records below it
+(the decoder counts the rest as overflow and warns), and nothing is ever stored past it; a
+warp whose cursor wraps all the way round (2**29 records) stores nothing after its slice
+filled. Both are checked against sentinel memory around the buffer."""
+
+from __future__ import annotations
+
+import warnings
+
+import numpy as np
+import pytest
+
+torch = pytest.importorskip("torch")
+if not torch.cuda.is_available():
+    pytest.skip("no CUDA GPU", allow_module_level=True)
+pytest.importorskip("cutlass")
+
+import cutlass  # noqa: E402
+import cutlass.cute as cute  # noqa: E402
+from cutlass import Int32  # noqa: E402
+
+from cute_prof import layout  # noqa: E402
+from cute_prof.decode import decode_buffer  # noqa: E402
+from cute_prof.device import buffer_arg  # noqa: E402
+from cute_prof.device.slices import SliceRecorder  # noqa: E402
+from cute_prof.errors import ProfileWarning  # noqa: E402
+
+SENTINEL = 0x5A5A_5A5A_5A5A_5A5A
+WINDOW = 1 << 32
+
+
+@cute.kernel
+def _records(buf: cute.Tensor, n: Int32):
+    rec = SliceRecorder(buf, cute.arch.warp_idx())
+    for _ in cutlass.range(n, unroll=1):
+        for _ in cutlass.range_constexpr(8):
+            rec.end(1)
+    rec.close()
+
+
+@cute.jit
+def _launch(buf: cute.Tensor, n: Int32, warps: cutlass.Constexpr):
+    _records(buf, n).launch(grid=(1, 1, 1), block=(32 * warps, 1, 1))
+
+
+def _slices_view(big, start_word, n_slices, per_warp):
+    """A slices buffer written into ``big`` at ``start_word`` (the rest keeps its sentinel)."""
+    view = big[start_word:start_word + layout.slices_buffer_words(n_slices, per_warp)]
+    view.zero_()
+    view[:layout.SLICES_HEADER_WORDS] = torch.as_tensor(layout.slices_header(n_slices, per_warp))
+    return view
+
+
+def test_a_slice_across_a_4_gib_boundary_keeps_what_fits_and_stores_nothing_past_it():
+    warps, per_warp, cut_slice, before = 8, 64, 3, 20  # slice 3: 20 record slots below the boundary
+    big = torch.full(((2 * WINDOW + (16 << 20)) // 8,), SENTINEL, dtype=torch.int64, device="cuda")
+    base = big.data_ptr()
+    first = (base + WINDOW - 1) // WINDOW * WINDOW  # two boundaries inside: first, first + 4 GiB
+    boundary = first + WINDOW
+    records_at = boundary - 8 * before
+    start = records_at - 8 * (layout.SLICES_HEADER_WORDS + cut_slice * (layout.SLICE_HEADER_WORDS + per_warp)
+                              + layout.SLICE_HEADER_WORDS)
+    view = _slices_view(big, (start - base) // 8, warps, per_warp)
+    fits = layout.slice_records_that_fit(view.data_ptr(), warps, per_warp)
+    assert fits.tolist() == [per_warp] * cut_slice + [before - 1] + [per_warp] * (warps - cut_slice - 1)
+
+    _launch(buffer_arg(view), Int32(50 // 8 + 1), warps)  # 56 records a warp
+    torch.cuda.synchronize()
+    with warnings.catch_warnings(record=True) as caught:
+        warnings.simplefilter("always")
+        trace = decode_buffer(view)
+    assert any("4 GiB boundary" in str(w.message) for w in caught if issubclass(w.category, ProfileWarning))
+    per = np.bincount(trace.events["tid"], minlength=warps)
+    assert per.tolist() == [56] * cut_slice + [before - 1] + [56] * (warps - cut_slice - 1)
+    assert trace.attempted == 56 * warps and trace.overflow == 56 - (before - 1)
+    assert trace.metadata["slices_cut_warps"] == 1
+    assert trace.metadata["slices_cut_records"] == per_warp - (before - 1)
+    slice_words = view[layout.SLICES_HEADER_WORDS:].view(warps, -1)[cut_slice, layout.SLICE_HEADER_WORDS:]
+    assert (slice_words[before - 1:] == 0).all()  # nothing stored at or past the boundary's last slot
+    # a cursor that wrapped without a carry would have stored at the start of the window
+    assert (big[(first - base) // 8:(first - base) // 8 + (1 << 17)] == SENTINEL).all()
+    assert (big[:(start - base) // 8] == SENTINEL).all()
+    after = (start - base) // 8 + view.numel()
+    assert (big[after:after + (1 << 17)] == SENTINEL).all()
+
+
+def test_a_cursor_that_wraps_after_the_slice_filled_stores_nothing():
+    per_warp, pad = 4, 1 << 20
+    big = torch.full((2 * pad + layout.slices_buffer_words(1, per_warp),), SENTINEL, dtype=torch.int64,
+                     device="cuda")
+    view = _slices_view(big, pad, 1, per_warp)
+    n = (1 << 26) + 13  # 8 records an iteration: 2**29 + 104 records, so the cursor wraps once
+    begin, done = torch.cuda.Event(enable_timing=True), torch.cuda.Event(enable_timing=True)
+    begin.record()
+    _launch(buffer_arg(view), Int32(n), 1)
+    done.record()
+    torch.cuda.synchronize()
+    seconds = begin.elapsed_time(done) / 1e3
+    with warnings.catch_warnings(record=True) as caught:
+        warnings.simplefilter("always")
+        trace = decode_buffer(view)
+    assert (big[:pad] == SENTINEL).all() and (big[pad + view.numel():] == SENTINEL).all()
+    ev = trace.events
+    assert len(ev) == per_warp and (np.diff(ev["start_ns"]) >= 0).all()
+    assert ev["start_ns"][-1] - ev["start_ns"][0] < 100_000  # the first four, not later ones
+    attempted = 8 * n
+    assert (trace.overflow - (attempted - per_warp)) % (1 << layout.SLICE_COUNT_BITS) == 0
+    if seconds >= 2 ** (layout.SLICE_LONG_OPEN_SHIFT + 1) / 1e9:
+        assert trace.metadata["slices_long_open_warps"] == 1
+        assert trace.metadata["slices_count_modulo_warps"] == 1
+        assert any("modulo" in str(w.message) for w in caught)
+    print(f"wrap test: {attempted} records in {seconds:.2f} s, decoded overflow {trace.overflow}")
