@@ -208,19 +208,19 @@ class SliceRecorder:
                              _state=(Int32(values[0]), Boolean(values[1])), _const=self._const)
 
     def _state_operands(self, operands: list, cons: list) -> None:
-        """Append the cursor and the storing predicate (inputs ``$2``, ``$3`` after the two
-        outputs) and the constant high address half and end (``$4``, ``$5``)."""
+        """Append the cursor and the storing predicate (inputs ``$1``, ``$2``, after the one
+        output, the new predicate) and the constant high address half and end (``$3``, ``$4``)."""
         cursor, storing = self._state
         check_state_reachable(cursor, "SliceRecorder")
         operands += [cursor.ir_value(), storing.ir_value(), self._const.high.ir_value(),
                      self._const.end.ir_value()]
-        cons += ["=r", "=b", "r", "b", "r", "r"]
+        cons += ["=b", "r", "b", "r", "r"]
 
-    def _update(self, text: str, operands: list, cons: list) -> None:
-        struct = llvm.StructType.get_literal([T.i32(), T.bool()])
-        res = inline_asm(struct, operands, text, ",".join(cons) + ",~{memory}")
-        self._state = (Int32(llvm.extractvalue(T.i32(), res, [0])),
-                       Boolean(llvm.extractvalue(T.bool(), res, [1])))
+    def _update(self, text: str, operands: list, cons: list, *, advance: int) -> None:
+        """Run one record's PTX; the cursor advances outside it, as plain arithmetic the
+        compiler can see (in a counted loop it may then drive the loop's own exit test)."""
+        storing = inline_asm(T.bool(), operands, text, ",".join(cons) + ",~{memory}")
+        self._state = (self._state[0] + advance, Boolean(storing))
 
     def _write(self, tag, payload, kind):
         tag = resolve_tag(tag)
@@ -237,13 +237,12 @@ class SliceRecorder:
             *self._timer_lines("lo"),
             # stores while this record fits and every earlier one did (a latch: a cursor
             # that wraps after the slice filled never passes again)
-            "setp.lt.and.u32 $1, $2, $5, $3;",
-            "mov.b64 a, {$2, $4};",
-            "@$1 st.global.v2.u32 [a], {lo, hi};",
-            "add.u32 $0, $2, 8;",
+            "setp.lt.and.u32 $0, $1, $4, $2;",
+            "mov.b64 a, {$1, $3};",
+            "@$0 st.global.v2.u32 [a], {lo, hi};",
             "}",
         ]
-        self._update("\n".join(lines), operands, cons)
+        self._update("\n".join(lines), operands, cons, advance=8)
 
     def _timer_lines(self, register: str) -> list:
         order = [".reg .b32 om;", ORDER_AFTER_BARRIERS] if self.ordered else []
@@ -280,18 +279,17 @@ class SliceRecorder:
         else:
             operands.append(_low_word(end).ir_value())
             cons.append("r")
-            lines.append(f"mov.u32 lo, ${len(operands) + 1};")  # +1: two outputs come first
+            lines.append(f"mov.u32 lo, ${len(operands)};")  # the output is $0
         lines += [
-            "setp.lt.and.u32 p0, $2, $5, $3;",
-            "add.u32 c1, $2, 8;",
-            "setp.lt.and.u32 $1, c1, $5, $3;",
-            "mov.b64 a, {$2, $4};",
-            "@p0 st.global.v2.u32 [a], {$6, shi};",
-            "@$1 st.global.v2.u32 [a+8], {lo, hi};",
-            "add.u32 $0, $2, 16;",
+            "setp.lt.and.u32 p0, $1, $4, $2;",
+            "add.u32 c1, $1, 8;",
+            "setp.lt.and.u32 $0, c1, $4, $2;",
+            "mov.b64 a, {$1, $3};",
+            "@p0 st.global.v2.u32 [a], {$5, shi};",
+            "@$0 st.global.v2.u32 [a+8], {lo, hi};",
             "}",
         ]
-        self._update("\n".join(lines), operands, cons)
+        self._update("\n".join(lines), operands, cons, advance=16)
 
     def begin(self):
         """A boundary: the next ``end()`` measures from here (no event of its own)."""
@@ -370,7 +368,7 @@ def _high_word_lines(tag, payload, kind, operands: list, cons: list, *, start_wo
         if start_word:
             lines.append(f"mov.u32 {start_word}, {layout.slice_start_high(payload)};")
         return lines
-    t_op, p_op = f"${len(operands) + 2}", f"${len(operands) + 3}"  # after the two outputs
+    t_op, p_op = f"${len(operands) + 1}", f"${len(operands) + 2}"  # after the one output
     operands += [Int32(tag).ir_value(), Int32(payload).ir_value()]
     cons += ["r", "r"]
     lines = [
