@@ -16,6 +16,9 @@ PTX, so that one ingredient changes at a time:
 * ``alu1``, ``alu3``  one / three integer ALU instructions (LOP3) on per-lane values: what an
                 ALU instruction costs in this FMA-bound loop
 * ``store``     one unpredicated 8-byte store to a fixed address per lane
+* ``record32``  ``record`` storing only the 4-byte timer value (what the data width costs)
+* ``library``   ``SliceRecorder(ordered=False)``: open, ``end(1)`` each iteration, ``close()``
+                (on a slices buffer: ``record`` plus the recorder's fixed per-launch costs)
 
 Timed with CUPTI, shuffled every round, medians; ns per record per SM = (variant - nest) /
 8192. Prints the SASS loop size of each variant when nvdisasm is available.
@@ -36,7 +39,7 @@ sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
 CTAS, THREADS, ITERS, CHAINS = 1056, 128, 256, 4
 WARPS = THREADS // 32
 FS = (64, 16)
-VARIANTS = ("nest", "record", "deferred", "no_timer", "timer", "clock", "all_lanes", "alu1", "alu3", "store")
+VARIANTS = ("nest", "record", "deferred", "no_timer", "timer", "clock", "all_lanes", "alu1", "alu3", "store", "record32", "library")
 WORD_HIGH = 0xA000_0001  # a SPAN record's high word, tag 1
 
 
@@ -48,6 +51,7 @@ def build():
     from cutlass.cutlass_dsl import T
 
     from cute_prof.device.ptx import buffer_address_and_words, inline_asm
+    from cute_prof.device.slices import SliceRecorder
 
     def two(struct_types, operands, text, cons):
         res = inline_asm(llvm.StructType.get_literal(struct_types), operands, text, cons)
@@ -63,10 +67,11 @@ def build():
                                  text, "=r,=r,=r,=b,l,r")
         return Int32(lo), Int32(hi), Int32(end), Boolean(lane0)
 
-    def record(cur, ok, hi, end, timer="%globaltimer_lo"):
+    def record(cur, ok, hi, end, timer="%globaltimer_lo", width=8):
+        store = f"st.global.v2.u32 [a], {{t, {WORD_HIGH}}}" if width == 8 else "st.global.u32 [a], t"
         text = ("{ .reg .u32 t; .reg .u64 a; "
                 f"mov.u32 t, {timer}; setp.lt.and.u32 $1, $2, $5, $3; mov.b64 a, {{$2, $4}};"
-                f"@$1 st.global.v2.u32 [a], {{t, {WORD_HIGH}}}; add.u32 $0, $2, 8; }}")
+                f"@$1 {store}; add.u32 $0, $2, {width}; }}")
         c, p = two([T.i32(), T.bool()], [cur.ir_value(), ok.ir_value(), hi.ir_value(), end.ir_value()],
                    text, "=r,=b,r,b,r,r,~{memory}")
         return Int32(c), Boolean(p)
@@ -108,7 +113,8 @@ def build():
         inline_asm(None, [acc.ir_value(), end.ir_value(), hi.ir_value()], text, "r,r,r,~{memory}")
 
     @cute.kernel
-    def probe(buf: cute.Tensor, data: cute.Tensor, fmas: cutlass.Constexpr, variant: cutlass.Constexpr):
+    def probe(buf: cute.Tensor, sbuf: cute.Tensor, data: cute.Tensor, fmas: cutlass.Constexpr,
+              variant: cutlass.Constexpr):
         tidx, _, _ = cute.arch.thread_idx()
         bidx, _, _ = cute.arch.block_idx()
         warp = cute.arch.warp_idx()
@@ -122,6 +128,7 @@ def build():
         acc = Int32(tidx)  # per lane, so the sum stays in vector registers
         acc2, acc3 = Int32(tidx) + 1, Int32(tidx) + 2
         lane0 = ok
+        srec = SliceRecorder(sbuf, bidx * WARPS + warp, ordered=False, enabled=variant == "library")
         ok_all = Boolean(True)  # every lane stores the same word to the same address
         if cutlass.const_expr(variant == "deferred"):
             ok = Boolean(False)  # nothing pending before the first record
@@ -141,6 +148,8 @@ def build():
                 cur, ok = no_timer(cur, ok, hi, end)
             if cutlass.const_expr(variant == "timer"):
                 acc = timer_only(acc)
+            if cutlass.const_expr(variant == "record32"):
+                cur, ok = record(cur, ok, hi, end, width=4)
             if cutlass.const_expr(variant == "all_lanes"):
                 cur, ok = record(cur, ok_all, hi, end)
             if cutlass.const_expr(variant == "alu1"):
@@ -150,6 +159,8 @@ def build():
 
             if cutlass.const_expr(variant == "store"):
                 store_fixed(acc, hi, end)
+            srec.end(1)
+        srec.close()
         data[gidx] = x + y + z + w + (cur + acc + acc2 + acc3 + pend).to(cutlass.Float32) * 0.0
         if cutlass.const_expr(variant == "deferred"):
             # the last pending record
@@ -158,8 +169,9 @@ def build():
                        "r,b,r,r,~{memory}")
 
     @cute.jit
-    def launch(buf: cute.Tensor, data: cute.Tensor, fmas: cutlass.Constexpr, variant: cutlass.Constexpr):
-        probe(buf, data, fmas, variant).launch(grid=(CTAS, 1, 1), block=(THREADS, 1, 1))
+    def launch(buf: cute.Tensor, sbuf: cute.Tensor, data: cute.Tensor, fmas: cutlass.Constexpr,
+               variant: cutlass.Constexpr):
+        probe(buf, sbuf, data, fmas, variant).launch(grid=(CTAS, 1, 1), block=(THREADS, 1, 1))
 
     return launch
 
@@ -170,6 +182,9 @@ def main(argv=None) -> int:
     parser.add_argument("--json", default=None)
     parser.add_argument("--sass-only", action="store_true", help="compile for sm_90a and count, no GPU")
     parser.add_argument("--sass-dir", default=None, help="keep each variant's SASS here")
+    parser.add_argument("--events", action="store_true",
+                        help="also time every variant with CUDA events around 5 back-to-back launches "
+                             "(the method IKET's process allows), to set the two methods side by side")
     args = parser.parse_args(argv)
 
     import torch
@@ -187,6 +202,8 @@ def main(argv=None) -> int:
     if (address >> 32) != ((address + 8 * words) >> 32):
         raise SystemExit("the record buffer crosses a 4 GiB boundary; run again")
     data = torch.rand(CTAS * THREADS, device=device)
+    from cute_prof.decode_slices import allocate_slices_buffer, reset_slices
+    sbuf = allocate_slices_buffer(CTAS * WARPS, ITERS, device=device)
     launch = build()
     compiled, loops = {}, {}
     nvdisasm = find_nvdisasm()
@@ -195,7 +212,7 @@ def main(argv=None) -> int:
         for variant in VARIANTS:
             d = tempfile.mkdtemp()
             compiled[(variant, fmas)] = cute.compile[tuple(opts) + (DumpDir(d),)](
-                launch, buffer_arg(buf), from_dlpack(data), fmas, variant)
+                launch, buffer_arg(buf), buffer_arg(sbuf), from_dlpack(data), fmas, variant)
             cubins = [os.path.join(d, f) for f in os.listdir(d) if f.endswith(".cubin")]
             if nvdisasm and cubins:
                 sass = disassemble(cubins[0], nvdisasm=nvdisasm)
@@ -210,36 +227,61 @@ def main(argv=None) -> int:
 
     from tools.cupti import time_shuffled
 
-    buf_arg, data_arg = buffer_arg(buf), from_dlpack(data)
+    buf_arg, sbuf_arg, data_arg = buffer_arg(buf), buffer_arg(sbuf), from_dlpack(data)
     # every record variant stores 256 words a warp; check once that they all landed
     for fmas in FS:
-        for variant in ("record", "deferred", "clock", "no_timer"):
+        for variant in ("record", "deferred", "clock", "no_timer", "record32"):
             buf.zero_()
-            compiled[(variant, fmas)](buf_arg, data_arg)
+            compiled[(variant, fmas)](buf_arg, sbuf_arg, data_arg)
             torch.cuda.synchronize()
-            stored = int((buf != 0).sum())
+            stored = int((buf != 0).sum()) * (2 if variant == "record32" else 1)
             print(f"# check {variant} F={fmas}: {stored} of {words} words stored", flush=True)
             assert stored == words, (variant, fmas, stored)
-    variants = {f"{v} F={f}": (lambda fn=compiled[(v, f)]: fn(buf_arg, data_arg)) for (v, f) in compiled}
+    from cute_prof.decode import decode_buffer
+    for fmas in FS:
+        reset_slices(sbuf)
+        compiled[("library", fmas)](buf_arg, sbuf_arg, data_arg)
+        torch.cuda.synchronize()
+        trace = decode_buffer(sbuf)
+        print(f"# check library F={fmas}: {len(trace.events)} of {words} records, overflow {trace.overflow}",
+              flush=True)
+        assert len(trace.events) == words and trace.overflow == 0
+    variants = {f"{v} F={f}": (lambda fn=compiled[(v, f)]: fn(buf_arg, sbuf_arg, data_arg)) for (v, f) in compiled}
     times = time_shuffled(variants, rounds=args.rounds)
     sms = torch.cuda.get_device_properties(0).multi_processor_count
     per_sm = CTAS * WARPS * ITERS / sms
+    events = {}
+    if args.events:
+        from overhead_peers import time_with_events
+
+        events = time_with_events(variants, rounds=max(8, args.rounds // 3), batch=5)  # ns per launch
     rows = []
-    print(f"{'variant':10} {'F':>3} {'median us':>10} {'x nest':>7} {'ns/rec/SM':>10} {'loop instr':>10}")
+    print(f"{'variant':10} {'F':>3} {'median us':>10} {'x nest':>7} {'ns/rec/SM':>10} {'loop instr':>10}"
+          + ("  | events: us, x nest, ns/rec/SM" if events else ""))
     for fmas in FS:
         base = [t for t in times[f"nest F={fmas}"]]
         for variant in VARIANTS:
-            mine = times[f"{variant} F={fmas}"]
+            name = f"{variant} F={fmas}"
+            mine = times[name]
             ratio = statistics.median([m / b for m, b in zip(mine, base)])
             added = statistics.median([(m - b) * 1e6 / per_sm for m, b in zip(mine, base)])
             row = dict(variant=variant, F=fmas, median_us=statistics.median(mine) * 1e3, x_nest=ratio,
-                       ns_per_record_per_sm=added, loop_instructions=loops.get(f"{variant} F={fmas}"))
+                       ns_per_record_per_sm=added, loop_instructions=loops.get(name))
+            line = (f"{variant:10} {fmas:3d} {row['median_us']:10.1f} {ratio:7.3f} {added:10.3f} "
+                    f"{str(row['loop_instructions']):>10}")
+            if events:
+                ev, ev_base = events[name], events[f"nest F={fmas}"]
+                row.update(events_us=ev / 1e3, events_x_nest=ev / ev_base,
+                           events_ns_per_record_per_sm=(ev - ev_base) / per_sm)
+                line += f"  | {ev / 1e3:8.1f} {ev / ev_base:7.3f} {(ev - ev_base) / per_sm:8.3f}"
             rows.append(row)
-            print(f"{variant:10} {fmas:3d} {row['median_us']:10.1f} {ratio:7.3f} {added:10.3f} "
-                  f"{str(row['loop_instructions']):>10}", flush=True)
+            print(line, flush=True)
     if args.json:
         with open(args.json, "w") as fh:
-            json.dump(dict(device=torch.cuda.get_device_name(0), rounds=args.rounds, rows=rows), fh, indent=1)
+            json.dump(dict(device=torch.cuda.get_device_name(0), rounds=args.rounds,
+                           timing="CUPTI kernel durations, shuffled rounds, per-round ratios to nest, medians"
+                                  + ("; events: CUDA events around 5 launches behind a sleep kernel" if events else ""),
+                           rows=rows), fh, indent=1)
     return 0
 
 
