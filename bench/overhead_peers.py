@@ -388,6 +388,8 @@ def main(argv=None) -> int:
         p.add_argument("--batch", type=int, default=10)
         p.add_argument("--json", required=True)
         p.add_argument("--capture", default=None, help="where Proton writes its traces")
+        p.add_argument("--modes", default=None,
+                       help="ours: a comma list of the modes to time (default: all of ours)")
     t = sub.add_parser("table")
     t.add_argument("inputs", nargs="+")
     t.add_argument("--iket-capture", default=None)
@@ -406,7 +408,13 @@ def main(argv=None) -> int:
     elif args.what == "iket":
         result = run_cute(args, ("off", "nest", "iket", "slices_nest", "slicesu_nest"))
     elif args.what == "ours":
-        result = run_cute(args, ("off", "nest", "slices", "slices_unordered", "slices_nest", "slicesu_nest"))
+        modes = ("off", "nest", "slices", "slices_unordered", "slices_nest", "slicesu_nest")
+        if args.modes:
+            unknown = set(args.modes.split(",")) - set(modes)
+            if unknown:
+                raise SystemExit(f"--modes: unknown {sorted(unknown)}; choose from {modes}")
+            modes = tuple(m for m in modes if m in args.modes.split(","))
+        result = run_cute(args, modes)
     else:
         result = run_proton(args)
     path = args.json

@@ -16,9 +16,12 @@ PTX, so that one ingredient changes at a time:
 * ``alu1``, ``alu3``  one / three integer ALU instructions (LOP3) on per-lane values: what an
                 ALU instruction costs in this FMA-bound loop
 * ``store``     one unpredicated 8-byte store to a fixed address per lane
+* ``record_cs`` ``record`` with a streaming store (``st.global.cs``: evict first)
 * ``record32``  ``record`` storing only the 4-byte timer value (what the data width costs)
 * ``library``   ``SliceRecorder(ordered=False)``: open, ``end(1)`` each iteration, ``close()``
                 (on a slices buffer: ``record`` plus the recorder's fixed per-launch costs)
+* ``overhead_nest_s1``, ``overhead_slicesu_s1``: bench/overhead.py's nested kernels (what
+                bench/overhead_peers.py times beside IKET), in the same rounds
 
 Timed with CUPTI, shuffled every round, medians; ns per record per SM = (variant - nest) /
 8192. Prints the SASS loop size of each variant when nvdisasm is available.
@@ -39,7 +42,7 @@ sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
 CTAS, THREADS, ITERS, CHAINS = 1056, 128, 256, 4
 WARPS = THREADS // 32
 FS = (64, 16)
-VARIANTS = ("nest", "record", "deferred", "no_timer", "timer", "clock", "all_lanes", "alu1", "alu3", "store", "record32", "library")
+VARIANTS = ("nest", "record", "deferred", "no_timer", "timer", "clock", "all_lanes", "alu1", "alu3", "store", "record32", "record_cs", "library")
 WORD_HIGH = 0xA000_0001  # a SPAN record's high word, tag 1
 
 
@@ -67,8 +70,8 @@ def build():
                                  text, "=r,=r,=r,=b,l,r")
         return Int32(lo), Int32(hi), Int32(end), Boolean(lane0)
 
-    def record(cur, ok, hi, end, timer="%globaltimer_lo", width=8):
-        store = f"st.global.v2.u32 [a], {{t, {WORD_HIGH}}}" if width == 8 else "st.global.u32 [a], t"
+    def record(cur, ok, hi, end, timer="%globaltimer_lo", width=8, hint=""):
+        store = f"st.global{hint}.v2.u32 [a], {{t, {WORD_HIGH}}}" if width == 8 else "st.global.u32 [a], t"
         text = ("{ .reg .u32 t; .reg .u64 a; "
                 f"mov.u32 t, {timer}; setp.lt.and.u32 $1, $2, $5, $3; mov.b64 a, {{$2, $4}};"
                 f"@$1 {store}; add.u32 $0, $2, {width}; }}")
@@ -148,6 +151,8 @@ def build():
                 cur, ok = no_timer(cur, ok, hi, end)
             if cutlass.const_expr(variant == "timer"):
                 acc = timer_only(acc)
+            if cutlass.const_expr(variant == "record_cs"):
+                cur, ok = record(cur, ok, hi, end, hint=".cs")
             if cutlass.const_expr(variant == "record32"):
                 cur, ok = record(cur, ok, hi, end, width=4)
             if cutlass.const_expr(variant == "all_lanes"):
@@ -182,6 +187,7 @@ def main(argv=None) -> int:
     parser.add_argument("--json", default=None)
     parser.add_argument("--sass-only", action="store_true", help="compile for sm_90a and count, no GPU")
     parser.add_argument("--sass-dir", default=None, help="keep each variant's SASS here")
+    parser.add_argument("--only", default=None, help="comma list of variants to time (nest always)")
     parser.add_argument("--events", action="store_true",
                         help="also time every variant with CUDA events around 5 back-to-back launches "
                              "(the method IKET's process allows), to set the two methods side by side")
@@ -225,18 +231,42 @@ def main(argv=None) -> int:
     if args.sass_only:
         return 0
 
+    from cutlass import Int32
+
     from tools.cupti import time_shuffled
 
     buf_arg, sbuf_arg, data_arg = buffer_arg(buf), buffer_arg(sbuf), from_dlpack(data)
     # every record variant stores 256 words a warp; check once that they all landed
     for fmas in FS:
-        for variant in ("record", "deferred", "clock", "no_timer", "record32"):
+        for variant in ("record", "deferred", "clock", "no_timer", "record32", "record_cs"):
             buf.zero_()
             compiled[(variant, fmas)](buf_arg, sbuf_arg, data_arg)
             torch.cuda.synchronize()
             stored = int((buf != 0).sum()) * (2 if variant == "record32" else 1)
             print(f"# check {variant} F={fmas}: {stored} of {words} words stored", flush=True)
             assert stored == words, (variant, fmas, stored)
+    # bench/overhead.py's own nest kernels (what overhead_peers times) in the same rounds
+    import overhead
+
+    ov_launch = overhead.build()
+    # the same kernel on a second buffer placed after a 35 MB one (as bench/overhead_peers.py
+    # allocates), and on normal-distributed data (as it draws): does placement or data matter?
+    spacer = torch.zeros(CTAS * WARPS * ITERS * 4, dtype=torch.int64, device=device)
+    sbuf2 = allocate_slices_buffer(CTAS * WARPS, ITERS, device=device)
+    sbuf2_arg = buffer_arg(sbuf2)
+    data2 = torch.randn(CTAS * THREADS, device=device)
+    data2_arg = from_dlpack(data2)
+    print(f"# buffers: sbuf at {sbuf.data_ptr():#x}, sbuf2 at {sbuf2.data_ptr():#x} (after {spacer.numel() * 8 >> 20} MB)",
+          flush=True)
+    ov_cases = {"": (sbuf_arg, data_arg), "_buffer2": (sbuf2_arg, data_arg), "_randn": (sbuf_arg, data2_arg)}
+    for fmas in FS:
+        for mode in ("nest_s1", "slicesu_s1"):
+            fn = cute.compile(ov_launch, sbuf_arg, data_arg, Int32(words), Int32(0), Int32(WARPS), fmas, mode, True)
+            for suffix, (b_arg, d_arg) in ov_cases.items():
+                if mode == "nest_s1" and suffix == "_buffer2":
+                    continue
+                compiled[(f"overhead_{mode}{suffix}", fmas)] = (
+                    lambda fn=fn, b_arg=b_arg, d_arg=d_arg: fn(b_arg, d_arg, Int32(words), Int32(0), Int32(WARPS)))
     from cute_prof.decode import decode_buffer
     for fmas in FS:
         reset_slices(sbuf)
@@ -246,7 +276,12 @@ def main(argv=None) -> int:
         print(f"# check library F={fmas}: {len(trace.events)} of {words} records, overflow {trace.overflow}",
               flush=True)
         assert len(trace.events) == words and trace.overflow == 0
-    variants = {f"{v} F={f}": (lambda fn=compiled[(v, f)]: fn(buf_arg, sbuf_arg, data_arg)) for (v, f) in compiled}
+    if args.only:
+        keep = set(args.only.split(",")) | {"nest"}
+        compiled = {k: v for k, v in compiled.items() if k[0] in keep or k[0].startswith("overhead_")}
+    variants = {f"{v} F={f}": (fn if v.startswith("overhead_") else
+                               (lambda fn=fn: fn(buf_arg, sbuf_arg, data_arg)))
+                for (v, f), fn in compiled.items()}
     times = time_shuffled(variants, rounds=args.rounds)
     sms = torch.cuda.get_device_properties(0).multi_processor_count
     per_sm = CTAS * WARPS * ITERS / sms
@@ -260,7 +295,10 @@ def main(argv=None) -> int:
           + ("  | events: us, x nest, ns/rec/SM" if events else ""))
     for fmas in FS:
         base = [t for t in times[f"nest F={fmas}"]]
-        for variant in VARIANTS:
+        for variant in VARIANTS + ("overhead_nest_s1", "overhead_slicesu_s1", "overhead_nest_s1_randn",
+                                   "overhead_slicesu_s1_randn", "overhead_slicesu_s1_buffer2"):
+            if f"{variant} F={fmas}" not in times:
+                continue
             name = f"{variant} F={fmas}"
             mine = times[name]
             ratio = statistics.median([m / b for m, b in zip(mine, base)])
