@@ -55,7 +55,7 @@ def build():
 
     import cute_prof.device as cp
     from cute_prof.device.ptx import inline_asm
-    from cute_prof.device.slices import SliceRecorder
+    from cute_prof.device.slices import SliceRecorder, prefetch_header
 
     try:  # NVIDIA IKET's ranges, for the side-by-side run under run-iket (bench/overhead_peers.py)
         from cutlass.cute.experimental import iket
@@ -81,6 +81,11 @@ def build():
         bidx, _, _ = cute.arch.block_idx()
         warp = cute.arch.warp_idx()
         gidx = bidx * THREADS + tidx
+        sliced = mode.startswith(("slices_s", "slicesu_s"))
+        slices_path = mode in ("slices", "slices_unordered", "span_pairs") or sliced
+        # the slices buffer's header loads go out first, beside the data load, as the
+        # library tells kernel authors to (prefetch_header): the open then does not wait
+        header = prefetch_header(buf) if slices_path else None
         x = data[gidx]
         a = x * 0.5 + 1.0
         b = x * 0.25
@@ -93,9 +98,8 @@ def build():
         # nest_sN unprofiled, iket_sN IKET ranges, slices_sN / slicesu_sN our slices
         nested = mode.startswith(("iket_s", "nest_s", "slices_s", "slicesu_s"))
         ranged = mode.startswith("iket_s")
-        sliced = mode.startswith(("slices_s", "slicesu_s"))
         srec = SliceRecorder(buf, track, ordered=mode in ("slices", "span_pairs") or mode.startswith("slices_s"),
-                             enabled=mode in ("slices", "slices_unordered", "span_pairs") or sliced)
+                             enabled=slices_path, header=header)
         nest_stride = int(mode.rsplit("_s", 1)[1]) if nested else 1
         if cutlass.const_expr(nested):
             # IKET's ranges cannot sit under a dynamic `if`: one range per outer iteration

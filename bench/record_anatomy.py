@@ -54,7 +54,7 @@ def build():
     from cutlass.cutlass_dsl import T
 
     from cute_prof.device.ptx import buffer_address_and_words, inline_asm
-    from cute_prof.device.slices import SliceRecorder
+    from cute_prof.device.slices import SliceRecorder, prefetch_header
 
     def two(struct_types, operands, text, cons):
         res = inline_asm(llvm.StructType.get_literal(struct_types), operands, text, cons)
@@ -122,6 +122,7 @@ def build():
         bidx, _, _ = cute.arch.block_idx()
         warp = cute.arch.warp_idx()
         gidx = bidx * THREADS + tidx
+        header = prefetch_header(sbuf) if variant == "library" else None
         x = data[gidx]
         a = x * 0.5 + 1.0
         b = x * 0.25
@@ -131,7 +132,7 @@ def build():
         acc = Int32(tidx)  # per lane, so the sum stays in vector registers
         acc2, acc3 = Int32(tidx) + 1, Int32(tidx) + 2
         lane0 = ok
-        srec = SliceRecorder(sbuf, bidx * WARPS + warp, ordered=False, enabled=variant == "library")
+        srec = SliceRecorder(sbuf, bidx * WARPS + warp, ordered=False, enabled=variant == "library", header=header)
         ok_all = Boolean(True)  # every lane stores the same word to the same address
         if cutlass.const_expr(variant == "deferred"):
             ok = Boolean(False)  # nothing pending before the first record
