@@ -231,15 +231,19 @@ class SliceRecorder:
                 f"(0..{layout.MAX_SLICE_PAYLOAD}); use the staged path for wider payloads")
         operands, cons = [], []
         self._state_operands(operands, cons)
-        lines = ["{", ".reg .u32 lo, hi;", ".reg .u64 a;",
+        lines = ["{", ".reg .u32 lo, hi, c;", ".reg .u64 a;",
                  *_high_word_lines(tag, payload, kind, operands, cons)]
         lines += [
             *self._timer_lines("lo"),
             # stores while this record fits and every earlier one did (a latch: a cursor
             # that wraps after the slice filled never passes again)
             "setp.lt.and.u32 $0, $1, $4, $2;",
-            "mov.b64 a, {$1, $3};",
-            "@$0 st.global.v2.u32 [a], {lo, hi};",
+            # address the record from the advanced cursor (the same add as the DSL's, which
+            # the compiler merges): the increment then does not wait for the store to read
+            # its address registers
+            "add.u32 c, $1, 8;",
+            "mov.b64 a, {c, $3};",
+            "@$0 st.global.v2.u32 [a+-8], {lo, hi};",
             "}",
         ]
         self._update("\n".join(lines), operands, cons, advance=8)
