@@ -276,7 +276,7 @@ class SliceRecorder:
         self._state_operands(operands, cons)
         operands.append(_low_word(start).ir_value())
         cons.append("r")
-        lines = ["{", ".reg .pred p0;", ".reg .u32 lo, hi, shi, c1;", ".reg .u64 a;",
+        lines = ["{", ".reg .pred p0;", ".reg .u32 lo, hi, shi, c1, c2;", ".reg .u64 a;",
                  *_high_word_lines(tag, payload, layout.SLICE_KIND_SPAN, operands, cons, start_word="shi")]
         if end is None:
             lines += self._timer_lines("lo")
@@ -288,9 +288,10 @@ class SliceRecorder:
             "setp.lt.and.u32 p0, $1, $4, $2;",
             "add.u32 c1, $1, 8;",
             "setp.lt.and.u32 $0, c1, $4, $2;",
-            "mov.b64 a, {$1, $3};",
-            "@p0 st.global.v2.u32 [a], {$5, shi};",
-            "@$0 st.global.v2.u32 [a+8], {lo, hi};",
+            "add.u32 c2, $1, 16;",  # addressed from the advanced cursor, as in _write
+            "mov.b64 a, {c2, $3};",
+            "@p0 st.global.v2.u32 [a+-16], {$5, shi};",
+            "@$0 st.global.v2.u32 [a+-8], {lo, hi};",
             "}",
         ]
         self._update("\n".join(lines), operands, cons, advance=16)
