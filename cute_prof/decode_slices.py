@@ -8,7 +8,11 @@ found no slice; ``overflow`` = attempted - stored, exactly, per warp. A warp tha
 called ``close()`` still has every record that fit decoded; it is counted in
 ``metadata["slices_unclosed_warps"]`` and, if its slice is full, its overflow is unknown.
 A warp that recorded from divergent code (its lanes' counts disagreed at ``close()``) is
-counted in ``metadata["slices_diverged_warps"]`` and warned about.
+counted in ``metadata["slices_diverged_warps"]`` and warned about. A slice that crosses a
+4 GiB boundary of the address space holds only the records that fit below it (slice word 3);
+the rest count as overflow (``slices_cut_warps``, ``slices_cut_records``, a warning). Device
+counts are modulo 2**29: for a warp whose recorder stayed open long enough to wrap one,
+the written records are trusted over the count, and a full slice is warned about.
 """
 
 from __future__ import annotations

@@ -328,7 +328,7 @@ def decode_where_words(words: np.ndarray) -> dict:
 #
 #     word 0  full 64-bit %globaltimer when the warp opened its recorder (0: never opened)
 #     word 1  bits 0..31 tid, 32..43 SM id, 44..49 warp in CTA, 56..62 SLICE_OPEN_MAGIC
-#     word 2  bits 0..31 records attempted by the warp, 56..62 SLICE_CLOSED_MAGIC,
+#     word 2  bits 0..31 records attempted by the warp (modulo 2**29), 56..62 SLICE_CLOSED_MAGIC,
 #             bit 55 (SLICE_DIVERGED_BIT) set when the lanes' counts disagreed at close():
 #             the warp recorded from divergent code, and lane 0, which stores, missed records
 #             (zero: the warp never called close(); its written records still decode)

@@ -18,7 +18,7 @@ PACKAGE_DIR = Path(cute_prof.__file__).parent
 
 # stage of each module or subpackage: a module may import only from stages <= its own
 STAGES = {
-    "errors": 0, "layout": 0, "files": 0, "jit": 0,
+    "errors": 0, "layout": 0, "files": 0, "jit": 0, "sass": 0,
     "tags": 1, "trace": 1, "buffer": 1, "launches": 1,
     "device": 2, "decode": 2, "decode_slices": 2, "calibration": 3,
     "readers": 3, "storage": 3, "views": 3,
