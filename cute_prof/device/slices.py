@@ -218,7 +218,7 @@ class SliceRecorder:
 
     def _update(self, text: str, operands: list, cons: list, *, advance: int) -> None:
         """Run one record's PTX; the cursor advances outside it, as plain arithmetic the
-        compiler can see (in a counted loop it may then drive the loop's own exit test)."""
+        compiler can see and merge with the record's own ``cursor + 8``."""
         storing = inline_asm(T.bool(), operands, text, ",".join(cons) + ",~{memory}")
         self._state = (self._state[0] + advance, Boolean(storing))
 
@@ -276,7 +276,7 @@ class SliceRecorder:
         self._state_operands(operands, cons)
         operands.append(_low_word(start).ir_value())
         cons.append("r")
-        lines = ["{", ".reg .pred p0;", ".reg .u32 lo, hi, shi, c1, c2;", ".reg .u64 a;",
+        lines = ["{", ".reg .pred p0;", ".reg .u32 lo, hi, shi, c1;", ".reg .u64 a;",
                  *_high_word_lines(tag, payload, layout.SLICE_KIND_SPAN, operands, cons, start_word="shi")]
         if end is None:
             lines += self._timer_lines("lo")
@@ -288,10 +288,11 @@ class SliceRecorder:
             "setp.lt.and.u32 p0, $1, $4, $2;",
             "add.u32 c1, $1, 8;",
             "setp.lt.and.u32 $0, c1, $4, $2;",
-            "add.u32 c2, $1, 16;",  # addressed from the advanced cursor, as in _write
-            "mov.b64 a, {c2, $3};",
-            "@p0 st.global.v2.u32 [a+-16], {$5, shi};",
-            "@$0 st.global.v2.u32 [a+-8], {lo, hi};",
+            # addressed from cursor + 8, as in _write (not + 16: with the START in the window's
+            # last usable slot, cursor + 16 wraps to 0 and would address the window below)
+            "mov.b64 a, {c1, $3};",
+            "@p0 st.global.v2.u32 [a+-8], {$5, shi};",
+            "@$0 st.global.v2.u32 [a], {lo, hi};",
             "}",
         ]
         self._update("\n".join(lines), operands, cons, advance=16)

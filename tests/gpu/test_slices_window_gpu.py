@@ -45,6 +45,41 @@ def _launch(buf: cute.Tensor, n: Int32, warps: cutlass.Constexpr):
     _records(buf, n).launch(grid=(1, 1, 1), block=(32 * warps, 1, 1))
 
 
+@cute.kernel
+def _pairs(buf: cute.Tensor, n: Int32):
+    rec = SliceRecorder(buf, cute.arch.warp_idx())
+    for i in cutlass.range(n, unroll=1):
+        rec.span(rec.now(), 2, payload=i)
+    rec.close()
+
+
+@cute.jit
+def _launch_pairs(buf: cute.Tensor, n: Int32, warps: cutlass.Constexpr):
+    _pairs(buf, n).launch(grid=(1, 1, 1), block=(32 * warps, 1, 1))
+
+
+def _straddling(warps, per_warp, cut_slice, before):
+    """A slices buffer inside an 8 GiB sentinel allocation whose slice ``cut_slice`` has
+    ``before`` record slots below a 4 GiB boundary; (big, view, base, first window start)."""
+    big = torch.full(((2 * WINDOW + (16 << 20)) // 8,), SENTINEL, dtype=torch.int64, device="cuda")
+    base = big.data_ptr()
+    first = (base + WINDOW - 1) // WINDOW * WINDOW  # two boundaries inside: first, first + 4 GiB
+    records_at = first + WINDOW - 8 * before
+    start = records_at - 8 * (layout.SLICES_HEADER_WORDS + cut_slice * (layout.SLICE_HEADER_WORDS + per_warp)
+                              + layout.SLICE_HEADER_WORDS)
+    return big, _slices_view(big, (start - base) // 8, warps, per_warp), base, first
+
+
+def _untouched_outside(big, view, base, first):
+    """Sentinels intact around the view, and around the start of the window below the
+    boundary (where a record addressed from a wrapped low half would land)."""
+    start = (view.data_ptr() - base) // 8
+    assert (big[:start] == SENTINEL).all()
+    assert (big[start + view.numel():start + view.numel() + (1 << 17)] == SENTINEL).all()
+    at = (first - base) // 8
+    assert (big[max(at - (1 << 17), 0):at + (1 << 17)] == SENTINEL).all()
+
+
 def _slices_view(big, start_word, n_slices, per_warp):
     """A slices buffer written into ``big`` at ``start_word`` (the rest keeps its sentinel)."""
     view = big[start_word:start_word + layout.slices_buffer_words(n_slices, per_warp)]
@@ -55,14 +90,7 @@ def _slices_view(big, start_word, n_slices, per_warp):
 
 def test_a_slice_across_a_4_gib_boundary_keeps_what_fits_and_stores_nothing_past_it():
     warps, per_warp, cut_slice, before = 8, 64, 3, 20  # slice 3: 20 record slots below the boundary
-    big = torch.full(((2 * WINDOW + (16 << 20)) // 8,), SENTINEL, dtype=torch.int64, device="cuda")
-    base = big.data_ptr()
-    first = (base + WINDOW - 1) // WINDOW * WINDOW  # two boundaries inside: first, first + 4 GiB
-    boundary = first + WINDOW
-    records_at = boundary - 8 * before
-    start = records_at - 8 * (layout.SLICES_HEADER_WORDS + cut_slice * (layout.SLICE_HEADER_WORDS + per_warp)
-                              + layout.SLICE_HEADER_WORDS)
-    view = _slices_view(big, (start - base) // 8, warps, per_warp)
+    big, view, base, first = _straddling(warps, per_warp, cut_slice, before)
     fits = layout.slice_records_that_fit(view.data_ptr(), warps, per_warp)
     assert fits.tolist() == [per_warp] * cut_slice + [before - 1] + [per_warp] * (warps - cut_slice - 1)
 
@@ -79,11 +107,27 @@ def test_a_slice_across_a_4_gib_boundary_keeps_what_fits_and_stores_nothing_past
     assert trace.metadata["slices_cut_records"] == per_warp - (before - 1)
     slice_words = view[layout.SLICES_HEADER_WORDS:].view(warps, -1)[cut_slice, layout.SLICE_HEADER_WORDS:]
     assert (slice_words[before - 1:] == 0).all()  # nothing stored at or past the boundary's last slot
-    # a cursor that wrapped without a carry would have stored at the start of the window
-    assert (big[(first - base) // 8:(first - base) // 8 + (1 << 17)] == SENTINEL).all()
-    assert (big[:(start - base) // 8] == SENTINEL).all()
-    after = (start - base) // 8 + view.numel()
-    assert (big[after:after + (1 << 17)] == SENTINEL).all()
+    _untouched_outside(big, view, base, first)
+
+
+def test_span_pairs_up_to_a_4_gib_boundary_store_nothing_past_it():
+    # 19 usable slots: nine whole regions, then a START in the window's last usable slot
+    # whose SPAN does not fit (the region becomes a boundary, counted as overflow)
+    warps, per_warp, cut_slice, before, regions = 4, 64, 2, 20, 24
+    big, view, base, first = _straddling(warps, per_warp, cut_slice, before)
+    _launch_pairs(buffer_arg(view), Int32(regions), warps)
+    torch.cuda.synchronize()
+    with warnings.catch_warnings():
+        warnings.simplefilter("ignore", ProfileWarning)
+        trace = decode_buffer(view)
+    per = np.bincount(trace.events["tid"], minlength=warps)
+    assert per.tolist() == [regions] * cut_slice + [9] + [regions] * (warps - cut_slice - 1)
+    assert trace.overflow == 2 * regions - 19 and trace.metadata["slices_region_starts"] == 3 * regions + 10
+    mine = trace.events[trace.events["tid"] == cut_slice]
+    assert sorted(mine["payload"].tolist()) == list(range(9))
+    slice_words = view[layout.SLICES_HEADER_WORDS:].view(warps, -1)[cut_slice, layout.SLICE_HEADER_WORDS:]
+    assert (slice_words[:before - 1] != 0).all() and (slice_words[before - 1:] == 0).all()
+    _untouched_outside(big, view, base, first)
 
 
 def test_a_cursor_that_wraps_after_the_slice_filled_stores_nothing():
