@@ -6,8 +6,9 @@ is four SASS instructions: the timer read, one compare, the store and a cursor i
 The cursor is the low 32 bits of the record's address (the high half is a constant the
 store pairs it with, so there is no address arithmetic), and the compare also folds in
 whether the previous record fitted, so once a warp's slice is full no later record can be
-stored, even after its cursor wraps. No atomic, no shuffle, no staging. Back-to-back regions share their boundaries (a span starts
-at the previous record of the warp), so each region costs one timer read. The warp keeps
+stored, even after its cursor wraps. No atomic, no shuffle, no staging. Back-to-back
+regions share their boundaries (a span starts at the previous record of the warp), so each
+region costs one timer read. The warp keeps
 counting past its capacity and ``close()`` stores the exact count, so overflow is exact per
 warp (modulo 2**29 attempts, and the host knows when that could matter); a warp that never
 closes still leaves every record that fit, and the host says so.
@@ -163,12 +164,12 @@ class SliceRecorder:
             ".reg .u32 x, y, z, nx, ny, nz, nt, lin, w, wpc, cx, cy, cz, ncx, ncy, cl, cap, nsl, "
             "lane, sm, rlo, rhi, rend;",
             ".reg .u64 g, sl, t, h0, h1, a, r, tw, x64, words, fit;",
-            "cvta.to.global.u64 g, $7;",
-            "mov.u64 words, $9;",
-            "mov.u64 h0, $10;",
-            "mov.u64 h1, $11;",
+            "cvta.to.global.u64 g, $6;",
+            "mov.u64 words, $8;",
+            "mov.u64 h0, $9;",
+            "mov.u64 h1, $10;",
             *_OPEN_LINES,
-            "cvt.u64.u32 x64, $8;",
+            "cvt.u64.u32 x64, $7;",
             "or.b64 tw, tw, x64;",
             "@l0 st.global.u64 [a], t;",  # slices are 8-byte aligned only
             "@l0 st.global.u64 [a+8], tw;",
@@ -180,20 +181,19 @@ class SliceRecorder:
             "selp.u32 $3, 1, $3, ok;",
             f"shr.u64 t, t, {layout.SLICE_LONG_OPEN_SHIFT};",
             "cvt.u32.u64 $4, t;",
-            "mov.u32 $5, rlo;",
-            "mov.pred $6, l0;",  # only lane 0 of a warp with a slice ever stores
+            "mov.pred $5, l0;",  # only lane 0 of a warp with a slice ever stores
             "}",
         ])
-        struct = llvm.StructType.get_literal([T.i32()] * 6 + [T.bool()])
+        struct = llvm.StructType.get_literal([T.i32()] * 5 + [T.bool()])
         address, words = buffer_address_and_words(self.buf, 0)
         if words is None:  # a bare pointer: trust the header's size
             words = (1 << 62)
         res = inline_asm(struct, [Int64(address).ir_value(), Int32(tid).ir_value(), Int64(words).ir_value(),
                                   header.magic.ir_value(), header.dims.ir_value()],
-                         text, "=r,=r,=r,=r,=r,=r,=b,l,r,l,l,l,~{memory}")
-        fields = [Int32(llvm.extractvalue(T.i32(), res, [i])) for i in range(6)]
-        start, high, end, state, opened = fields[:5]
-        return _SliceConstants(start, high, end, state, opened), (fields[5], Boolean(llvm.extractvalue(T.bool(), res, [6])))
+                         text, "=r,=r,=r,=r,=r,=b,l,r,l,l,l,~{memory}")
+        start, high, end, state, opened = [Int32(llvm.extractvalue(T.i32(), res, [i])) for i in range(5)]
+        storing = Boolean(llvm.extractvalue(T.bool(), res, [5]))
+        return _SliceConstants(start, high, end, state, opened), (start, storing)  # the cursor starts at start
 
     def __extract_mlir_values__(self):
         if not self.enabled:
