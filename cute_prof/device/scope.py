@@ -12,7 +12,9 @@ Two mistakes used to end in silence or in a generic compiler error:
   raises our own message saying what to write instead.
 
 The kernel-end check hooks the CuTe DSL's ``generate_func_ret_op`` (called once when a
-kernel body has been traced); ``HOOKED`` says whether this DSL version offered it.
+kernel body has been traced); ``HOOKED`` says whether this DSL version offered it. Other
+modules add their own kernel-end work with :func:`on_kernel_end` (zero-edit recording
+closes its slices there).
 """
 
 from __future__ import annotations
@@ -26,6 +28,7 @@ from ..errors import ProfileBufferError
 
 _PACKAGE_DIR = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
 _open_ledgers: list = []
+_kernel_end_callbacks: list = []
 _TOP_OPS = ("cuda.kernel", "func.func", "gpu.func", "llvm.func", "gpu.module", "builtin.module")
 
 
@@ -159,11 +162,20 @@ def _install_hook() -> bool:
     def generate_func_ret_op(self, *args, **kwargs):
         if _open_ledgers:
             _check_kernel_end()
+        for callback in _kernel_end_callbacks:
+            callback()
         return original(self, *args, **kwargs)
 
     generate_func_ret_op._cute_prof_hook = True
     CuTeDSL.generate_func_ret_op = generate_func_ret_op
     return True
+
+
+def on_kernel_end(callback) -> None:
+    """Call ``callback()`` where each kernel body has been traced, before its return is
+    emitted (the insertion point is then the body's end)."""
+    if callback not in _kernel_end_callbacks:
+        _kernel_end_callbacks.append(callback)
 
 
 def forget_open_ledgers() -> None:

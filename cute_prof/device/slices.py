@@ -207,6 +207,15 @@ class SliceRecorder:
         return SliceRecorder(self.buf, self.tid, ordered=self.ordered, enabled=True,
                              _state=(Int32(values[0]), Boolean(values[1])), _const=self._const)
 
+    def cursor_state(self) -> tuple:
+        """(cursor, storing): the values a kernel carries between records. Zero-edit
+        recording keeps them in a stack slot instead of threading them through loops."""
+        return self._state
+
+    def set_cursor_state(self, cursor, storing) -> None:
+        """Continue from a (cursor, storing) pair that :meth:`cursor_state` handed out."""
+        self._state = (Int32(cursor), Boolean(storing))
+
     def _state_operands(self, operands: list, cons: list) -> None:
         """Append the cursor and the storing predicate (inputs ``$1``, ``$2``, after the one
         output, the new predicate) and the constant high address half and end (``$3``, ``$4``)."""

@@ -1,0 +1,126 @@
+"""Profile a CuTe DSL kernel you did not write: no edit to its source, no spec.
+
+::
+
+    with cute_prof.autoprofile() as prof:   # compile and run the unmodified kernel inside
+        out = flash_attn_func(q, k, v)
+    trace = prof.trace()                    # one track per warp, named by its role
+    print(cute_prof.summarize(trace))
+
+Kernels traced (compiled) inside the block record every ``cutlass.pipeline`` acquire, wait,
+commit and release and every named barrier (see :mod:`cute_prof.device.autoprof`); each gets
+its own slices buffer, whose address is compiled into the kernel. The trace holds the last
+launch of each kernel in the block. Kernels compiled before the block, or served from a
+framework's own cache of compiled kernels, record nothing: compile them inside it.
+A framework cache may keep the recording kernel after the block; it keeps writing into its
+buffer, which stays allocated for that reason.
+"""
+
+from __future__ import annotations
+
+import contextlib
+from typing import Any
+
+from .analysis.pipelines import finish_zero_edit_trace
+from .decode_slices import allocate_slices_buffer, decode_slices, reset_slices
+from .errors import ProfileBufferError
+from .trace import Trace
+
+__all__ = ["AutoProfile", "autoprofile"]
+
+DEFAULT_PER_WARP = 1024
+DEFAULT_MAX_WARPS = 32768
+
+
+class AutoProfile:
+    """What one ``autoprofile()`` block recorded: one buffer per instrumented kernel."""
+
+    def __init__(self, recordings: list, *, synchronize: bool = True):
+        self.recordings = recordings
+        self._synchronize = synchronize
+
+    @property
+    def kernels(self) -> list[str]:
+        return [r.name for r in self.recordings]
+
+    def _pick(self, kernel: str | None):
+        if not self.recordings:
+            raise ProfileBufferError(
+                "no kernel recorded: none was compiled inside the autoprofile() block, or none "
+                "calls a cutlass.pipeline or a named barrier (a framework may have served a "
+                "kernel it compiled earlier from its own cache: clear that cache, or run in a "
+                "fresh process)")
+        if kernel is None:
+            if len(self.recordings) > 1:
+                raise ProfileBufferError(
+                    f"{len(self.recordings)} kernels recorded ({self.kernels}); name one with "
+                    f"trace(kernel=...), or use traces()")
+            return self.recordings[-1]
+        found = [r for r in self.recordings if kernel in r.name]
+        if len(found) != 1:
+            raise ProfileBufferError(f"{kernel!r} matches {len(found)} of {self.kernels}")
+        return found[0]
+
+    def trace(self, kernel: str | None = None) -> Trace:
+        """The last launch of ``kernel`` (a substring of its name; optional when only one
+        kernel recorded), decoded, with tracks named by role."""
+        recording = self._pick(kernel)
+        if self._synchronize:
+            import torch
+
+            if recording.buffer.is_cuda:
+                torch.cuda.synchronize(recording.buffer.device)
+        if not recording.closed:
+            raise ProfileBufferError(
+                f"kernel {recording.name} never finished tracing, so its slices have no close: "
+                f"its compile failed")
+        meta = {"autoprof": recording.metadata(), "kernel": recording.name}
+        trace = decode_slices(recording.buffer, recording.tags, metadata=meta)
+        return finish_zero_edit_trace(trace)
+
+    def traces(self) -> dict[str, Trace]:
+        return {r.name: self.trace(r.name) for r in self.recordings}
+
+    def reset(self) -> None:
+        """Zero every buffer (the next launch starts an empty trace)."""
+        for recording in self.recordings:
+            reset_slices(recording.buffer)
+
+
+@contextlib.contextmanager
+def autoprofile(*, per_warp: int = DEFAULT_PER_WARP, max_warps: int = DEFAULT_MAX_WARPS,
+                kernels: tuple[str, ...] | list[str] | str | None = None, device=None,
+                synchronize: bool = True):
+    """Record every pipeline and barrier call of kernels compiled inside the block.
+
+    ``per_warp``: records kept per warp (a wait is two, a signal one; the rest is counted
+    as overflow, exactly). ``max_warps``: warps of a launch that get a slice (CTAs x warps
+    per CTA; later warps only count what they lose). ``kernels``: instrument only kernels
+    whose name contains one of these. ``device``: where buffers live (the current CUDA
+    device by default). Yields an :class:`AutoProfile`."""
+    from .device.autoprof import RecordingConfig, recording
+
+    if isinstance(kernels, str):
+        kernels = (kernels,)
+    per_warp, max_warps = int(per_warp), int(max_warps)
+    if per_warp < 1 or max_warps < 1:
+        raise ProfileBufferError(f"per_warp and max_warps must be >= 1, got {per_warp}, {max_warps}")
+
+    def allocate(n_slices: int, records: int):
+        target = device
+        if target is None:
+            import torch
+
+            target = f"cuda:{torch.cuda.current_device()}" if torch.cuda.is_available() else "cpu"
+        return allocate_slices_buffer(n_slices, records, device=target)
+
+    config = RecordingConfig(per_warp=per_warp, max_warps=max_warps, allocate=allocate,
+                             kernels=tuple(kernels) if kernels is not None else None)
+    with recording(config) as found:
+        result = AutoProfile(found, synchronize=synchronize)
+        yield result
+
+
+def describe(trace: Trace) -> dict[str, Any]:
+    """The zero-edit metadata of a trace (sites, pipelines, roles), or {} for other traces."""
+    return dict(trace.metadata.get("autoprof", {}))

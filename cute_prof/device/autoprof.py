@@ -1,0 +1,612 @@
+"""Zero-edit recording: a kernel nobody instrumented records every pipeline and barrier call.
+
+CuTe DSL runs a kernel's Python body once, while tracing, to build its IR. While
+:func:`recording` is active, the methods of every ``cutlass.pipeline`` class (and of every
+subclass, such as FlashAttention-4's) and ``cute.arch.barrier`` / ``barrier_arrive`` /
+``sync_threads`` are wrapped, so each call the kernel makes also emits a record on the
+per-warp slices path (:class:`~cute_prof.device.slices.SliceRecorder`):
+
+* ``producer_acquire``, ``consumer_wait``, a named-barrier ``barrier`` or ``sync_threads``:
+  a region from just before the call to just after it (the blocked time), two words;
+* ``producer_commit``, ``consumer_release``, ``barrier_arrive``: an instant, one word.
+
+Tags name the pipeline object (the variable its ``create`` was assigned to) and the call;
+payloads hold the stage index (bits 0..7) and the pipeline state's count above it (for a
+barrier: its id). Nothing is threaded through the kernel's loops: the recorder's cursor lives
+in a stack slot allocated at the kernel's entry, which the compiler promotes to a register
+(a loop-carried value, exactly as if the kernel had carried it). The buffer's address is a
+constant of the compiled kernel, so the kernel's signature does not change either. The
+slice is opened at the kernel's entry and closed (exact counts) where its body ends.
+
+Outside :func:`recording` nothing is wrapped and a compiled kernel is what it always was.
+"""
+
+from __future__ import annotations
+
+import ast
+import contextlib
+import dataclasses
+import linecache
+import os
+import sys
+import threading
+from typing import Any, Callable
+
+from cutlass import Boolean, Int32, Int64
+from cutlass._mlir import ir
+from cutlass._mlir.dialects import llvm
+from cutlass.cutlass_dsl import T
+
+from .. import layout
+from ..errors import ProfileBufferError
+from ..tags import TagTable
+from .ptx import trace_time_int
+from .scope import on_kernel_end, user_location
+from .slices import SliceHeader, SliceRecorder
+
+# method name -> what its call records
+PIPELINE_WAITS = ("producer_acquire", "consumer_wait")
+PIPELINE_SIGNALS = ("producer_commit", "consumer_release")
+BARRIER_WAITS = ("barrier", "sync_threads")
+BARRIER_SIGNALS = ("barrier_arrive",)
+STAGE_BITS = 8  # payload bits 0..7: the stage index; the state's count sits above them
+MAX_STAGES = 1 << STAGE_BITS
+
+_KERNEL_OPS = ("cuda.kernel",)
+_FUNCTION_OPS = ("cuda.kernel", "cuda.func", "func.func", "gpu.func", "llvm.func")
+
+
+@dataclasses.dataclass
+class PipelineInfo:
+    """One pipeline object of a kernel, as traced."""
+
+    index: int
+    name: str  # the variable its create() was assigned to, else "<class>#<index>"
+    cls: str
+    stages: int
+    created_at: str  # file:line of the create() call
+
+    def to_dict(self) -> dict[str, Any]:
+        return dataclasses.asdict(self)
+
+
+@dataclasses.dataclass
+class Site:
+    """What one tag of an instrumented kernel means."""
+
+    tag: int
+    name: str
+    op: str  # producer_acquire, ..., barrier, barrier_arrive, sync_threads
+    kind: str  # "wait" (a region: blocked time) or "signal" (an instant)
+    pipeline: int | None  # PipelineInfo.index, None for barriers
+
+    def to_dict(self) -> dict[str, Any]:
+        return dataclasses.asdict(self)
+
+
+class KernelRecording:
+    """The buffer and the meaning of the tags of one instrumented kernel."""
+
+    def __init__(self, name: str, buffer, n_slices: int, per_warp: int):
+        self.name = name
+        self.buffer = buffer
+        self.n_slices, self.per_warp = int(n_slices), int(per_warp)
+        self.tags = TagTable.auto()
+        self.sites: dict[int, Site] = {}
+        self.pipelines: list[PipelineInfo] = []
+        self.closed = False
+
+    def site(self, name: str, op: str, kind: str, pipeline: int | None) -> int:
+        tag = self.tags.id(name)
+        self.sites.setdefault(tag, Site(tag, name, op, kind, pipeline))
+        return tag
+
+    def metadata(self) -> dict[str, Any]:
+        """What the host needs to name and model this kernel's records (JSON-safe)."""
+        return {
+            "kernel": self.name,
+            "sites": [s.to_dict() for s in self.sites.values()],
+            "pipelines": [p.to_dict() for p in self.pipelines],
+        }
+
+
+@dataclasses.dataclass
+class RecordingConfig:
+    """How :func:`recording` sizes the buffer of each kernel it instruments."""
+
+    per_warp: int
+    max_warps: int
+    allocate: Callable[[int, int], Any]  # (n_slices, per_warp) -> a slices buffer tensor
+    kernels: tuple[str, ...] | None = None  # instrument only kernels whose name has one of these
+
+
+class _Tracing:
+    """Trace-time state of the kernel being traced now."""
+
+    def __init__(self, kernel_op, recording: KernelRecording):
+        self.kernel_op = kernel_op
+        self.recording = recording
+        self.recorder: SliceRecorder | None = None
+        self.cursor_slot = None
+        self.storing_slot = None
+
+
+_lock = threading.RLock()
+_active: RecordingConfig | None = None
+_recordings: list[KernelRecording] = []
+_tracing: _Tracing | None = None
+_skipped_kernels: set = set()
+_depth = threading.local()
+_patches: list[tuple[Any, str, Any]] = []
+_pipeline_ids: dict[int, PipelineInfo] = {}  # id(pipeline object) -> its info (this kernel)
+# every buffer a compiled kernel may still write to: a framework that caches the compiled
+# kernel (FA4's compile_cache) can launch it after the recording ended
+_live_buffers: list = []
+
+
+# ------------------------------------------------------------------ trace-time helpers
+def _current_block():
+    try:
+        return ir.InsertionPoint.current.block
+    except (ValueError, RuntimeError):
+        return None
+
+
+def _enclosing_function(block):
+    """The outermost function-like op around ``block`` (kernel, device function), or None."""
+    found = None
+    while block is not None:
+        op = block.owner
+        if op is None:
+            break
+        operation = op.operation if hasattr(op, "operation") else op
+        if operation.name in _FUNCTION_OPS:
+            found = operation
+        if not operation.attached or operation.parent is None:
+            break
+        block = operation.block
+    return found
+
+
+def _kernel_name(kernel_op) -> str:
+    try:
+        return ir.StringAttr(kernel_op.attributes["sym_name"]).value
+    except (KeyError, ValueError):
+        return "kernel"
+
+
+def _in_call() -> bool:
+    return getattr(_depth, "value", 0) > 0
+
+
+@contextlib.contextmanager
+def _outermost():
+    _depth.value = getattr(_depth, "value", 0) + 1
+    try:
+        yield
+    finally:
+        _depth.value -= 1
+
+
+def _tracing_here() -> _Tracing | None:
+    """The state of the kernel whose body is being traced at the current insertion point,
+    creating it (and its buffer) at the kernel's first record; None where nothing records."""
+    global _tracing
+    if _active is None or _in_call():
+        return None
+    block = _current_block()
+    if block is None:
+        return None
+    function = _enclosing_function(block)
+    if function is None:
+        return None
+    if function.name not in _KERNEL_OPS:
+        raise ProfileBufferError(
+            f"zero-edit recording met a pipeline or barrier call at {user_location()} inside a "
+            f"separately compiled device function ({function.name}); only calls traced into a "
+            f"@cute.kernel body can be recorded. Profile this kernel with hand-placed "
+            f"SliceRecorder regions, or inline the function")
+    if _tracing is not None and _tracing.kernel_op == function:
+        return _tracing
+    name = _kernel_name(function)
+    if _active.kernels is not None and not any(k in name for k in _active.kernels):
+        _skipped_kernels.add(name)
+        return None
+    buffer = _active.allocate(_active.max_warps, _active.per_warp)
+    _live_buffers.append(buffer)
+    recording = KernelRecording(name, buffer, _active.max_warps, _active.per_warp)
+    _recordings.append(recording)
+    _pipeline_ids.clear()
+    _tracing = _Tracing(function, recording)
+    return _tracing
+
+
+def _cta_linear_index() -> Int32:
+    from cutlass import cute
+
+    bx, by, bz = cute.arch.block_idx()
+    gx, gy, _ = cute.arch.grid_dim()
+    return Int32(bx) + Int32(gx) * (Int32(by) + Int32(gy) * Int32(bz))
+
+
+def _open(state: _Tracing) -> None:
+    """At the kernel's entry: the two stack slots of the cursor and the slice's open."""
+    rec = state.recording
+    entry = state.kernel_op.regions[0].blocks[0]
+    address = int(rec.buffer.data_ptr())
+    dims = (rec.n_slices << 32) | rec.per_warp
+    with ir.InsertionPoint.at_block_begin(entry):
+        one = Int32(1).ir_value()
+        pointer = llvm.PointerType.get()
+        state.cursor_slot = llvm.alloca(pointer, one, T.i32(), alignment=4)
+        state.storing_slot = llvm.alloca(pointer, one, T.bool(), alignment=1)
+        header = SliceHeader(Int64(layout.SLICES_MAGIC), Int64(dims))
+        recorder = SliceRecorder(address, _cta_linear_index(), ordered=False, header=header)
+        cursor, storing = recorder.cursor_state()
+        llvm.store(cursor.ir_value(), state.cursor_slot)
+        llvm.store(storing.ir_value(), state.storing_slot)
+    state.recorder = recorder
+
+
+@contextlib.contextmanager
+def _recorder(state: _Tracing):
+    """The kernel's recorder with its cursor loaded from the stack slots here, stored back
+    after the records of one call."""
+    if state.recorder is None:
+        _open(state)
+    rec = state.recorder
+    cursor = Int32(llvm.load(T.i32(), state.cursor_slot))
+    storing = Boolean(llvm.load(T.bool(), state.storing_slot))
+    rec.set_cursor_state(cursor, storing)
+    yield rec
+    cursor, storing = rec.cursor_state()
+    llvm.store(cursor.ir_value(), state.cursor_slot)
+    llvm.store(storing.ir_value(), state.storing_slot)
+
+
+def _kernel_end() -> None:
+    """Where a kernel's body ends (scope's hook): close its slice."""
+    global _tracing
+    state = _tracing
+    if state is None or _active is None:
+        return
+    function = _enclosing_function(_current_block())
+    if function is None or function != state.kernel_op:
+        return
+    _tracing = None
+    if state.recorder is None:
+        return
+    with _recorder(state) as rec:
+        rec.close()
+    state.recording.closed = True
+
+
+# --------------------------------------------------------------------- naming
+def _assigned_name(frame) -> str | None:
+    """The variable a ``x = Something.create(...)`` statement at ``frame`` assigns, if any."""
+    lines = []
+    lineno = frame.f_lineno
+    filename = frame.f_code.co_filename
+    for back in range(0, 4):  # a call split over lines: try the statement's first lines
+        text = linecache.getline(filename, lineno - back)
+        if not text:
+            break
+        lines.insert(0, text.strip())
+        source = " ".join(lines)
+        head = source.split("(", 1)[0]
+        if "=" in head and "==" not in head:
+            target = head.split("=", 1)[0].strip()
+            try:
+                node = ast.parse(target, mode="eval").body
+            except SyntaxError:
+                continue
+            if isinstance(node, ast.Name):
+                return node.id
+            if isinstance(node, ast.Attribute):
+                return node.attr
+    return None
+
+
+def _creation_site() -> tuple[str | None, str]:
+    """(variable name, file:line) of the user statement that called a pipeline create();
+    a helper that ``return``s the new pipeline is followed to its caller's assignment."""
+    frame = sys._getframe(2)
+    while frame is not None and (frame.f_code.co_name == "create" or _is_library(frame)):
+        frame = frame.f_back
+    if frame is None:
+        return None, "<unknown>"
+    where = f"{frame.f_code.co_filename}:{frame.f_lineno}"
+    for _ in range(4):
+        name = _assigned_name(frame)
+        if name is not None:
+            return name, where
+        text = linecache.getline(frame.f_code.co_filename, frame.f_lineno).strip()
+        if not text.startswith("return") or frame.f_back is None:
+            break
+        frame = frame.f_back
+    return None, where
+
+
+_HERE = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
+
+
+def _is_library(frame) -> bool:
+    name = os.path.abspath(frame.f_code.co_filename)
+    return name.startswith(_HERE) or os.sep + "cutlass" + os.sep in name
+
+
+def _pipeline_info(pipeline) -> PipelineInfo:
+    key = id(pipeline)
+    info = _pipeline_ids.get(key)
+    if info is not None and info.cls == type(pipeline).__name__:
+        return info
+    stages = int(getattr(pipeline, "num_stages", 0) or 0)
+    rec = _tracing.recording if _tracing is not None else None
+    index = len(rec.pipelines) if rec is not None else len(_pipeline_ids)
+    pending = getattr(pipeline, "_cute_prof_site", None)
+    name, where = pending if pending else (None, "<unknown>")
+    if not name or any(p.name == name for p in (rec.pipelines if rec else [])):
+        name = f"{name or type(pipeline).__name__}#{index}"
+    info = PipelineInfo(index, name, type(pipeline).__name__, stages, where)
+    _pipeline_ids[key] = info
+    if rec is not None:
+        rec.pipelines.append(info)
+    return info
+
+
+# --------------------------------------------------------------------- payloads
+def _stage_payload(state):
+    """Stage index in bits 0..7 and the state's count (or phase-index) above them."""
+    if not hasattr(state, "index"):
+        return 0
+    index = trace_time_int(state.index)
+    count = getattr(state, "count", None)
+    if count is None:
+        count = getattr(state, "_phase_index", 0)
+    count = trace_time_int(count)
+    if isinstance(index, int) and isinstance(count, int):
+        return (index & (MAX_STAGES - 1)) | ((count << STAGE_BITS) & 0xFFFFFF00)
+    return (Int32(index) & (MAX_STAGES - 1)) | (Int32(count) << STAGE_BITS)
+
+
+def _barrier_payload(barrier_id):
+    barrier_id = trace_time_int(barrier_id)
+    return 0 if barrier_id is None else barrier_id
+
+
+# --------------------------------------------------------------------- wrappers
+def _record_call(tag_of: Callable[[KernelRecording], tuple[int, str]], payload_of, call):
+    state = _tracing_here()
+    if state is None:
+        return call()
+    tag, kind = tag_of(state.recording)
+    payload = payload_of()
+    with _outermost():
+        if kind == "wait":
+            with _recorder(state) as rec:
+                start = rec.now()
+            result = call()
+            with _recorder(state) as rec:
+                rec.span(start, tag, payload=payload)
+        else:
+            result = call()
+            with _recorder(state) as rec:
+                rec.instant(tag, payload=payload & layout.MAX_SLICE_PAYLOAD
+                            if isinstance(payload, int) else payload)
+    return result
+
+
+def _pipeline_method(original, op: str, kind: str):
+    def wrapper(self, *args, **kwargs):
+        if _active is None or _in_call():
+            return original(self, *args, **kwargs)
+        # a PipelineState first (PipelineTmaStore's calls take none)
+        state = kwargs.get("state", args[0] if args else None)
+
+        def tag_of(rec):
+            info = _pipeline_info(self)
+            return rec.site(f"{info.name}.{op}", op, kind, info.index), kind
+
+        return _record_call(tag_of, lambda: _stage_payload(state),
+                            lambda: original(self, *args, **kwargs))
+
+    wrapper.__wrapped__ = original
+    wrapper.__name__ = getattr(original, "__name__", op)
+    wrapper._cute_prof_autoprof = True
+    return wrapper
+
+
+def _barrier_function(original, op: str, kind: str):
+    def wrapper(*args, **kwargs):
+        if _active is None or _in_call():
+            return original(*args, **kwargs)
+        barrier_id = kwargs.get("barrier_id") if op != "sync_threads" else 0
+        static = trace_time_int(barrier_id) if barrier_id is not None else 0
+        label = f"bar{static}" if isinstance(static, int) else "bar"
+
+        def tag_of(rec):
+            return rec.site(f"{label}.{'arrive' if kind == 'signal' else 'sync'}", op, kind,
+                            None), kind
+
+        return _record_call(tag_of, lambda: _barrier_payload(static),
+                            lambda: original(*args, **kwargs))
+
+    wrapper.__wrapped__ = original
+    wrapper.__name__ = getattr(original, "__name__", op)
+    wrapper._cute_prof_autoprof = True
+    return wrapper
+
+
+def _create_wrapper(original):
+    def create(*args, **kwargs):
+        obj = original(*args, **kwargs)
+        if _active is not None and getattr(obj, "_cute_prof_site", None) is None:
+            try:
+                object.__setattr__(obj, "_cute_prof_site", _creation_site())
+            except (AttributeError, TypeError):
+                pass
+            _remember_sync_objects(obj)
+        return obj
+
+    create.__wrapped__ = original
+    create._cute_prof_autoprof = True
+    return staticmethod(create)
+
+
+# a pipeline's barrier arrays, called directly (a producer that waits on
+# ``sync_object_empty`` itself): full.wait is a consumer wait, empty.wait a producer acquire
+_SYNC_OPS = {("full", "wait"): "consumer_wait", ("empty", "wait"): "producer_acquire",
+             ("full", "arrive"): "producer_commit", ("empty", "arrive"): "consumer_release"}
+
+
+def _sync_object_method(original, method: str):
+    def wrapper(self, *args, **kwargs):
+        owner = _sync_owners.get(id(self))
+        if _active is None or _in_call() or owner is None:
+            return original(self, *args, **kwargs)
+        pipeline, side = owner
+        op = _SYNC_OPS[(side, method)]
+        kind = "wait" if op in PIPELINE_WAITS else "signal"
+        index = kwargs.get("index", args[0] if args else 0)
+        phase = kwargs.get("phase", args[1] if len(args) > 1 and method == "wait" else 0)
+
+        def tag_of(rec):
+            info = _pipeline_info(pipeline)
+            return rec.site(f"{info.name}.{op}", op, kind, info.index), kind
+
+        def payload():
+            i, p = trace_time_int(index), trace_time_int(phase)
+            if isinstance(i, int) and isinstance(p, int):
+                return (i & (MAX_STAGES - 1)) | ((p & 1) << STAGE_BITS)
+            return (Int32(i) & (MAX_STAGES - 1)) | ((Int32(p) & 1) << STAGE_BITS)
+
+        return _record_call(tag_of, payload, lambda: original(self, *args, **kwargs))
+
+    wrapper.__wrapped__ = original
+    wrapper._cute_prof_autoprof = True
+    return wrapper
+
+
+_sync_owners: dict[int, tuple[Any, str]] = {}
+
+
+def _remember_sync_objects(pipeline) -> None:
+    for side in ("full", "empty"):
+        sync = getattr(pipeline, f"sync_object_{side}", None)
+        if sync is not None:
+            _sync_owners[id(sync)] = (pipeline, side)
+
+
+def _patch_sync_objects() -> None:
+    from cutlass.pipeline import MbarrierArray
+
+    for method in ("wait", "arrive"):
+        function = MbarrierArray.__dict__.get(method)
+        if function is not None and not getattr(function, "_cute_prof_autoprof", False):
+            _patch(MbarrierArray, method, _sync_object_method(function, method))
+
+
+def _patch(owner, name: str, replacement) -> None:
+    _patches.append((owner, name, owner.__dict__[name]))
+    setattr(owner, name, replacement)
+
+
+def _pipeline_classes():
+    from cutlass import pipeline
+
+    roots = [pipeline.PipelineAsync]
+    for extra in ("PipelineTmaUmma", "PipelineAsyncUmma", "PipelineUmmaAsync"):
+        cls = getattr(pipeline, extra, None)
+        if cls is not None:
+            roots.append(cls)
+    seen, todo = [], list(roots)
+    while todo:
+        cls = todo.pop()
+        if cls in seen:
+            continue
+        seen.append(cls)
+        todo.extend(cls.__subclasses__())
+    return seen
+
+
+def _patch_pipeline_classes() -> None:
+    """Wrap the recorded methods defined by every pipeline class (new subclasses too)."""
+    for cls in _pipeline_classes():
+        for op in PIPELINE_WAITS + PIPELINE_SIGNALS:
+            method = cls.__dict__.get(op)
+            if method is None or getattr(method, "_cute_prof_autoprof", False):
+                continue
+            _patch(cls, op, _pipeline_method(method, op, "wait" if op in PIPELINE_WAITS else "signal"))
+        create = cls.__dict__.get("create")
+        if isinstance(create, staticmethod) and not getattr(create.__func__, "_cute_prof_autoprof", False):
+            _patch(cls, "create", _create_wrapper(create.__func__))
+
+
+def _patch_barriers() -> None:
+    from cutlass.cute import arch
+    from cutlass.cute.arch import nvvm_wrappers
+
+    for op in BARRIER_WAITS + BARRIER_SIGNALS:
+        kind = "wait" if op in BARRIER_WAITS else "signal"
+        for module in (arch, nvvm_wrappers):
+            function = module.__dict__.get(op)
+            if function is None or getattr(function, "_cute_prof_autoprof", False):
+                continue
+            _patch(module, op, _barrier_function(function, op, kind))
+
+
+def _kernel_start_hook():
+    """Pipeline subclasses imported after recording began get wrapped when a kernel starts."""
+    from cutlass.cutlass_dsl.cutlass import CuTeDSL
+
+    original = CuTeDSL.__dict__["generate_func_op"]
+
+    def generate_func_op(self, *args, **kwargs):
+        if _active is not None:
+            _patch_pipeline_classes()
+        return original(self, *args, **kwargs)
+
+    generate_func_op._cute_prof_autoprof = True
+    _patch(CuTeDSL, "generate_func_op", generate_func_op)
+
+
+def _unpatch() -> None:
+    while _patches:
+        owner, name, original = _patches.pop()
+        setattr(owner, name, original)
+
+
+on_kernel_end(_kernel_end)
+
+
+@contextlib.contextmanager
+def recording(config: RecordingConfig):
+    """Within the block, kernels traced (compiled) record their pipeline and barrier calls.
+
+    Yields the list that collects one :class:`KernelRecording` per instrumented kernel."""
+    global _active, _tracing
+    with _lock:
+        if _active is not None:
+            raise ProfileBufferError("zero-edit recording is already active (blocks do not nest)")
+        found: list[KernelRecording] = []
+        _active = config
+        _recordings.clear()
+        _skipped_kernels.clear()
+        try:
+            _patch_pipeline_classes()
+            _patch_barriers()
+            _patch_sync_objects()
+            _kernel_start_hook()
+            yield found
+        finally:
+            _unpatch()
+            _active = None
+            _tracing = None
+            _sync_owners.clear()
+            found.extend(_recordings)
+            _recordings.clear()
+
+
+def skipped_kernels() -> set:
+    """Kernels traced in the last block that the ``kernels=`` filter left alone."""
+    return set(_skipped_kernels)
