@@ -59,6 +59,7 @@ _LAZY_ATTRIBUTES = {
             "set_enabled",
         )
     },
+    "autoprofile": "cute_prof.autoprof",
     "summarize": "cute_prof.analysis",
     "write_pftrace": "cute_prof.export.pftrace_writer",
     "export_trace": "cute_prof.export",

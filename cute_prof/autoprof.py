@@ -38,6 +38,7 @@ class AutoProfile:
     def __init__(self, recordings: list, *, synchronize: bool = True):
         self.recordings = recordings
         self._synchronize = synchronize
+        self.caches: list = []  # the block's framework caches (autoprofile's caches=)
 
     @property
     def kernels(self) -> list[str]:
@@ -90,14 +91,19 @@ class AutoProfile:
 @contextlib.contextmanager
 def autoprofile(*, per_warp: int = DEFAULT_PER_WARP, max_warps: int = DEFAULT_MAX_WARPS,
                 kernels: tuple[str, ...] | list[str] | str | None = None, device=None,
-                synchronize: bool = True):
+                caches=(), synchronize: bool = True):
     """Record every pipeline and barrier call of kernels compiled inside the block.
 
     ``per_warp``: records kept per warp (a wait is two, a signal one; the rest is counted
     as overflow, exactly). ``max_warps``: warps of a launch that get a slice (CTAs x warps
     per CTA; later warps only count what they lose). ``kernels``: instrument only kernels
     whose name contains one of these. ``device``: where buffers live (the current CUDA
-    device by default). Yields an :class:`AutoProfile`."""
+    device by default). ``caches``: ``(owner, attribute)`` pairs naming a framework's
+    cache of compiled kernels (FA4: ``(interface._flash_attn_fwd, "compile_cache")``);
+    inside the block each is an empty cache of the same type, so the kernel compiles again
+    and records, and the old one is back afterwards (the block's cache stays on
+    ``AutoProfile.caches``, to launch the recording kernel again). Yields an
+    :class:`AutoProfile`."""
     from .device.autoprof import RecordingConfig, recording
 
     if isinstance(kernels, str):
@@ -116,9 +122,19 @@ def autoprofile(*, per_warp: int = DEFAULT_PER_WARP, max_warps: int = DEFAULT_MA
 
     config = RecordingConfig(per_warp=per_warp, max_warps=max_warps, allocate=allocate,
                              kernels=tuple(kernels) if kernels is not None else None)
-    with recording(config) as found:
-        result = AutoProfile(found, synchronize=synchronize)
-        yield result
+    saved = [(owner, name, getattr(owner, name)) for owner, name in caches]
+    result = None
+    try:
+        for owner, name, cache in saved:
+            setattr(owner, name, type(cache)())
+        with recording(config) as found:
+            result = AutoProfile(found, synchronize=synchronize)
+            yield result
+    finally:
+        if result is not None:
+            result.caches = [getattr(owner, name) for owner, name, _ in saved]
+        for owner, name, cache in saved:
+            setattr(owner, name, cache)
 
 
 def describe(trace: Trace) -> dict[str, Any]:
