@@ -146,12 +146,12 @@ def main(argv=None) -> int:
             os.makedirs(args.out, exist_ok=True)
             small = one_sm(trace)
             stem = Path(args.out) / f"fa4_fwd_{mask}_{device}"
-            cute_prof.write_trace(small, f"{stem}.json.gz")
+            cute_prof.write_trace(small, f"{stem}.json")
             cute_prof.save_trace(f"{stem}.npz", small, compress=True)
             if mask == "causal":
                 cute_prof.plot_timeline(small, args.picture, title=f"FA4 forward (causal), CTAs of SM 0, {device}",
                                         max_tracks=48)
-            print(f"wrote {stem}.json.gz and .npz")
+            print(f"wrote {stem}.json and .npz")
     return 0
 
 

@@ -107,6 +107,19 @@ def finish_zero_edit_trace(trace: Trace) -> Trace:
         return dataclasses.replace(trace, metadata={**trace.metadata, "autoprof": meta})
     tags, names, sites = _split_barriers(trace, sites)
     ev["tag"] = tags
+    # pipeline records: payload = the call's ordinal per warp and site (its iteration; the
+    # stage is iteration mod the ring's depth). The device stores none: calls come in order
+    pipeline_tags = np.array(sorted(t for t, s in sites.items() if s["pipeline"] is not None),
+                             dtype=np.int64)
+    rows = np.flatnonzero(np.isin(tags, pipeline_tags))
+    if rows.size:
+        key = ev["tid"][rows].astype(np.int64) * (len(names) + 1) + tags[rows]
+        order = rows[np.lexsort((ev["start_ns"][rows], key))]
+        sorted_key = ev["tid"][order].astype(np.int64) * (len(names) + 1) + tags[order]
+        first = np.r_[True, sorted_key[1:] != sorted_key[:-1]]
+        starts = np.flatnonzero(first)
+        group = np.cumsum(first) - 1
+        ev["payload"][order] = np.arange(order.size) - starts[group]
     warp = ev["warp"].astype(np.int64)
     stride = int(warp.max()) + 1
     cta = ev["tid"].astype(np.int64) & 0xFFFFFFFF  # the device wrote the CTA's linear index

@@ -10,9 +10,10 @@ per-warp slices path (:class:`~cute_prof.device.slices.SliceRecorder`):
   a region from just before the call to just after it (the blocked time), two words;
 * ``producer_commit``, ``consumer_release``, ``barrier_arrive``: an instant, one word.
 
-Tags name the pipeline object (the variable its ``create`` was assigned to) and the call;
-payloads hold the stage index (bits 0..7) and the pipeline state's count above it (for a
-barrier: its id). Nothing is threaded through the kernel's loops: the recorder's cursor lives
+Tags name the pipeline object (the variable its ``create`` was assigned to) and the call
+(``producer_tail``, the producer's drain of the ring before it exits, is one region of its
+own). Pipeline records carry no payload (the host numbers a warp's calls: iteration and
+stage follow from their order); a barrier record's payload is the barrier id. Nothing is threaded through the kernel's loops: the recorder's cursor lives
 in a stack slot allocated at the kernel's entry, which the compiler promotes to a register
 (a loop-carried value, exactly as if the kernel had carried it). The buffer's address is a
 constant of the compiled kernel, so the kernel's signature does not change either. The
@@ -45,12 +46,10 @@ from .scope import on_kernel_end, user_location
 from .slices import SliceHeader, SliceRecorder
 
 # method name -> what its call records
-PIPELINE_WAITS = ("producer_acquire", "consumer_wait")
+PIPELINE_WAITS = ("producer_acquire", "consumer_wait", "producer_tail")
 PIPELINE_SIGNALS = ("producer_commit", "consumer_release")
 BARRIER_WAITS = ("barrier", "sync_threads")
 BARRIER_SIGNALS = ("barrier_arrive",)
-STAGE_BITS = 8  # payload bits 0..7: the stage index; the state's count sits above them
-MAX_STAGES = 1 << STAGE_BITS
 
 _KERNEL_OPS = ("cuda.kernel",)
 _FUNCTION_OPS = ("cuda.kernel", "cuda.func", "func.func", "gpu.func", "llvm.func")
@@ -356,17 +355,10 @@ def _pipeline_info(pipeline) -> PipelineInfo:
 
 # --------------------------------------------------------------------- payloads
 def _stage_payload(state):
-    """Stage index in bits 0..7 and the state's count (or phase-index) above them."""
-    if not hasattr(state, "index"):
-        return 0
-    index = trace_time_int(state.index)
-    count = getattr(state, "count", None)
-    if count is None:
-        count = getattr(state, "_phase_index", 0)
-    count = trace_time_int(count)
-    if isinstance(index, int) and isinstance(count, int):
-        return (index & (MAX_STAGES - 1)) | ((count << STAGE_BITS) & 0xFFFFFF00)
-    return (Int32(index) & (MAX_STAGES - 1)) | (Int32(count) << STAGE_BITS)
+    """Pipeline records carry no payload: a warp makes a pipeline's calls in order, so the
+    host numbers them (iteration = the call's ordinal per warp and op, stage = iteration mod
+    depth). A dynamic payload would cost four more instructions per record."""
+    return 0
 
 
 def _barrier_payload(barrier_id):
@@ -467,20 +459,13 @@ def _sync_object_method(original, method: str):
         pipeline, side = owner
         op = _SYNC_OPS[(side, method)]
         kind = "wait" if op in PIPELINE_WAITS else "signal"
-        index = kwargs.get("index", args[0] if args else 0)
-        phase = kwargs.get("phase", args[1] if len(args) > 1 and method == "wait" else 0)
 
         def tag_of(rec):
             info = _pipeline_info(pipeline)
             return rec.site(f"{info.name}.{op}", op, kind, info.index), kind
 
-        def payload():
-            i, p = trace_time_int(index), trace_time_int(phase)
-            if isinstance(i, int) and isinstance(p, int):
-                return (i & (MAX_STAGES - 1)) | ((p & 1) << STAGE_BITS)
-            return (Int32(i) & (MAX_STAGES - 1)) | ((Int32(p) & 1) << STAGE_BITS)
-
-        return _record_call(tag_of, payload, lambda: original(self, *args, **kwargs))
+        return _record_call(tag_of, lambda: _stage_payload(None),
+                            lambda: original(self, *args, **kwargs))
 
     wrapper.__wrapped__ = original
     wrapper._cute_prof_autoprof = True
