@@ -122,7 +122,7 @@ def main(argv=None) -> int:
 
     import torch
 
-    device = torch.cuda.get_device_name().split()[-2].lower() if torch.cuda.is_available() else "cpu"
+    device = torch.cuda.get_device_name().split()[1].lower() if torch.cuda.is_available() else "cpu"
     q, k, v = inputs(args.batch, args.seqlen, args.heads, args.dim)
     for mask in args.masks.split(","):
         causal = mask == "causal"
@@ -146,7 +146,7 @@ def main(argv=None) -> int:
             os.makedirs(args.out, exist_ok=True)
             small = one_sm(trace)
             stem = Path(args.out) / f"fa4_fwd_{mask}_{device}"
-            cute_prof.write_trace(small, f"{stem}.json")
+            cute_prof.write_trace(small, f"{stem}.json")  # gzip it to commit it
             cute_prof.save_trace(f"{stem}.npz", small, compress=True)
             if mask == "causal":
                 cute_prof.plot_timeline(small, args.picture, title=f"FA4 forward (causal), CTAs of SM 0, {device}",

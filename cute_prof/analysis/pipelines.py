@@ -5,8 +5,8 @@ and which call it stands for (``trace.metadata["autoprof"]``: sites and pipeline
 their depth). From that and from which warps made which calls this module derives what a
 hand-written spec would say: the role of every warp slot (producer, consumer, ...), one
 track per warp named by it, and how much of each role's time goes to waiting on each
-pipeline and barrier. :func:`derive_pipeline_spec` turns the same facts into a
-:class:`~cute_prof.analysis.model.PipelineSpec` for the critical path and what-ifs.
+pipeline and barrier. (Turning the same facts into a PipelineSpec for the critical path
+and what-ifs is not done yet: a hand-written spec is still needed there.)
 """
 
 from __future__ import annotations
@@ -21,7 +21,7 @@ from ..trace import Trace
 from .roles import RoleSpec
 
 __all__ = ["finish_zero_edit_trace", "wait_breakdown", "format_wait_breakdown",
-           "derive_pipeline_spec", "zero_edit_roles"]
+           "zero_edit_roles"]
 
 PRODUCER_OPS = ("producer_acquire", "producer_commit")
 CONSUMER_OPS = ("consumer_wait", "consumer_release")
@@ -107,6 +107,10 @@ def finish_zero_edit_trace(trace: Trace) -> Trace:
         return dataclasses.replace(trace, metadata={**trace.metadata, "autoprof": meta})
     tags, names, sites = _split_barriers(trace, sites)
     ev["tag"] = tags
+    warp = ev["warp"].astype(np.int64)
+    stride = int(warp.max()) + 1
+    cta = ev["tid"].astype(np.int64) & 0xFFFFFFFF  # the device wrote the CTA's linear index
+    ev["tid"] = cta * stride + warp
     # pipeline records: payload = the call's ordinal per warp and site (its iteration; the
     # stage is iteration mod the ring's depth). The device stores none: calls come in order
     pipeline_tags = np.array(sorted(t for t, s in sites.items() if s["pipeline"] is not None),
@@ -120,10 +124,6 @@ def finish_zero_edit_trace(trace: Trace) -> Trace:
         starts = np.flatnonzero(first)
         group = np.cumsum(first) - 1
         ev["payload"][order] = np.arange(order.size) - starts[group]
-    warp = ev["warp"].astype(np.int64)
-    stride = int(warp.max()) + 1
-    cta = ev["tid"].astype(np.int64) & 0xFFFFFFFF  # the device wrote the CTA's linear index
-    ev["tid"] = cta * stride + warp
     spec = _role_spec(warp, tags, sites, stride, names)
     meta.update(sites=sorted(sites.values(), key=lambda s: s["tag"]), roles=spec.to_dict(),
                 warps_per_cta=stride)
@@ -179,8 +179,3 @@ def format_wait_breakdown(rows: list[dict[str, Any]]) -> str:
         lines.append(f"{row['role']:<22} {row['tag']:<28} {row['warps']:>6} {row['calls']:>9} "
                      f"{row['blocked_ns_per_warp'] / 1e3:>9.2f} {100 * row['share']:>6.1f}%")
     return "\n".join(lines)
-
-
-def derive_pipeline_spec(trace: Trace):
-    """A PipelineSpec from the trace's own pipeline objects (see module docstring)."""
-    raise NotImplementedError

@@ -1,0 +1,71 @@
+"""The host half of zero-edit mode on synthetic records: tracks per warp, roles from the calls
+each warp made, barrier ids from payloads, iterations numbered per warp and call, and the
+wait breakdown per role."""
+
+from __future__ import annotations
+
+import numpy as np
+import pytest
+
+from cute_prof.analysis.pipelines import finish_zero_edit_trace, format_wait_breakdown, wait_breakdown
+from cute_prof.errors import ProfileBufferError
+from cute_prof.trace import EVENT_DTYPE, Trace
+
+SITES = [
+    {"tag": 0, "name": "kv.producer_acquire", "op": "producer_acquire", "kind": "wait", "pipeline": 0},
+    {"tag": 1, "name": "kv.consumer_wait", "op": "consumer_wait", "kind": "wait", "pipeline": 0},
+    {"tag": 2, "name": "bar.sync", "op": "barrier", "kind": "wait", "pipeline": None},
+    {"tag": 3, "name": "kv.consumer_release", "op": "consumer_release", "kind": "signal", "pipeline": 0},
+]
+
+
+def _trace(rows):
+    ev = np.zeros(len(rows), dtype=EVENT_DTYPE)
+    for column, values in zip(("tid", "warp", "tag", "payload", "start_ns", "dur_ns"), zip(*rows)):
+        ev[column] = values
+    meta = {"autoprof": {"kernel": "k", "sites": SITES, "pipelines": [
+        {"index": 0, "name": "kv", "cls": "PipelineTmaAsync", "stages": 2, "created_at": "k.py:1"}]}}
+    return Trace(events=ev, tag_names=tuple(s["name"] for s in SITES), capacity=len(rows),
+                 attempted=len(rows), overflow=0, incomplete=0, metadata=meta)
+
+
+# (cta, warp, tag, payload, start, dur): warp 0 produces, warps 4 and 8 consume and sync
+ROWS = [(c, 0, 0, 0, 100 * c + 10 * i, 5) for c in range(2) for i in range(3)] + \
+       [(c, w, 1, 0, 100 * c + 10 * i + 1, 2 + w) for c in range(2) for w in (4, 8) for i in range(3)] + \
+       [(c, w, 3, 0, 100 * c + 10 * i + 9, 0) for c in range(2) for w in (4, 8) for i in range(3)] + \
+       [(c, w, 2, 1 + w // 4, 100 * c + 50, 7) for c in range(2) for w in (4, 8)]
+
+
+def test_tracks_roles_barriers_and_iterations():
+    trace = finish_zero_edit_trace(_trace(ROWS))
+    meta = trace.metadata["autoprof"]
+    assert meta["warps_per_cta"] == 9
+    ev = trace.events
+    assert set(np.unique(ev["tid"]).tolist()) == {0, 4, 8, 9, 13, 17}  # cta * 9 + warp
+    roles = meta["roles"]["roles"]
+    assert roles["producer wg0"] == [0]
+    # the two consumer warps sync on different barriers (ids 2 and 3): two roles
+    assert roles["consumer wg1"] == [4] and roles["consumer wg2"] == [8]
+    assert {"bar2.sync", "bar3.sync"} <= set(trace.tag_names)
+    waits = ev[ev["tag"] == trace.tag_names.index("kv.consumer_wait")]
+    for tid in (4, 8, 13, 17):  # each warp's calls numbered 0, 1, 2 in time order
+        assert sorted(waits["payload"][waits["tid"] == tid].tolist()) == [0, 1, 2]
+    assert trace.track_name(13).startswith("consumer wg1 cta 1")
+
+
+def test_wait_breakdown_per_role():
+    rows = wait_breakdown(finish_zero_edit_trace(_trace(ROWS)))
+    by = {(r["role"], r["tag"]): r for r in rows}
+    wg2 = by[("consumer wg2", "kv.consumer_wait")]
+    assert wg2["warps"] == 2 and wg2["calls"] == 6
+    assert wg2["blocked_ns_per_warp"] == pytest.approx(3 * 10)  # dur 2 + 8 per wait
+    assert by[("consumer wg1", "bar2.sync")]["blocked_ns_per_warp"] == 7
+    assert ("consumer wg1", "kv.consumer_release") not in by  # signals are not waits
+    assert "consumer wg2" in format_wait_breakdown(rows)
+
+
+def test_a_trace_without_zero_edit_metadata_is_refused():
+    trace = _trace(ROWS)
+    trace.metadata.clear()
+    with pytest.raises(ProfileBufferError, match="zero-edit"):
+        finish_zero_edit_trace(trace)

@@ -1,0 +1,93 @@
+"""Zero-edit mode on a CPU box: ws_gemm (level 0: no hand-placed record) compiled for sm_90a
+without a GPU. Outside ``autoprofile()`` its PTX is byte-identical to what it always was;
+inside, every pipeline call site of the kernel gets its records: a wait is one timer read
+before the call and a two-word region after it, a signal a one-word instant. No stack
+memory survives: the recorder's cursor lives in registers."""
+
+from __future__ import annotations
+
+import json
+import os
+import re
+import subprocess
+import sys
+from pathlib import Path
+
+import pytest
+
+pytest.importorskip("cutlass")
+pytest.importorskip("torch")
+
+ROOT = Path(__file__).resolve().parents[1]
+
+CHILD = r"""
+import json, os, sys, torch
+import cutlass.cute as cute
+from cutlass import Int32
+import examples.ws_gemm as W
+import cute_prof
+
+def ptx():
+    gemm = W.WsGemm(W.GemmConfig(recorder="slices"))
+    a = torch.zeros(1000, 520, dtype=torch.bfloat16); b = torch.zeros(1032, 520, dtype=torch.bfloat16)
+    c = torch.zeros(1000, 1032, dtype=torch.bfloat16); buf = torch.zeros(1 + 4 * 64, dtype=torch.int64)
+    text = cute.compile(gemm, W._cute_tensor(a), W._cute_tensor(b), W._cute_tensor(c),
+                        W._cute_prof_buffer(buf), Int32(64), W.default_stream(), 0).__ptx__
+    return open(text).read() if os.path.exists(text[:512]) else text
+
+before = ptx()
+with cute_prof.autoprofile(per_warp=64, max_warps=1024, device="cpu") as prof:
+    recorded = ptx()
+after = ptx()
+rec = prof.recordings[0]
+json.dump({"before": before, "recorded": recorded, "after": after,
+           "sites": [s.to_dict() for s in rec.sites.values()],
+           "pipelines": [p.to_dict() for p in rec.pipelines], "closed": rec.closed,
+           "address": int(rec.buffer.data_ptr())}, open(sys.argv[1], "w"))
+"""
+
+
+@pytest.fixture(scope="module")
+def compiled(tmp_path_factory):
+    out = tmp_path_factory.mktemp("autoprof")
+    env = dict(os.environ, CUTE_DSL_ARCH="sm_90a", CUTE_DSL_KEEP="ptx", CUTE_DSL_DUMP_DIR=str(out))
+    env["PYTHONPATH"] = str(ROOT) + os.pathsep + env.get("PYTHONPATH", "")
+    result = out / "result.json"
+    proc = subprocess.run([sys.executable, "-c", CHILD, str(result)], cwd=ROOT, env=env,
+                          capture_output=True, text=True, timeout=900)
+    if proc.returncode != 0:
+        pytest.fail(f"compile failed:\n{proc.stdout[-3000:]}\n{proc.stderr[-6000:]}")
+    return json.loads(result.read_text())
+
+
+def test_ptx_outside_the_block_is_byte_identical(compiled):
+    assert compiled["before"] == compiled["after"]
+    assert "%globaltimer" not in compiled["before"]
+
+
+def test_every_pipeline_call_site_is_named_and_recorded(compiled):
+    names = {s["name"]: s for s in compiled["sites"]}
+    assert {p["name"] for p in compiled["pipelines"]} == {"ab_pipe", "store_pipe"}
+    assert next(p for p in compiled["pipelines"] if p["name"] == "ab_pipe")["stages"] == 4
+    for name, kind in [("ab_pipe.consumer_wait", "wait"), ("ab_pipe.consumer_release", "signal"),
+                       ("ab_pipe.producer_acquire", "wait"), ("store_pipe.producer_acquire", "wait"),
+                       ("store_pipe.producer_commit", "signal"), ("bar1.sync", "wait")]:
+        assert names[name]["kind"] == kind, name
+    assert compiled["closed"]  # the slice is closed where the kernel body ends
+
+
+def _record_blocks(ptx):
+    return re.findall(r"// begin inline asm\n(.*?)// end inline asm", ptx, flags=re.S)
+
+
+def test_records_are_slice_stores_and_the_cursor_stays_in_registers(compiled):
+    ptx = compiled["recorded"]
+    blocks = _record_blocks(ptx)
+    regions = [b for b in blocks if b.count("st.global.v2.u32") == 2]  # START + SPAN
+    instants = [b for b in blocks if b.count("st.global.v2.u32") == 1 and "%globaltimer_lo" in b]
+    assert regions and instants
+    assert not any("atom" in b for b in regions + instants)
+    assert ".local" not in ptx  # the stack slots were promoted to registers
+    # the buffer's address is a constant of the kernel (no parameter was added)
+    assert str(compiled["address"]) in ptx
+    assert ptx.count(".param") == compiled["before"].count(".param")
