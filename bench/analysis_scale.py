@@ -1,6 +1,6 @@
 """Time the conclusions (analyze, flows, diff, report) on a synthetic warp-specialised GEMM
 trace of ~5 M records: per CTA one producer (issue + wait_empty per k-tile) and 8 consumer
-warps (wait_full + mma per k-tile), mainloop phases. Writes bench/results/analysis_scale_cpu.*
+warps (wait_full + mma per k-tile), mainloop phases. Writes bench/results/analysis_speed/analysis_scale.*
 
     python bench/analysis_scale.py [--ctas 2200] [--k-tiles 128]
 """
@@ -86,13 +86,13 @@ def main(argv=None) -> int:
         "records": len(a),
         "seconds": {k: round(v, 3) for k, v in rows.items()},
     }
-    out = ROOT / "bench" / "results"
-    (out / "analysis_scale_cpu.json").write_text(json.dumps(result, indent=1) + "\n")
+    out = ROOT / "bench" / "results" / "analysis_speed"
+    (out / "analysis_scale.json").write_text(json.dumps(result, indent=1) + "\n")
     lines = [f"# Conclusions on {len(a):,} records", "",
              f"{result['date']}, {result['machine']}; `{result['command']}`", "",
              "| step | seconds | records/s |", "|---|---:|---:|"]
     lines += [f"| {k} | {v:.2f} | {len(a) / v / 1e6:.1f} M |" for k, v in rows.items()]
-    (out / "analysis_scale_cpu.md").write_text("\n".join(lines) + "\n")
+    (out / "analysis_scale.md").write_text("\n".join(lines) + "\n")
     print("\n".join(lines))
     return 0
 

@@ -241,8 +241,8 @@ def main(argv=None) -> int:
         "breakdown_s": breakdown,
     }
     if not args.no_write:
-        out = ROOT / "bench" / "results"
-        (out / "decode_speed_cpu.json").write_text(json.dumps(result, indent=1) + "\n")
+        out = ROOT / "bench" / "results" / "host_speed"
+        (out / "decode_speed.json").write_text(json.dumps(result, indent=1) + "\n")
         lines = [
             "# decode_buffer speed on the CPU",
             "",
@@ -265,7 +265,7 @@ def main(argv=None) -> int:
             lines += ["", f"Stages at {args.breakdown:,} records (end order, median of "
                       f"{args.repeat} after one warm-up):", "", "| stage | seconds |", "|---|---:|"]
             lines += [f"| {name} | {seconds:.3f} |" for name, seconds in breakdown.items()]
-        (out / "decode_speed_cpu.md").write_text("\n".join(lines) + "\n")
+        (out / "decode_speed.md").write_text("\n".join(lines) + "\n")
     return 0
 
 

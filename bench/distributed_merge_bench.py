@@ -3,7 +3,7 @@ ranks contributes a buffer of R records; the payloads are pickled and unpickled 
 ``gather_object`` does on top of the transfer) and merged. Prints and optionally writes
 seconds, bytes and peak RSS, the figures behind the README's scale table.
 
-  python bench/distributed_merge_bench.py --ranks 8 --records 1000000 --json bench/results/distributed_merge_cpu.json
+  python bench/distributed_merge_bench.py --ranks 8 --records 1000000 --json bench/results/host_speed/distributed_merge.json
 """
 
 from __future__ import annotations

@@ -207,7 +207,7 @@ def _bounds(result: dict) -> list[str]:
         return []
     n = row["records"]
     bandwidth = row["disk_write_bytes_per_s"]
-    out = ["", "Before this change (numpy writers, `bench/results/host_scale.md`, main, "
+    out = ["", "Before this change (numpy writers, `bench/results/host_speed/host_scale.md`, main, "
            "2026-11-22 20:24 UTC) at 50 M records: JSON 0.7 M/s with a peak of 8.5x the "
            "buffer, pftrace 0.6 M/s with 13.2x; the numpy rows above are those writers "
            "(still the fallback, `CUTE_PROF_NO_JIT=1`) in the same run.",
@@ -243,7 +243,7 @@ def main() -> None:
                         help="only write the .md again from the .json of --out")
     parser.add_argument("--child", type=int, help=argparse.SUPPRESS)
     parser.add_argument("--child-numpy", action="store_true", help=argparse.SUPPRESS)
-    parser.add_argument("--out", default=str(ROOT / "bench" / "results" / "export_scale_cpu"))
+    parser.add_argument("--out", default=str(ROOT / "bench" / "results" / "host_speed" / "export_scale"))
     args = parser.parse_args()
     if args.child:
         print(json.dumps(measure_one(args.child, args.child_numpy)))

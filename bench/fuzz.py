@@ -449,7 +449,7 @@ def _commit() -> str:
 
 
 def markdown(result: dict) -> str:
-    """The committed summary of a run (``bench/results/fuzz_result.md``)."""
+    """The committed summary of a run (``bench/results/fuzz/fuzz.md``)."""
     lines = [
         "# Fuzzing the host pipeline (`bench/fuzz.py`)",
         "",
@@ -548,9 +548,9 @@ def main(argv=None) -> int:
     print(json.dumps({k: result[k] for k in ("cases", "seconds", "outcomes", "problems", "examples",
                                              "undocumented_exceptions_and_timeouts")}, indent=1))
     if not args.no_write:
-        out = ROOT / "bench" / "results"
-        (out / "fuzz_result.json").write_text(json.dumps(result, indent=1) + "\n")
-        (out / "fuzz_result.md").write_text(markdown(result))
+        out = ROOT / "bench" / "results" / "fuzz"
+        (out / "fuzz.json").write_text(json.dumps(result, indent=1) + "\n")
+        (out / "fuzz.md").write_text(markdown(result))
     failed = result["undocumented_exceptions_and_timeouts"] or any(result["problems"].values())
     return 1 if failed else 0
 

@@ -243,7 +243,7 @@ def markdown(result: dict) -> str:
               "- **json**, **pftrace**: the compiled writers (`cute_prof/export/kernels.py`), "
               "chunks encoded on two threads while the main thread writes; the output is "
               "written and fsynced, so the disk's write bandwidth on this VM (0.4-0.65 GB/s, "
-              "measured in `bench/results/export_scale_cpu.md`) bounds JSON (~184 bytes a "
+              "measured in `bench/results/host_speed/export_scale.md`) bounds JSON (~184 bytes a "
               "record: 5 M/s needs ~0.9 GB/s); pftrace (~48 bytes a record) meets 10 M/s. "
               "The peak here includes the raw buffer, which the export bench frees first.",
               ""]
@@ -262,7 +262,7 @@ def main(argv=None) -> int:
     parser.add_argument("--no-write", action="store_true")
     parser.add_argument("--no-jit", action="store_true",
                         help="time the numpy reference paths (CUTE_PROF_NO_JIT=1)")
-    parser.add_argument("--out", default="host_scale", help="result file stem in bench/results")
+    parser.add_argument("--out", default="host_scale", help="result file stem in bench/results/host_speed")
     parser.add_argument("--child", type=int, help=argparse.SUPPRESS)
     parser.add_argument("--ceiling", type=int, help=argparse.SUPPRESS)
     args = parser.parse_args(argv)
@@ -296,7 +296,7 @@ def main(argv=None) -> int:
     text = markdown(result)
     print(text)
     if not args.no_write:
-        out = ROOT / "bench" / "results"
+        out = ROOT / "bench" / "results" / "host_speed"
         (out / f"{args.out}.json").write_text(json.dumps(result, indent=1) + "\n")
         (out / f"{args.out}.md").write_text(text)
     return 0

@@ -8,7 +8,7 @@ PTX, so that one ingredient changes at a time:
 * ``record``    the first four-instruction ``SliceRecorder(ordered=False).end()``: timer read,
                 latched compare, store at the cursor, then the cursor increment (which waits
                 for the store to read the cursor; the library now stores at the advanced
-                cursor instead, see bench/results/hot3_h100/README.md)
+                cursor instead, see bench/results/record_cost/runs/2026-11-23_hot3_h100.tar.xz, hot3_h100/README.md)
 * ``deferred``  the same four instructions, but each record stores the previous one's timer
                 value, so the store never waits for the timer read it follows
 * ``no_timer``  compare, store of a constant, increment: the record without its timer
