@@ -13,7 +13,7 @@ step tests timeout 200 python -m pytest -v -rA -s tests/gpu/test_flight_gpu.py
 step memcheck timeout 120 compute-sanitizer --tool memcheck --report-api-errors no --error-exitcode 3 python tests/gpu/flight_kernels.py ok --ctas 8 --k-tiles 16 --timeout 60
 step hangdump timeout 60 python tests/gpu/flight_kernels.py hang --ctas 16 --k-tiles 32 --stop-k 9 --timeout 1.5 --dump "$W/hang_dump.npz"
 step cli python -m cute_prof.cli flight "$W/hang_dump.npz" -o "$W/hang_partial_trace.json"
-step cost timeout 100 python bench/flight_cost.py --rounds 5 --json "$OUT/flight_cost.json"
+step cost timeout 100 python bench/parts/flight_cost.py --rounds 5 --json "$OUT/flight_cost.json"
 step leftover nvidia-smi --query-compute-apps=pid,name --format=csv
 cp "$W/all.log" "$OUT/flight_all.log"
 grep -E "^=== |PASSED|FAILED|ERROR|kernel |warps|records decoded|variant|^record|^flight|^none" "$W/all.log" | tail -n 80

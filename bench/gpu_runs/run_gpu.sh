@@ -23,8 +23,8 @@ for step in $steps; do
     tests) run tests python -m pytest -v -rA tests/gpu tests/test_seed_compat.py tests/test_recorder_scope.py --junitxml="$OUT/junit.xml" ;;
     sanitize) run sanitize compute-sanitizer --tool memcheck --report-api-errors no --error-exitcode 3 python bench/gpu_runs/sanitize_probe.py ;;
     example) run example python -m cute_prof.example -o "$OUT/profiler_example_trace.json" --save-recording "$OUT/example_recording.npz" ;;
-    overhead) run overhead bash -c 'for i in 1 2 3; do python bench/overhead.py --json "$OUT/overhead_$i.json" || exit 1; done' ;;
-    gemm) run gemm timeout 300 python bench/ws_gemm_bench.py --reps 100 ;;
+    overhead) run overhead bash -c 'for i in 1 2 3; do python bench/parts/overhead.py --json "$OUT/overhead_$i.json" || exit 1; done' ;;
+    gemm) run gemm timeout 300 python bench/parts/ws_gemm_bench.py --reps 100 ;;
     gemmprof) run gemmprof timeout 200 python examples/ws_gemm_profile.py -o /tmp/ws_gemm_l2.json ;;
     gemmbig) run gemmbig timeout 200 python examples/ws_gemm_profile.py --mnk 8192,8192,8192 -o /tmp/ws_gemm_8192.json ;;
     gemm128) run gemm128 timeout 200 python examples/ws_gemm_profile.py --tile-n 128 -o /tmp/ws_gemm_t128.json ;;

@@ -9,4 +9,4 @@ export PYTHONUNBUFFERED=1
 cat "$OUT/info.log"
 timeout 120 python -m pytest -q -rA tests/gpu/test_slices_gpu.py > "$OUT/tests.log" 2>&1; echo "tests rc=$?"
 tail -n 15 "$OUT/tests.log"
-for c in 1 2; do OVERHEAD_CHAINS=$c timeout 200 python bench/overhead.py --rounds ${ROUNDS:-25} --json "$OUT/overhead_chains$c.json" --sass-dir "$OUT" > "$OUT/overhead_chains$c.log" 2>&1; echo "bench chains=$c rc=$?"; tail -n 22 "$OUT/overhead_chains$c.log"; done
+for c in 1 2; do OVERHEAD_CHAINS=$c timeout 200 python bench/parts/overhead.py --rounds ${ROUNDS:-25} --json "$OUT/overhead_chains$c.json" --sass-dir "$OUT" > "$OUT/overhead_chains$c.log" 2>&1; echo "bench chains=$c rc=$?"; tail -n 22 "$OUT/overhead_chains$c.log"; done

@@ -18,17 +18,17 @@ if [ -z "${SKIP_TESTS:-}" ]; then
   step gemm_tests timeout 300 python -m pytest -q -rA tests/gpu/test_ws_gemm.py tests/gpu/test_ws_gemm_persistent.py \
       -k slices --junitxml="$OUT/junit_gemm.xml"
 fi
-step overhead timeout 200 python bench/overhead.py --rounds 20 --json "$OUT/overhead.json" --sass-dir "$W/sass"
-step overhead_1chain env OVERHEAD_CHAINS=1 timeout 200 python bench/overhead.py --rounds 20 \
+step overhead timeout 200 python bench/parts/overhead.py --rounds 20 --json "$OUT/overhead.json" --sass-dir "$W/sass"
+step overhead_1chain env OVERHEAD_CHAINS=1 timeout 200 python bench/parts/overhead.py --rounds 20 \
     --json "$OUT/overhead_1chain.json"
-step ours_nested timeout 200 python bench/overhead_peers.py ours --rounds 20 --json "$OUT/ours_nested.json"
+step ours_nested timeout 200 python bench/parts/overhead_peers.py ours --rounds 20 --json "$OUT/ours_nested.json"
 step iket_nested timeout 200 python -c "$RUN_IKET" -o "$W/iket" --clobber profile --postprocess none -- \
-    python bench/overhead_peers.py iket --rounds 8 --batch 5 --json "$OUT/iket_nested.json"
-step table python bench/overhead_peers.py table "$OUT/overhead.json" "$OUT/ours_nested.json" \
+    python bench/parts/overhead_peers.py iket --rounds 8 --batch 5 --json "$OUT/iket_nested.json"
+step table python bench/parts/overhead_peers.py table "$OUT/overhead.json" "$OUT/ours_nested.json" \
     "$OUT/iket_nested.json" --iket-ranges 1081344 --out "$OUT/table.md"
 if [ -z "${SKIP_GEMM:-}" ]; then
-  step gemm_8192 timeout 200 python bench/gemm_overhead.py --rounds 100 --json "$OUT/gemm_overhead_8192.json"
-  step gemm_2048x2048x8192 timeout 150 python bench/gemm_overhead.py --mnk 2048,2048,8192 --rounds 300 \
+  step gemm_8192 timeout 200 python bench/parts/gemm_overhead.py --rounds 100 --json "$OUT/gemm_overhead_8192.json"
+  step gemm_2048x2048x8192 timeout 150 python bench/parts/gemm_overhead.py --mnk 2048,2048,8192 --rounds 300 \
       --json "$OUT/gemm_overhead_2048x2048x8192.json"
 fi
 grep -E "^=== |passed|failed|wrap test|^# check|x L0|^variant|^L[0-9]|^persistent|^cuBLAS|exactness|^slices|^staged|unprofiled" \

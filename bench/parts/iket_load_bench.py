@@ -6,7 +6,7 @@ table is widened to ``--ctas`` CTAs of 4 warps and its first launch's ranges, ma
 lifetimes are repeated with shifted timestamps until ``--ranges`` ranges. The load runs in a
 fresh process so its peak RSS is the reader's own.
 
-  python bench/iket_load_bench.py --ranges 1081344 --json bench/results/host_speed/iket_load.json
+  python bench/parts/iket_load_bench.py --ranges 1081344 --json bench/results/host_speed/iket_load.json
 """
 
 from __future__ import annotations
@@ -21,7 +21,7 @@ import sys
 import time
 from pathlib import Path
 
-REPO = Path(__file__).resolve().parents[1]
+REPO = Path(__file__).resolve().parents[2]
 TEMPLATE = REPO / "tests" / "data" / "iket_compare.trace.json.gz"
 
 

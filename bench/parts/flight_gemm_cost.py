@@ -7,7 +7,7 @@ mainloops, each ``wait_empty`` and ``wait_full`` -- in pinned, mapped host memor
 Kernel times from CUPTI (torch.profiler), medians over rounds. Before timing, one flight
 launch is checked: exact record counts, and every recording warp left every region.
 
-    python bench/flight_gemm_cost.py [--mnk 8192,8192,8192] [--rounds 20] [--json out.json]
+    python bench/parts/flight_gemm_cost.py [--mnk 8192,8192,8192] [--rounds 20] [--json out.json]
 """
 
 from __future__ import annotations
@@ -22,7 +22,7 @@ import sys
 
 import numpy as np
 
-sys.path.insert(0, os.path.join(os.path.dirname(os.path.abspath(__file__)), ".."))
+sys.path.insert(0, os.path.join(os.path.dirname(os.path.abspath(__file__)), "..", ".."))
 
 
 def main(argv=None) -> int:

@@ -1,17 +1,17 @@
-"""NVIDIA IKET and Triton's Proton on the probe of ``bench/overhead.py``, beside our write paths.
+"""NVIDIA IKET and Triton's Proton on the probe of ``bench/parts/overhead.py``, beside our write paths.
 
 IKET's injection library and torch.profiler's CUPTI do not share a process, and Proton's
 instrumentation session may hold CUPTI too, so every variant here is timed the same way:
 CUDA events around batches of ``--batch`` launches enqueued behind a sleep kernel, so
 that they run back to back whatever the host's launch overhead, variant order shuffled each round,
 medians. Our own variants are timed in the IKET process too, so that their figures can be
-set beside the CUPTI figures of ``bench/overhead.py`` to show the two methods agree.
+set beside the CUPTI figures of ``bench/parts/overhead.py`` to show the two methods agree.
 Per-record cost = (variant - unprofiled) / records per SM, all warps, one record per
 iteration (8192 records per SM on 132 SMs).
 
-  run-iket profile --postprocess json -- python bench/overhead_peers.py iket --json iket.json
-  python bench/overhead_peers.py proton --json proton.json
-  python bench/overhead_peers.py table overhead.json iket.json proton.json [--capture DIR]
+  run-iket profile --postprocess json -- python bench/parts/overhead_peers.py iket --json iket.json
+  python bench/parts/overhead_peers.py proton --json proton.json
+  python bench/parts/overhead_peers.py table overhead.json iket.json proton.json [--capture DIR]
 """
 
 from __future__ import annotations
@@ -114,7 +114,7 @@ def time_with_cupti(launchers: dict, *, rounds: int, warmup: int = 1) -> dict:
 
 def slope_row(mode, fmas, added_by_stride: dict, base_stride1: float, t_stride1: float, *, n_warps: int, sms: int,
               source: str) -> dict:
-    """Least-squares ns per record per SM over the strides, as bench/overhead.py computes it."""
+    """Least-squares ns per record per SM over the strides, as bench/parts/overhead.py computes it."""
     xs = np.array([n_warps * (probe.ITERS // st) / sms for st in sorted(added_by_stride)], dtype=float)
     ys = np.array([added_by_stride[st] for st in sorted(added_by_stride)], dtype=float)
     slope, icpt = np.polyfit(xs, ys, 1)
@@ -128,7 +128,7 @@ def slope_row(mode, fmas, added_by_stride: dict, base_stride1: float, t_stride1:
 def run_cute(args, modes) -> dict:
     """Time CuTe DSL probe variants with CUDA events at every stride (IKET's only do something
     under run-iket). IKET's ranges need a loop nest (``iket_sN``) and are set against the
-    same nest unprofiled (``nest_sN``); ours use the record mask of bench/overhead.py."""
+    same nest unprofiled (``nest_sN``); ours use the record mask of bench/parts/overhead.py."""
     import torch
     from cutlass import Int32
     from cutlass.cute.runtime import from_dlpack
@@ -344,7 +344,7 @@ def table_rows(doc: dict, *, iket_ranges=None) -> list:
     for r in doc["rows"]:
         if r.get("warps", "all") != "all" or r["mode"] == "scaffold":
             continue
-        if tool is None:  # bench/overhead.py: CUPTI, slope over four record densities
+        if tool is None:  # bench/parts/overhead.py: CUPTI, slope over four record densities
             unprof = doc["unprofiled_us"][str(r["F"])]
             per_record_1 = (r["median_us_stride1"] - unprof) * 1e3 / per_sm
             rows.append([r["mode"], r["F"], "CUPTI, our process", unprof, r["ratio_stride1"],

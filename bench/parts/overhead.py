@@ -9,7 +9,7 @@ the same round; ns per record per SM = least-squares slope of added time against
 per SM over the strides (R^2 printed). Before timing, every write path is checked for exact
 counts and exact overflow.
 
-    python bench/overhead.py [--rounds 30] [--json out.json] [--sass-dir DIR]
+    python bench/parts/overhead.py [--rounds 30] [--json out.json] [--sass-dir DIR]
 """
 
 import argparse
@@ -57,7 +57,7 @@ def build():
     from cute_prof.device.ptx import inline_asm
     from cute_prof.device.slices import SliceRecorder, prefetch_header
 
-    try:  # NVIDIA IKET's ranges, for the side-by-side run under run-iket (bench/overhead_peers.py)
+    try:  # NVIDIA IKET's ranges, for the side-by-side run under run-iket (bench/parts/overhead_peers.py)
         from cutlass.cute.experimental import iket
     except ImportError:  # pragma: no cover - older nvidia-cutlass-dsl
         iket = None

@@ -3,7 +3,7 @@ ranks contributes a buffer of R records; the payloads are pickled and unpickled 
 ``gather_object`` does on top of the transfer) and merged. Prints and optionally writes
 seconds, bytes and peak RSS, the figures behind the README's scale table.
 
-  python bench/distributed_merge_bench.py --ranks 8 --records 1000000 --json bench/results/host_speed/distributed_merge.json
+  python bench/parts/distributed_merge_bench.py --ranks 8 --records 1000000 --json bench/results/host_speed/distributed_merge.json
 """
 
 from __future__ import annotations
@@ -21,7 +21,7 @@ from pathlib import Path
 
 import numpy as np
 
-sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
+sys.path.insert(0, str(Path(__file__).resolve().parents[2]))
 
 from cute_prof import layout  # noqa: E402
 from cute_prof.distributed import merge_rank_payloads, rank_payload  # noqa: E402

@@ -1,6 +1,6 @@
 """Where the cost of one slices record goes: raw PTX variants of the record on IKET's loop nest.
 
-The probe of ``bench/overhead.py`` (1056 CTAs x 128 threads, 256 iterations of F FMAs in
+The probe of ``bench/parts/overhead.py`` (1056 CTAs x 128 threads, 256 iterations of F FMAs in
 four chains, one record per warp per iteration) with the record written by hand-made inline
 PTX, so that one ingredient changes at a time:
 
@@ -22,13 +22,13 @@ PTX, so that one ingredient changes at a time:
 * ``record32``  ``record`` storing only the 4-byte timer value (what the data width costs)
 * ``library``   ``SliceRecorder(ordered=False)``: open, ``end(1)`` each iteration, ``close()``
                 (on a slices buffer: ``record`` plus the recorder's fixed per-launch costs)
-* ``overhead_nest_s1``, ``overhead_slicesu_s1``: bench/overhead.py's nested kernels (what
-                bench/overhead_peers.py times beside IKET), in the same rounds
+* ``overhead_nest_s1``, ``overhead_slicesu_s1``: bench/parts/overhead.py's nested kernels (what
+                bench/parts/overhead_peers.py times beside IKET), in the same rounds
 
 Timed with CUPTI, shuffled every round, medians; ns per record per SM = (variant - nest) /
 8192. Prints the SASS loop size of each variant when nvdisasm is available.
 
-    python bench/record_anatomy.py [--rounds 20] [--json out.json]
+    python bench/parts/record_anatomy.py [--rounds 20] [--json out.json]
 """
 
 
@@ -248,11 +248,11 @@ def main(argv=None) -> int:
             stored = int((buf != 0).sum()) * (2 if variant == "record32" else 1)
             print(f"# check {variant} F={fmas}: {stored} of {words} words stored", flush=True)
             assert stored == words, (variant, fmas, stored)
-    # bench/overhead.py's own nest kernels (what overhead_peers times) in the same rounds
+    # bench/parts/overhead.py's own nest kernels (what overhead_peers times) in the same rounds
     import overhead
 
     ov_launch = overhead.build()
-    # the same kernel on a second buffer placed after a 35 MB one (as bench/overhead_peers.py
+    # the same kernel on a second buffer placed after a 35 MB one (as bench/parts/overhead_peers.py
     # allocates), and on normal-distributed data (as it draws): does placement or data matter?
     spacer = torch.zeros(CTAS * WARPS * ITERS * 4, dtype=torch.int64, device=device)
     sbuf2 = allocate_slices_buffer(CTAS * WARPS, ITERS, device=device)

@@ -1,10 +1,10 @@
 """Exporters at scale: pftrace, Chrome JSON and the aggregated overview of 1 M .. 50 M records.
 
-    python bench/export_scale.py                              # 1 M, 5 M, 20 M, 50 M
-    python bench/export_scale.py --records 1000000 5000000    # some sizes
-    python bench/export_scale.py --numpy-up-to 5000000        # also the numpy writers there
+    python bench/parts/export_scale.py                              # 1 M, 5 M, 20 M, 50 M
+    python bench/parts/export_scale.py --records 1000000 5000000    # some sizes
+    python bench/parts/export_scale.py --numpy-up-to 5000000        # also the numpy writers there
 
-Each size runs in its own process. The trace is decoded from ``bench/decode_speed.py``'s
+Each size runs in its own process. The trace is decoded from ``bench/parts/decode_speed.py``'s
 ``build_buffer`` (4,224 warp tracks, four tags, ~3 us regions that sometimes overlap on a
 track, instants and clock spans); the buffer is then freed, as a user's script would once
 decoded. Steps, each timed once after a warm-up on a small trace (which also loads the
@@ -36,7 +36,7 @@ import tempfile
 import time
 from pathlib import Path
 
-ROOT = Path(__file__).resolve().parents[1]
+ROOT = Path(__file__).resolve().parents[2]
 sys.path.insert(0, str(ROOT))
 sys.path.insert(0, str(ROOT / "bench"))
 
@@ -260,7 +260,7 @@ def main() -> None:
         done = subprocess.run(command, check=True, stdout=subprocess.PIPE, text=True)
         rows.append(json.loads(done.stdout.strip().splitlines()[-1]))
     result = {
-        **run_facts("python bench/export_scale.py " + " ".join(sys.argv[1:])),
+        **run_facts("python bench/parts/export_scale.py " + " ".join(sys.argv[1:])),
         "rows": rows,
     }
     Path(args.out + ".json").write_text(json.dumps(result, indent=1) + "\n")

@@ -1,7 +1,7 @@
 """Decode throughput and peak memory of ``decode_buffer`` at 1 M .. 50 M records.
 
-    python bench/decode_speed.py                       # 1 M, 5 M, 20 M, 50 M; writes results
-    python bench/decode_speed.py --records 1000000 --repeat 3 --no-write
+    python bench/parts/decode_speed.py                       # 1 M, 5 M, 20 M, 50 M; writes results
+    python bench/parts/decode_speed.py --records 1000000 --repeat 3 --no-write
 
 Each size runs in its own process. The buffer is built block by block exactly as the device
 writes it (``layout`` encoders): 4,224 warp tracks (132 SMs x 32 warps), four tags, regions
@@ -31,7 +31,7 @@ from pathlib import Path
 
 import numpy as np
 
-ROOT = Path(__file__).resolve().parents[1]
+ROOT = Path(__file__).resolve().parents[2]
 sys.path.insert(0, str(ROOT))
 
 from cute_prof import layout  # noqa: E402
@@ -229,7 +229,7 @@ def main(argv=None) -> int:
     import numpy
 
     result = {
-        "command": "python bench/decode_speed.py " + " ".join(argv or sys.argv[1:]),
+        "command": "python bench/parts/decode_speed.py " + " ".join(argv or sys.argv[1:]),
         "date": datetime.datetime.now(datetime.timezone.utc).isoformat(timespec="seconds"),
         "machine": f"{cpu_model()}, {os.cpu_count()} cores, "
                    f"{os.sysconf('SC_PAGE_SIZE') * os.sysconf('SC_PHYS_PAGES') / 2**30:.0f} GiB",
@@ -248,7 +248,7 @@ def main(argv=None) -> int:
             "",
             f"{result['date']}, {result['machine']}, Python {result['python']}, numpy "
             f"{result['numpy']}. Command: `{result['command'].strip()}`. Buffer built as in "
-            "the docstring of `bench/decode_speed.py`; median of "
+            "the docstring of `bench/parts/decode_speed.py`; median of "
             f"{args.repeat} decodes after one warm-up; peak = process peak RSS minus its RSS "
             "before the buffer existed (buffer + Trace + temporaries).",
             "",

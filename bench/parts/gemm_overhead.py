@@ -11,7 +11,7 @@ cuBLAS runs in the same rounds. Afterwards each profiled variant runs once more 
 records are decoded and checked exactly (``ws_gemm.check_counts``: every region of every
 warp, no overflow).
 
-    python bench/gemm_overhead.py [--mnk 8192,8192,8192] [--rounds 40] [--json out.json]
+    python bench/parts/gemm_overhead.py [--mnk 8192,8192,8192] [--rounds 40] [--json out.json]
 """
 
 from __future__ import annotations
@@ -26,7 +26,7 @@ from pathlib import Path
 
 import numpy as np
 
-ROOT = Path(__file__).resolve().parents[1]
+ROOT = Path(__file__).resolve().parents[2]
 sys.path.insert(0, str(ROOT))
 sys.path.insert(0, str(ROOT / "bench"))
 

@@ -1,8 +1,8 @@
 """Warp-specialised GEMM benchmark: correctness, then speed at 8192^3 with and without
 profiling, next to cuBLAS (torch.matmul) in the same process.
 
-    python bench/ws_gemm_bench.py                 # full run (needs a Hopper GPU)
-    python bench/ws_gemm_bench.py --size 4096 --reps 30
+    python bench/parts/ws_gemm_bench.py                 # full run (needs a Hopper GPU)
+    python bench/parts/ws_gemm_bench.py --size 4096 --reps 30
 
 Steps:
 1. correctness: several sizes (tile multiples and not) at profile level 0, one at level 2
@@ -30,7 +30,7 @@ from pathlib import Path
 
 import numpy as np
 
-ROOT = Path(__file__).resolve().parents[1]
+ROOT = Path(__file__).resolve().parents[2]
 sys.path.insert(0, str(ROOT))
 sys.path.insert(0, str(ROOT / "bench"))
 

@@ -5,7 +5,7 @@ mainloop region holding load/mma iterations with a payload, an instant per itera
 epilogue and an exit instant), decodes it with the real decoder, then times each stage
 after one warm-up run and reports the median. Needs no GPU.
 
-    python bench/analysis_bench.py [--records 1000000] [--tids 10000] [--repeats 5]
+    python bench/parts/analysis_bench.py [--records 1000000] [--tids 10000] [--repeats 5]
 """
 
 from __future__ import annotations
@@ -22,7 +22,7 @@ from pathlib import Path
 
 import numpy as np
 
-sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
+sys.path.insert(0, str(Path(__file__).resolve().parents[2]))
 
 from cute_prof import layout  # noqa: E402
 from cute_prof.analysis import summarize  # noqa: E402

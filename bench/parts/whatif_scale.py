@@ -1,7 +1,7 @@
 """Timing of the pipeline analysis on ~5 M records (issue #17: <= 5 s on the 2-core CI box).
 
-    python bench/whatif_scale.py tests/data/gemm_traces/whatif_base.npz --copies 576
-    python bench/whatif_scale.py tests/data/gemm_traces/persistent_l2.npz --copies 1120 \\
+    python bench/parts/whatif_scale.py tests/data/gemm_traces/whatif_base.npz --copies 576
+    python bench/parts/whatif_scale.py tests/data/gemm_traces/persistent_l2.npz --copies 1120 \\
         --spec examples/ws_gemm_persistent_pipeline.json
 
 A level-2 ws_gemm trace from the H100, cut to a few whole CTAs (the non-persistent one:
@@ -21,7 +21,7 @@ from pathlib import Path
 
 import numpy as np
 
-ROOT = Path(__file__).resolve().parents[1]
+ROOT = Path(__file__).resolve().parents[2]
 sys.path.insert(0, str(ROOT))
 sys.path.insert(0, str(ROOT / "bench"))
 

@@ -1,7 +1,7 @@
 """Host-side benchmark: decode and JSON export of a realistic 1 M-record buffer.
 
-    python bench/host_bench.py                 # 1 M records, 5 timed runs each
-    python bench/host_bench.py --events 200000 --repeat 3 --markdown
+    python bench/parts/host_bench.py                 # 1 M records, 5 timed runs each
+    python bench/parts/host_bench.py --events 200000 --repeat 3 --markdown
 
 The buffer is built exactly as the device writes it (``layout.write_records``): 132 SMs,
 CTAs of 8 warps with one recording lane each, six region tags, ~5% instants, ~5% clock-mode
@@ -23,7 +23,7 @@ from pathlib import Path
 
 import numpy as np
 
-sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
+sys.path.insert(0, str(Path(__file__).resolve().parents[2]))
 
 import cute_prof  # noqa: E402
 from cute_prof import layout  # noqa: E402

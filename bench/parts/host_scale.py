@@ -1,9 +1,9 @@
 """Host pipeline at scale: decode, summary, JSON and pftrace export of 1 M .. 50 M records.
 
-    python bench/host_scale.py                                 # 1 M, 5 M, 20 M, 50 M
-    python bench/host_scale.py --records 1000000 --no-write    # a quick look
+    python bench/parts/host_scale.py                                 # 1 M, 5 M, 20 M, 50 M
+    python bench/parts/host_scale.py --records 1000000 --no-write    # a quick look
 
-Each size runs in its own process. The buffer comes from ``bench/decode_speed.py``
+Each size runs in its own process. The buffer comes from ``bench/parts/decode_speed.py``
 (``build_buffer``: built through ``cute_prof.layout`` as the device writes it; 4,224 warp
 tracks, four tags, ~3 us regions that sometimes overlap on a track, instants and clock
 spans). Steps, each timed once after a warm-up on a small trace: ``decode_buffer``;
@@ -29,7 +29,7 @@ import tempfile
 import time
 from pathlib import Path
 
-ROOT = Path(__file__).resolve().parents[1]
+ROOT = Path(__file__).resolve().parents[2]
 sys.path.insert(0, str(ROOT))
 sys.path.insert(0, str(ROOT / "bench"))
 
@@ -147,7 +147,7 @@ def compile_cost() -> dict:
                 "TAGS; buf = build_buffer(20000); t = time.perf_counter(); "
                 "from cute_prof import decode_buffer; from cute_prof.analysis.summary import "
                 "summarize; summarize(decode_buffer(buf, TAGS, clock_hz=%r)).format_table(); "
-                "print(time.perf_counter() - t)" % (str(ROOT), str(ROOT / "bench"), CLOCK_HZ))
+                "print(time.perf_counter() - t)" % (str(ROOT), str(ROOT / "bench" / "parts"), CLOCK_HZ))
         done = subprocess.run([sys.executable, "-c", code], env=env, capture_output=True,
                               text=True, check=True)
     return {"cold_first_call_s": round(float(done.stdout.strip().splitlines()[-1]), 2)}
@@ -286,7 +286,7 @@ def main(argv=None) -> int:
                               stdout=subprocess.PIPE, text=True, check=True)
         ceilings.append(json.loads(done.stdout.strip().splitlines()[-1]))
     result = {
-        **run_facts("python bench/host_scale.py " + " ".join(argv if argv is not None else sys.argv[1:])),
+        **run_facts("python bench/parts/host_scale.py " + " ".join(argv if argv is not None else sys.argv[1:])),
         "compiled_paths": not args.no_jit,
         "rows": rows,
         "failed": failed,

@@ -2,7 +2,7 @@
 trace of ~5 M records: per CTA one producer (issue + wait_empty per k-tile) and 8 consumer
 warps (wait_full + mma per k-tile), mainloop phases. Writes bench/results/analysis_speed/analysis_scale.*
 
-    python bench/analysis_scale.py [--ctas 2200] [--k-tiles 128]
+    python bench/parts/analysis_scale.py [--ctas 2200] [--k-tiles 128]
 """
 
 from __future__ import annotations
@@ -19,7 +19,7 @@ from pathlib import Path
 
 import numpy as np
 
-ROOT = Path(__file__).resolve().parent.parent
+ROOT = Path(__file__).resolve().parents[2]
 sys.path.insert(0, str(ROOT))
 
 from cute_prof import layout  # noqa: E402
@@ -82,7 +82,7 @@ def main(argv=None) -> int:
     result = {
         "date": datetime.now(timezone.utc).isoformat(timespec="seconds"),
         "machine": f"{platform.processor() or platform.machine()}, {os.cpu_count()} cores",
-        "command": "python bench/analysis_scale.py " + " ".join(argv or sys.argv[1:]),
+        "command": "python bench/parts/analysis_scale.py " + " ".join(argv or sys.argv[1:]),
         "records": len(a),
         "seconds": {k: round(v, 3) for k, v in rows.items()},
     }

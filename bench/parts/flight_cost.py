@@ -3,7 +3,7 @@ probe: every warp of 264 CTAs x 8 warps runs ITERS iterations of a short FMA cha
 wrapped in one region. Kernel times from many back-to-back launches (median of rounds,
 variant order shuffled per round); cost per region = (variant - none) / ITERS.
 
-    python bench/flight_cost.py [--json OUT.json]
+    python bench/parts/flight_cost.py [--json OUT.json]
 """
 
 from __future__ import annotations
