@@ -24,8 +24,9 @@ bytes are compared before and after. Outcomes are counted: ``ok``, ``rejected:<E
 for the documented errors (``ProfileBufferError`` and its subclasses, ``FileNotFoundError``),
 ``crash:<where>:<Error>`` for anything else, ``timeout``. Checks on every decoded trace:
 no event with a negative start or duration or an end beyond int64, and the written JSON's
-slices nest on every track (``tests/trace_checks.py::json_nesting_violations``). Any
-problem, misnested JSON included, makes the run fail.
+slices nest on every track (``tests/trace_checks.py::json_nesting_violations``), both read
+exactly and read as a viewer reads them (microseconds as doubles). Any problem, misnested
+JSON included, makes the run fail.
 """
 
 from __future__ import annotations
@@ -281,6 +282,10 @@ def consume(trace, directory: Path, case: int, picture: bool, problems) -> str |
         stage = "json_nesting_check"
         if json_nesting_violations(json_path):
             problems["json_traces_misnested"] += 1
+        # as a viewer reads it: microseconds parsed as doubles, which keep whole ns only
+        # while the trace spans less than ~2**53 ns (104 days)
+        if json_nesting_violations(json.loads(json_path.read_text())):
+            problems["json_traces_misnested_as_doubles"] += 1
         stage = "pftrace_export"
         export_trace(trace, directory / f"{case}.pftrace")
         if picture:
@@ -449,7 +454,7 @@ def _commit() -> str:
 
 
 def markdown(result: dict) -> str:
-    """The committed summary of a run (``bench/results/fuzz_result.md``)."""
+    """The committed summary of a run (``bench/results/fuzz/fuzz.md``)."""
     lines = [
         "# Fuzzing the host pipeline (`bench/fuzz.py`)",
         "",
@@ -478,7 +483,10 @@ def markdown(result: dict) -> str:
         "(`ClockRateError` is a `ProfileBufferError`: clock spans without a clock rate); "
         "`rejected:cli_error_line`: the CLI ended with status 2 and one `cute-prof: error` "
         "line. `json traces misnested` counts written JSON files whose slices on one track "
-        "overlap without nesting (must be 0: the JSON writer gives overlaps extra lanes).",
+        "overlap without nesting (must be 0: the JSON writer gives overlaps extra lanes); "
+        "`as doubles` reads the microseconds as a viewer does, as doubles (must be 0: a record "
+        "far outside its launch's time window is invalid, `outside_launch`, so the trace's "
+        "time origin stays near its records).",
         "",
     ]
     return "\n".join(lines)
@@ -542,15 +550,16 @@ def main(argv=None) -> int:
         "undocumented_exceptions_and_timeouts": sum(crashes.values()),
         "problems": {k: problems.get(k, 0) for k in (
             "negative_start_events", "negative_duration_events", "end_beyond_int64_events",
-            "input_files_modified", "invalid_reasons_mismatch", "json_traces_misnested")},
+            "input_files_modified", "invalid_reasons_mismatch", "json_traces_misnested",
+            "json_traces_misnested_as_doubles")},
         "examples": {k: sorted(v)[:5] for k, v in sorted(examples.items())},
     }
     print(json.dumps({k: result[k] for k in ("cases", "seconds", "outcomes", "problems", "examples",
                                              "undocumented_exceptions_and_timeouts")}, indent=1))
     if not args.no_write:
-        out = ROOT / "bench" / "results"
-        (out / "fuzz_result.json").write_text(json.dumps(result, indent=1) + "\n")
-        (out / "fuzz_result.md").write_text(markdown(result))
+        out = ROOT / "bench" / "results" / "fuzz"
+        (out / "fuzz.json").write_text(json.dumps(result, indent=1) + "\n")
+        (out / "fuzz.md").write_text(markdown(result))
     failed = result["undocumented_exceptions_and_timeouts"] or any(result["problems"].values())
     return 1 if failed else 0
 

@@ -15,7 +15,7 @@ What the decoder guarantees (and the fuzz tests check):
   never decoded (a zero slot would otherwise look like tag 0 at time 0).
 * A complete slot that breaks a validity rule (:data:`INVALID_REASONS`: reserved bits set,
   unknown kind, negative start or duration, an end beyond int64, a clock conversion that
-  overflows) is counted in ``invalid`` and ``invalid_reasons[reason]`` and never decoded, so
+  overflows, a start far outside its launch's time window) is counted in ``invalid`` and ``invalid_reasons[reason]`` and never decoded, so
   every event has ``start_ns >= 0``, ``dur_ns >= 0`` and ``start_ns + dur_ns <= 2**63 - 1``.
 * ``len(events) + len(clock_syncs) + incomplete + invalid == min(counter, capacity)``.
 * Anything that is not a profile buffer raises :class:`ProfileBufferError`, nothing else.
@@ -134,6 +134,7 @@ INVALID_REASONS = (
     "negative_duration",  # dur word < 0 (ns for spans and instants, cycles for clock kinds)
     "end_overflow",  # span or instant whose start + dur is beyond int64
     "clock_overflow",  # clock span whose cycles -> ns conversion leaves int64 or starts < 0
+    "outside_launch",  # starts far outside its launch's time window (layout.LAUNCH_GAP_LIMIT_NS)
 )
 # Per-slot class codes: record kinds 0..3 for valid records, then incomplete, then reasons.
 _INCOMPLETE = 4
@@ -246,7 +247,66 @@ def screen_events(events: np.ndarray) -> tuple[np.ndarray, dict[str, int]]:
         if hit.any():
             reasons[reason] = int(np.count_nonzero(hit))
             keep &= ~hit
+    rows = np.flatnonzero(keep)
+    outside = outside_launch(start[rows], events["launch"][rows])
+    if outside is not None:
+        reasons["outside_launch"] = int(np.count_nonzero(outside))
+        keep[rows[outside]] = False
     return keep, reasons
+
+
+def outside_launch(start: np.ndarray, launch: np.ndarray) -> np.ndarray | None:
+    """Rows that start far outside their launch's time window (reason ``outside_launch``),
+    or None when there are none.
+
+    Per launch, the starts in order are split wherever two consecutive ones are more than
+    ``layout.LAUNCH_GAP_LIMIT_NS`` apart; rows outside the largest group (the earliest group
+    on a tie) are outside. ``start`` must be >= 0. Costs two reductions when the whole
+    trace spans less than the limit, which is every trace of a healthy buffer."""
+    limit = layout.LAUNCH_GAP_LIMIT_NS
+    if start.shape[0] < 2 or int(start.max()) - int(start.min()) <= limit:
+        return None
+    order = np.lexsort((start, launch))
+    s, lch = start[order], launch[order]
+    first = np.ones(s.shape[0], dtype=bool)
+    first[1:] = (np.diff(s) > limit) | (lch[1:] != lch[:-1])  # starts >= 0: no overflow
+    group = np.cumsum(first) - 1
+    sizes = np.bincount(group)
+    group_launch = lch[first]
+    ids = np.arange(sizes.shape[0])
+    # per launch, the largest group; on a tie the earliest (groups are in start order)
+    ranked = np.lexsort((ids, -sizes, group_launch))
+    best = ranked[np.r_[True, group_launch[ranked][1:] != group_launch[ranked][:-1]]]
+    chosen = np.zeros(sizes.shape[0], dtype=bool)
+    chosen[best] = True
+    if chosen.all():
+        return None
+    out = np.empty(s.shape[0], dtype=bool)
+    out[order] = ~chosen[group]
+    return out
+
+
+def drop_outside_launch(trace: Trace) -> Trace:
+    """``trace`` with the events of :func:`outside_launch` counted invalid, not decoded, and
+    the launches' first/last times, slots and record counts taken from the events kept."""
+    events = trace.events
+    outside = outside_launch(events["start_ns"], events["launch"])
+    if outside is None:
+        return trace
+    trace.events = events = events[~outside]
+    hit = int(np.count_nonzero(outside))
+    trace.invalid += hit
+    trace.invalid_reasons = {**trace.invalid_reasons,
+                             "outside_launch": trace.invalid_reasons.get("outside_launch", 0) + hit}
+    for index, launch in enumerate(trace.launches):
+        rows = events[events["launch"] == index]
+        if rows.shape[0] == 0:
+            continue
+        launch.update(records=int(rows.shape[0]), first_ns=int(rows["start_ns"].min()),
+                      last_ns=int((rows["start_ns"] + rows["dur_ns"]).max()))
+        if "first_slot" in launch:
+            launch.update(first_slot=int(rows["slot"].min()), last_slot=int(rows["slot"].max()))
+    return trace
 
 
 def _clock_to_ns(end_word: np.ndarray, cycles: np.ndarray, clock_hz: float):
@@ -326,7 +386,7 @@ def decode_buffer(
     else:
         events, launches = _decode_numpy(records, codes, counts, rate, counter_epoch)
     reasons = {r: int(counts[_INVALID_CODE[r]]) for r in INVALID_REASONS if counts[_INVALID_CODE[r]]}
-    return Trace(
+    return drop_outside_launch(Trace(
         events=events,
         tag_names=table.names,
         capacity=capacity,
@@ -338,7 +398,7 @@ def decode_buffer(
         clock_syncs=syncs,
         invalid_reasons=reasons,
         launches=launches,
-    )
+    ))
 
 
 def _decode_numpy(records, codes, counts, rate, counter_epoch):
@@ -700,7 +760,7 @@ def _decode_compiled(records, codes, counts, rate, counter_epoch):
     columns = [events[name] for name in ("start_ns", "dur_ns", "tag", "tid", "payload", "kind",
                                          "sm", "warp", "dur_cycles", "slot")]
     # Threads split the rows: the first touch of the fresh table's pages is most of the
-    # cost (see bench/results/host_scale.md) and goes faster from both cores.
+    # cost (see bench/results/host_speed/host_scale.md) and goes faster from both cores.
     _run_blocks(lambda lo, hi: _gather_compiled(
         records, keys[lo:hi], (1 << rank_bits) - 1, gaps, ns_per_cycle,
         *(column[lo:hi] for column in columns)), n_events)

@@ -37,7 +37,8 @@ Tid word (word 3)::
     bit  63      zero (TID_RESERVED_MASK)
 
 A record whose magic is present but whose reserved bits are not zero is *invalid*, not
-incomplete (see the validity rules in ``cute_prof.decode``). Giving reserved bits a meaning
+incomplete (see the validity rules in ``cute_prof.decode``). So is a record that starts far
+outside its launch's time window (``LAUNCH_GAP_LIMIT_NS``, reason ``outside_launch``). Giving reserved bits a meaning
 means shrinking ``TAG_RESERVED_*`` / ``TID_RESERVED_*`` here; the decoder reads only these.
 
 Old buffers (epoch 0, bits 50..62 zero) decode as one launch. The decoder groups records
@@ -107,6 +108,13 @@ KIND_NAMES = {
 MAX_TAG_ID = (1 << TAG_BITS) - 1
 MAX_SM_ID = (1 << SM_BITS) - 1
 MAX_WARP_ID = (1 << WARP_BITS) - 1
+# Records of one launch lie together in time. Sorted by start, a launch's records are split
+# wherever two consecutive starts are more than this apart (2**42 ns, about 73 minutes with
+# no record of the launch at all); records outside the largest group (the earliest on a tie)
+# are invalid, reason "outside_launch" (cute_prof.decode.INVALID_REASONS). So one corrupt
+# start word (a flipped high bit, a kernel writing over the buffer) cannot move a trace's time
+# origin by months, where microsecond doubles in a JSON trace no longer keep nanoseconds.
+LAUNCH_GAP_LIMIT_NS = 1 << 42
 # A counter above this cannot come from a real launch (2**40 records at 1.5 G/s is 12 minutes
 # of nothing but recording); it means the buffer is not a profile buffer or was corrupted.
 MAX_PLAUSIBLE_COUNTER = 1 << COUNTER_BITS

@@ -1,5 +1,5 @@
 """NVIDIA IKET captures through ``load_trace`` and every CLI verb, on a real capture recorded
-on an H100 (tests/gpu/IKET_GPU_LOG.md): 8 CTAs x 4 warps, 16 iterations of two ranges
+on an H100 (bench/gpu_runs/IKET_GPU_LOG.md): 8 CTAs x 4 warps, 16 iterations of two ranges
 ("short" with payload i, "long") and a marker ("iter_done", payload i), 2 launches and one
 CUDA graph replay; plus a --warp-trace capture of the same program."""
 

@@ -1,5 +1,5 @@
 """Dump the SASS of the overhead probe for each write path (needs nvdisasm), to count what
-one record costs in instructions (``bench/overhead.py --sass-dir`` does the same on the GPU).
+one record costs in instructions (``bench/parts/overhead.py --sass-dir`` does the same on the GPU).
 
     python bench/tools/sass_probe.py OUTDIR
 """
@@ -8,7 +8,7 @@ import re
 import sys
 import tempfile
 
-sys.path.insert(0, os.path.join(os.path.dirname(os.path.abspath(__file__)), ".."))
+sys.path.insert(0, os.path.join(os.path.dirname(os.path.abspath(__file__)), "..", "parts"))
 
 import torch  # noqa: E402
 import cutlass.cute as cute  # noqa: E402

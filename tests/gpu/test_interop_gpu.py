@@ -1,7 +1,7 @@
 """On a GPU: the IKET comparison (same regions per warp, per-tag medians within 64 ns) and,
 with 2 GPUs, the gathered 2-rank trace whose aligned clocks keep causality across the
 all-reduce. Both run their scripts as subprocesses, as a user would
-(tests/gpu/run_iket_gpu.sh and run_two_gpu.sh are the logged runs)."""
+(bench/gpu_runs/run_iket_gpu.sh and run_two_gpu.sh are the logged runs)."""
 
 from __future__ import annotations
 

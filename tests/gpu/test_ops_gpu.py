@@ -30,7 +30,7 @@ CTAS = 264  # two waves' worth on H100/H200 (132 SMs)
 
 
 def figure(text: str) -> None:
-    """Append a measured figure to the run's log (tests/gpu/run_gpu.sh collects them)."""
+    """Append a measured figure to the run's log (bench/gpu_runs/run_gpu.sh collects them)."""
     path = os.environ.get("CUTE_PROF_FIGURES")
     if path:
         with open(path, "a") as fh:

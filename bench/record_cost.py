@@ -1,0 +1,26 @@
+"""What does one record cost? The probe kernel, per write path, beside NVIDIA IKET and
+Triton's Proton, and the record taken apart instruction by instruction (GPU).
+
+    python bench/record_cost.py probe --rounds 30 --json overhead.json
+    python bench/record_cost.py peers ours --json ours.json
+    python bench/record_cost.py --help
+"""
+
+import sys
+
+from tools.runner import Part, run
+
+PARTS = [
+    Part("probe", "bench/parts/overhead.py", "every write path on the FMA probe, CUPTI: slope and x unprofiled",
+         "GPU", "bench/results/record_cost/table.md"),
+    Part("peers", "bench/parts/overhead_peers.py",
+         "ours, IKET (under run-iket) and Proton on IKET's loop nest, CUDA events; 'table' merges results",
+         "GPU", "bench/results/record_cost/iket_nest_table.md"),
+    Part("anatomy", "bench/parts/record_anatomy.py", "raw-PTX variants of one slices record",
+         "GPU", "bench/results/record_cost/runs/2026-11-23_hot3_h100.tar.xz"),
+    Part("flight", "bench/parts/flight_cost.py", "flight-recorder position marks against a normal record",
+         "GPU", "bench/results/flight_cost/flight_cost.md"),
+]
+
+if __name__ == "__main__":
+    sys.exit(run(__doc__.splitlines()[0] + " " + __doc__.splitlines()[1], PARTS))

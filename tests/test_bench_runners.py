@@ -1,0 +1,66 @@
+"""bench/ explains itself: one runner per question, each with --help listing its parts, every
+part's script and latest result committed, and a part's own options reachable through it."""
+
+from __future__ import annotations
+
+import importlib.util
+import subprocess
+import sys
+from pathlib import Path
+
+import pytest
+
+ROOT = Path(__file__).resolve().parents[1]
+RUNNERS = ["record_cost", "kernel_cost", "host_speed", "analysis_speed", "whatif"]
+
+
+def load(name):
+    sys.path.insert(0, str(ROOT / "bench"))
+    try:
+        spec = importlib.util.spec_from_file_location(f"bench_{name}", ROOT / "bench" / f"{name}.py")
+        module = importlib.util.module_from_spec(spec)
+        spec.loader.exec_module(module)
+        return module
+    finally:
+        sys.path.remove(str(ROOT / "bench"))
+
+
+def bench(*args):
+    return subprocess.run([sys.executable, *args], cwd=ROOT, capture_output=True, text=True,
+                          timeout=120)
+
+
+@pytest.mark.parametrize("name", RUNNERS)
+def test_runner_help_lists_parts_that_exist(name):
+    parts = load(name).PARTS
+    assert parts
+    result = bench(f"bench/{name}.py", "--help")
+    assert result.returncode == 0, result.stderr
+    for part in parts:
+        assert (ROOT / part.script).is_file(), part.script
+        assert (ROOT / part.result).exists(), part.result
+        assert part.name in result.stdout and part.script in result.stdout
+    readme = (ROOT / "bench" / "README.md").read_text()
+    assert f"bench/{name}.py" in readme or f"`{name}.py`" in readme
+
+
+def test_runner_without_a_part_fails_and_an_unknown_part_is_refused():
+    assert bench("bench/host_speed.py").returncode == 2
+    result = bench("bench/host_speed.py", "nothing")
+    assert result.returncode == 2 and "invalid choice" in result.stderr
+
+
+@pytest.mark.parametrize("runner,part", [("host_speed", "decode"), ("host_speed", "ranks"),
+                                         ("analysis_speed", "scale"), ("analysis_speed", "whatif")])
+def test_a_cpu_part_gets_its_own_options(runner, part):
+    result = bench(f"bench/{runner}.py", part, "--help")
+    assert result.returncode == 0, result.stderr
+    assert "usage:" in result.stdout and "--" in result.stdout
+
+
+def test_a_cpu_part_runs_through_its_runner(tmp_path):
+    result = bench("bench/analysis_speed.py", "whatif", "tests/data/gemm_traces/whatif_base.npz",
+                   "--copies", "2")
+    assert result.returncode == 0, result.stderr
+    assert "18,704 records" in result.stdout  # two copies of the 9,352-record fixture
+    assert "16 units" in result.stdout  # 8 CTAs, twice
