@@ -34,7 +34,7 @@ import numpy as np
 from . import jit, layout
 from .buffer import host_words, source_metadata
 from .errors import ClockRateError, ProfileBufferError, ProfileWarning
-from .launches import launch_identity
+from .launches import drop_outside_launch, launch_identity, outside_launch
 from .tags import as_tag_table
 from .trace import CLOCK_SYNC_DTYPE, EVENT_DTYPE, Event, Trace
 
@@ -46,6 +46,7 @@ __all__ = [
     "MIN_SYNC_SPAN_NS",
     "INVALID_REASONS",
     "screen_events",
+    "outside_launch",
 ]
 
 # Calibration pairs on one SM must span at least this long to give a usable slope: the
@@ -253,60 +254,6 @@ def screen_events(events: np.ndarray) -> tuple[np.ndarray, dict[str, int]]:
         reasons["outside_launch"] = int(np.count_nonzero(outside))
         keep[rows[outside]] = False
     return keep, reasons
-
-
-def outside_launch(start: np.ndarray, launch: np.ndarray) -> np.ndarray | None:
-    """Rows that start far outside their launch's time window (reason ``outside_launch``),
-    or None when there are none.
-
-    Per launch, the starts in order are split wherever two consecutive ones are more than
-    ``layout.LAUNCH_GAP_LIMIT_NS`` apart; rows outside the largest group (the earliest group
-    on a tie) are outside. ``start`` must be >= 0. Costs two reductions when the whole
-    trace spans less than the limit, which is every trace of a healthy buffer."""
-    limit = layout.LAUNCH_GAP_LIMIT_NS
-    if start.shape[0] < 2 or int(start.max()) - int(start.min()) <= limit:
-        return None
-    order = np.lexsort((start, launch))
-    s, lch = start[order], launch[order]
-    first = np.ones(s.shape[0], dtype=bool)
-    first[1:] = (np.diff(s) > limit) | (lch[1:] != lch[:-1])  # starts >= 0: no overflow
-    group = np.cumsum(first) - 1
-    sizes = np.bincount(group)
-    group_launch = lch[first]
-    ids = np.arange(sizes.shape[0])
-    # per launch, the largest group; on a tie the earliest (groups are in start order)
-    ranked = np.lexsort((ids, -sizes, group_launch))
-    best = ranked[np.r_[True, group_launch[ranked][1:] != group_launch[ranked][:-1]]]
-    chosen = np.zeros(sizes.shape[0], dtype=bool)
-    chosen[best] = True
-    if chosen.all():
-        return None
-    out = np.empty(s.shape[0], dtype=bool)
-    out[order] = ~chosen[group]
-    return out
-
-
-def drop_outside_launch(trace: Trace) -> Trace:
-    """``trace`` with the events of :func:`outside_launch` counted invalid, not decoded, and
-    the launches' first/last times, slots and record counts taken from the events kept."""
-    events = trace.events
-    outside = outside_launch(events["start_ns"], events["launch"])
-    if outside is None:
-        return trace
-    trace.events = events = events[~outside]
-    hit = int(np.count_nonzero(outside))
-    trace.invalid += hit
-    trace.invalid_reasons = {**trace.invalid_reasons,
-                             "outside_launch": trace.invalid_reasons.get("outside_launch", 0) + hit}
-    for index, launch in enumerate(trace.launches):
-        rows = events[events["launch"] == index]
-        if rows.shape[0] == 0:
-            continue
-        launch.update(records=int(rows.shape[0]), first_ns=int(rows["start_ns"].min()),
-                      last_ns=int((rows["start_ns"] + rows["dur_ns"]).max()))
-        if "first_slot" in launch:
-            launch.update(first_slot=int(rows["slot"].min()), last_slot=int(rows["slot"].max()))
-    return trace
 
 
 def _clock_to_ns(end_word: np.ndarray, cycles: np.ndarray, clock_hz: float):

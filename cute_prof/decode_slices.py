@@ -25,6 +25,7 @@ import numpy as np
 from . import layout
 from .buffer import host_words, source_metadata
 from .errors import ProfileBufferError, ProfileWarning
+from .launches import drop_outside_launch
 from .tags import as_tag_table
 from .trace import EVENT_DTYPE, Trace
 
@@ -214,8 +215,6 @@ def decode_slices(buf, tag_table=None, *, metadata: dict[str, Any] | None = None
             f"{meta['slices_unclosed_full']} of those warps filled their slice, so how many "
             "records they dropped is unknown; call rec.close() before the warp exits",
             ProfileWarning, stacklevel=2)
-    from .decode import drop_outside_launch  # decode imports this module lazily
-
     return drop_outside_launch(Trace(
         events=events, tag_names=table.names, capacity=capacity,
         attempted=attempted, overflow=overflow, incomplete=incomplete, metadata=meta,
