@@ -46,6 +46,7 @@ __all__ = [
     "MIN_SYNC_SPAN_NS",
     "INVALID_REASONS",
     "screen_events",
+    "outside_launch",
 ]
 
 # Calibration pairs on one SM must span at least this long to give a usable slope: the

@@ -215,7 +215,6 @@ def decode_slices(buf, tag_table=None, *, metadata: dict[str, Any] | None = None
             f"{meta['slices_unclosed_full']} of those warps filled their slice, so how many "
             "records they dropped is unknown; call rec.close() before the warp exits",
             ProfileWarning, stacklevel=2)
-
     return drop_outside_launch(Trace(
         events=events, tag_names=table.names, capacity=capacity,
         attempted=attempted, overflow=overflow, incomplete=incomplete, metadata=meta,

@@ -20,7 +20,6 @@ from typing import Any
 import numpy as np
 
 from . import layout
-from .trace import Trace
 
 __all__ = ["launch_identity", "launch_keys", "launch_tag_stats", "LAUNCH_STATS_DTYPE"]
 
@@ -188,7 +187,7 @@ def outside_launch(start: np.ndarray, launch: np.ndarray) -> np.ndarray | None:
     return out
 
 
-def drop_outside_launch(trace: Trace) -> Trace:
+def drop_outside_launch(trace):
     """``trace`` with the events of :func:`outside_launch` counted invalid, not decoded, and
     the launches' first/last times, slots and record counts taken from the events kept."""
     events = trace.events

@@ -55,8 +55,8 @@ def nested_on_one_track(depth=2000):
 
 def near_int64_limits():
     """Valid records whose end is exactly 2**63 - 1, next to ordinary ones."""
-    start = [0, 1, INT64_MAX - 1000, INT64_MAX - 10, INT64_MAX]
-    dur = [5, INT64_MAX - 1, 1000, 10, 0]
+    start = [INT64_MAX - 5000, INT64_MAX - 4999, INT64_MAX - 1000, INT64_MAX - 10, INT64_MAX]
+    dur = [5, 4999, 1000, 10, 0]
     kind = [0, 0, 0, 0, layout.KIND_INSTANT]
     return buffer_of(start, dur, [0, 1, 0, 1, 0], [0, 1, 0, 0, 2], kind=kind), ["lo", "hi"]
 

@@ -62,6 +62,10 @@ def unknown_kind(buf):
     set_kind(buf, 9)
 
 
+def start_months_away(buf):
+    set_word(buf, layout.WORD_START, 1000 * (BAD_SLOT + 1) + (1 << 55))  # a flipped high bit
+
+
 def negative_start(buf):
     set_word(buf, layout.WORD_START, -1000)
 
@@ -121,6 +125,7 @@ CASES = [
     (clock_span_cycles_beyond_int64_ns, "clock_overflow"),
     (clock_span_negative_cycles, "negative_duration"),
     (clock_sync_negative_timer, "negative_start"),
+    (start_months_away, "outside_launch"),
 ]
 
 
@@ -167,8 +172,9 @@ def test_missing_magic_is_incomplete_even_with_other_faults():
 
 def test_limits_that_are_still_valid_decode_exactly():
     buf = np.zeros(layout.buffer_words(4), dtype=np.int64)
+    # two launches (grid ids), so the records near 0 and near 2**63 are each in their own window
     layout.write_records(buf, [INT64_MAX - 6, 0, INT64_MAX, 0], [6, INT64_MAX, 0, 0], 0, 0,
-                         kind=[0, 0, 1, 1])
+                         kind=[0, 0, 1, 1], grid=[1, 2, 1, 2])
     trace = decode_buffer(buf, TAGS)
     assert trace.invalid == 0
     ends = trace.events["start_ns"].astype(object) + trace.events["dur_ns"].astype(object)
