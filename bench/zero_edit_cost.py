@@ -27,6 +27,14 @@ from tools.cupti import time_shuffled  # noqa: E402
 import cute_prof  # noqa: E402
 
 
+def record_counts(trace) -> dict:
+    """What a recording launch wrote and lost (every count the cost table reports)."""
+    meta = trace.metadata
+    return {"events": len(trace), "attempted": trace.attempted, "overflow": trace.overflow,
+            "warps": meta["slices_opened"], "diverged": meta["slices_diverged_warps"],
+            "unclosed": meta["slices_unclosed_warps"]}
+
+
 def fa4_variants(shape, causal):
     import torch
     from flash_attn.cute import interface as fa
@@ -48,10 +56,7 @@ def fa4_variants(shape, causal):
             fa._flash_attn_fwd(q, k, v, causal=causal)
         return run
 
-    info = {"events": len(trace), "attempted": trace.attempted, "overflow": trace.overflow,
-            "warps": trace.metadata["slices_opened"],
-            "diverged": trace.metadata["slices_diverged_warps"],
-            "unclosed": trace.metadata["slices_unclosed_warps"]}
+    info = record_counts(trace)
     return {"plain": call(plain_cache), "zero_edit": call(recording_cache)}, info
 
 
@@ -76,10 +81,7 @@ def gemm_variants(m, n, k):
     hand = W.CompiledWsGemm(W.GemmConfig(recorder="slices"))
     buf, max_events = W.alloc_prof_for(hand.gemm, m, n, k, 2)
     run_hand = hand.prepare(a, b, c, buf, max_events, 2)
-    info = {"events": len(trace), "attempted": trace.attempted, "overflow": trace.overflow,
-            "warps": trace.metadata["slices_opened"],
-            "diverged": trace.metadata["slices_diverged_warps"],
-            "unclosed": trace.metadata["slices_unclosed_warps"]}
+    info = record_counts(trace)
     return {"level0": run_plain, "level0_zero_edit": run_zero, "level2_hand": run_hand}, info
 
 

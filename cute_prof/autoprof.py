@@ -19,8 +19,6 @@ buffer, which stays allocated for that reason.
 from __future__ import annotations
 
 import contextlib
-from typing import Any
-
 from .analysis.pipelines import finish_zero_edit_trace
 from .decode_slices import allocate_slices_buffer, decode_slices, reset_slices
 from .errors import ProfileBufferError
@@ -135,8 +133,3 @@ def autoprofile(*, per_warp: int = DEFAULT_PER_WARP, max_warps: int = DEFAULT_MA
             result.caches = [getattr(owner, name) for owner, name, _ in saved]
         for owner, name, cache in saved:
             setattr(owner, name, cache)
-
-
-def describe(trace: Trace) -> dict[str, Any]:
-    """The zero-edit metadata of a trace (sites, pipelines, roles), or {} for other traces."""
-    return dict(trace.metadata.get("autoprof", {}))

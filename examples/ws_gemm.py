@@ -76,7 +76,7 @@ warp's own slice (``SliceRecorder.span``: no atomic, no staging). :func:`alloc_p
 allocates the buffer each path needs.
 
 Run (GPU):  python -m examples.ws_gemm --mnk 1000,1032,520 --level 2 [--cluster-m 1]
-            python bench/ws_gemm_bench.py ; python examples/ws_gemm_profile.py
+            python bench/kernel_cost.py ws_gemm ; python examples/ws_gemm_profile.py
 PTX (CPU):  CUTE_DSL_ARCH=sm_90a CUTE_DSL_KEEP=ptx CUTE_DSL_DUMP_DIR=/tmp/d
             python -m examples.ws_gemm --emit-ptx /tmp/d [--persistent]
 """

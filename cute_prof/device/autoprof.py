@@ -50,6 +50,10 @@ PIPELINE_WAITS = ("producer_acquire", "consumer_wait", "producer_tail")
 PIPELINE_SIGNALS = ("producer_commit", "consumer_release")
 BARRIER_WAITS = ("barrier", "sync_threads")
 BARRIER_SIGNALS = ("barrier_arrive",)
+# pipeline records carry no payload: a warp makes a pipeline's calls in order, so the host
+# numbers them (iteration = ordinal per warp and call, stage = iteration mod depth); a
+# dynamic payload would cost four more instructions per record
+NO_PAYLOAD = 0
 
 _KERNEL_OPS = ("cuda.kernel",)
 _FUNCTION_OPS = ("cuda.kernel", "cuda.func", "func.func", "gpu.func", "llvm.func")
@@ -354,18 +358,6 @@ def _pipeline_info(pipeline) -> PipelineInfo:
 
 
 # --------------------------------------------------------------------- payloads
-def _stage_payload(state):
-    """Pipeline records carry no payload: a warp makes a pipeline's calls in order, so the
-    host numbers them (iteration = the call's ordinal per warp and op, stage = iteration mod
-    depth). A dynamic payload would cost four more instructions per record."""
-    return 0
-
-
-def _barrier_payload(barrier_id):
-    barrier_id = trace_time_int(barrier_id)
-    return 0 if barrier_id is None else barrier_id
-
-
 # --------------------------------------------------------------------- wrappers
 def _record_call(tag_of: Callable[[KernelRecording], tuple[int, str]], payload_of, call):
     state = _tracing_here()
@@ -375,8 +367,9 @@ def _record_call(tag_of: Callable[[KernelRecording], tuple[int, str]], payload_o
     payload = payload_of()
     with _outermost():
         if kind == "wait":
-            with _recorder(state) as rec:
-                start = rec.now()
+            if state.recorder is None:
+                _open(state)
+            start = state.recorder.now()  # reads the timer only: the cursor stays put
             result = call()
             with _recorder(state) as rec:
                 rec.span(start, tag, payload=payload)
@@ -392,15 +385,12 @@ def _pipeline_method(original, op: str, kind: str):
     def wrapper(self, *args, **kwargs):
         if _active is None or _in_call():
             return original(self, *args, **kwargs)
-        # a PipelineState first (PipelineTmaStore's calls take none)
-        state = kwargs.get("state", args[0] if args else None)
 
         def tag_of(rec):
             info = _pipeline_info(self)
             return rec.site(f"{info.name}.{op}", op, kind, info.index), kind
 
-        return _record_call(tag_of, lambda: _stage_payload(state),
-                            lambda: original(self, *args, **kwargs))
+        return _record_call(tag_of, lambda: NO_PAYLOAD, lambda: original(self, *args, **kwargs))
 
     wrapper.__wrapped__ = original
     wrapper.__name__ = getattr(original, "__name__", op)
@@ -420,7 +410,7 @@ def _barrier_function(original, op: str, kind: str):
             return rec.site(f"{label}.{'arrive' if kind == 'signal' else 'sync'}", op, kind,
                             None), kind
 
-        return _record_call(tag_of, lambda: _barrier_payload(static),
+        return _record_call(tag_of, lambda: static,
                             lambda: original(*args, **kwargs))
 
     wrapper.__wrapped__ = original
@@ -464,8 +454,7 @@ def _sync_object_method(original, method: str):
             info = _pipeline_info(pipeline)
             return rec.site(f"{info.name}.{op}", op, kind, info.index), kind
 
-        return _record_call(tag_of, lambda: _stage_payload(None),
-                            lambda: original(self, *args, **kwargs))
+        return _record_call(tag_of, lambda: NO_PAYLOAD, lambda: original(self, *args, **kwargs))
 
     wrapper.__wrapped__ = original
     wrapper._cute_prof_autoprof = True
