@@ -1,0 +1,152 @@
+"""GPU half of the FA4 what-if check: trace FA4's Hopper forward in zero-edit mode and time it
+next to variants built another way (FA4 itself unmodified; a variant only changes what FA4's
+interface passes to its kernel class).
+
+    python bench/fa4_whatif_gpu.py --rounds 20            # writes to $OUT (or ./fa4_whatif_out)
+
+Variants: ``base`` (FA4's own choice: 2 K/V stages, intra-warpgroup overlap, PV from
+registers), ``stages1`` (one K/V stage), ``stages3`` (three, where shared memory allows),
+``overlap_off`` (``intra_wg_overlap=False``), ``pv_ss`` (``mma_pv_is_rs=False``). Every
+variant compiles into its own compile cache; timing: CUPTI kernel durations, every variant
+once per round in a fresh random order, after a warm-up; medians. Traces: every variant's
+zero-edit trace as ``trace_<variant>.npz`` (``bench/tools/columns.py``): the base whole, the
+others cut to the CTAs of ``--sms`` SMs; the host half predicts each variant from ``trace_base.npz`` alone.
+"""
+
+from __future__ import annotations
+
+import argparse
+import contextlib
+import dataclasses
+import json
+import os
+import statistics
+import sys
+import time
+from pathlib import Path
+
+import numpy as np
+
+ROOT = Path(__file__).resolve().parents[1]
+sys.path.insert(0, str(ROOT))
+sys.path.insert(0, str(ROOT / "bench"))
+
+from tools.columns import save_columns  # noqa: E402
+from tools.cupti import time_shuffled  # noqa: E402
+
+import cute_prof  # noqa: E402
+
+# variant -> (keyword arguments of _flash_attn_fwd, keyword overrides of the kernel class)
+VARIANTS = {
+    "base": ({}, {}),
+    "stages1": ({}, {"num_stages": 1}),
+    "overlap_off": ({"intra_wg_overlap": False}, {}),
+    "pv_ss": ({"mma_pv_is_rs": False}, {}),
+    "stages3": ({}, {"num_stages": 3}),  # last: it may not fit in shared memory
+}
+
+
+@contextlib.contextmanager
+def kernel_class_overrides(overrides: dict):
+    """While active, FA4's interface builds its Sm90 forward kernel with ``overrides``."""
+    from flash_attn.cute import interface as fa
+
+    original = fa.FlashAttentionForwardSm90
+    if not overrides:
+        yield
+        return
+
+    class Variant(original):
+        def __init__(self, *args, **kwargs):
+            super().__init__(*args, **{**kwargs, **overrides})
+
+    Variant.__name__ = original.__name__
+    fa.FlashAttentionForwardSm90 = Variant
+    try:
+        yield
+    finally:
+        fa.FlashAttentionForwardSm90 = original
+
+
+def cut_to_sms(trace, sms: int):
+    keep = trace.events["sm"] < sms
+    events = trace.events[keep]
+    tids = np.unique(events["tid"]).tolist()
+    return dataclasses.replace(
+        trace, events=events, track_names={t: trace.track_name(t) for t in tids},
+        metadata={**trace.metadata, "subset": f"CTAs on SMs 0..{sms - 1} (whole launch: "
+                  f"{len(trace)} events)"})
+
+
+def main(argv=None) -> int:
+    ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    ap.add_argument("--shape", default="4,4096,16,128", help="batch,seqlen,heads,dim")
+    ap.add_argument("--causal", action="store_true")
+    ap.add_argument("--rounds", type=int, default=20)
+    ap.add_argument("--sms", type=int, default=16, help="keep the CTAs of SMs 0..N-1 in each trace")
+    ap.add_argument("--variants", default=",".join(VARIANTS))
+    args = ap.parse_args(argv)
+    import torch
+    from flash_attn.cute import interface as fa
+
+    from examples.flash_attention import inputs, reference
+
+    out_dir = Path(os.environ.get("OUT", "fa4_whatif_out"))
+    out_dir.mkdir(parents=True, exist_ok=True)
+    shape = tuple(int(x) for x in args.shape.split(","))
+    q, k, v = inputs(*shape)
+    ref = reference(q, k, v, args.causal).float()
+    calls, info = {}, {}
+    for name in args.variants.split(","):
+        call_kwargs, overrides = VARIANTS[name]
+        cache = {}
+        fa._flash_attn_fwd.compile_cache = cache
+        try:
+            with kernel_class_overrides(overrides):
+                out = fa._flash_attn_fwd(q, k, v, causal=args.causal, **call_kwargs)[0]
+                torch.cuda.synchronize()
+                with cute_prof.autoprofile(per_warp=4096,
+                                           caches=[(fa._flash_attn_fwd, "compile_cache")]) as prof:
+                    fa._flash_attn_fwd(q, k, v, causal=args.causal, **call_kwargs)
+                torch.cuda.synchronize()
+        except Exception as err:  # a variant FA4 cannot build (shared memory) is reported
+            info[name] = {"error": f"{type(err).__name__}: {str(err).splitlines()[0][:200]}"}
+            print(f"{name}: cannot build: {info[name]['error']}", flush=True)
+            continue
+        error = float((out.float() - ref).abs().max())
+        trace = prof.trace()
+        meta = trace.metadata
+        # the base launch whole (the host half predicts from it alone), the variants cut
+        save_columns(out_dir / f"trace_{name}.npz",
+                     trace if name == "base" else cut_to_sms(trace, args.sms))
+        info[name] = {"max_error": error, "events": len(trace), "overflow": trace.overflow,
+                      "unclosed": meta["slices_unclosed_warps"],
+                      "pipelines": meta["autoprof"]["pipelines"]}
+        print(f"{name}: max |out - SDPA| {error:.2e}, {len(trace):,} events, overflow "
+              f"{trace.overflow}", flush=True)
+
+        def call(cache=cache, kwargs=call_kwargs):
+            def run():
+                fa._flash_attn_fwd.compile_cache = cache
+                fa._flash_attn_fwd(q, k, v, causal=args.causal, **kwargs)
+            return run
+
+        calls[name] = call()
+    times = time_shuffled(calls, rounds=args.rounds, warmup=5)
+    base = times["base"]
+    result = {"device": torch.cuda.get_device_name(), "driver": torch.version.cuda,
+              "date": time.strftime("%Y-%m-%d %H:%M UTC", time.gmtime()),
+              "command": "python bench/fa4_whatif_gpu.py " + " ".join(argv or sys.argv[1:]),
+              "shape": shape, "causal": args.causal, "rounds": args.rounds,
+              "times_ms": times, "variants": info}
+    (out_dir / "fa4_timings.json").write_text(json.dumps(result, indent=1, default=str))
+    print(f"{'variant':<12} {'median us':>10} {'change':>9}")
+    for name, values in times.items():
+        per_round = [t / b - 1 for t, b in zip(values, base)]
+        print(f"{name:<12} {1e3 * statistics.median(values):>10.1f} "
+              f"{100 * statistics.median(per_round):>+8.2f}%")
+    return 0
+
+
+if __name__ == "__main__":
+    raise SystemExit(main())

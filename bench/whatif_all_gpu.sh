@@ -1,0 +1,26 @@
+#!/usr/bin/env bash
+# One device call for the what-if checks: FA4's variants (zero-edit base trace, timings), the
+# ws_gemm and the persistent GEMM's variants (level-2 base traces, timings). Every part writes
+# to its own folder, archived into $OUT/<part>.tar (the device tool returns at most 8 files).
+# Needs .gpu/ (../shared/gpu/make-bundle.sh) and .whl/ (requirements-fa4.txt's wheels).
+set -uo pipefail
+python3 -m pip install -q --no-index --no-deps --no-compile --no-cache-dir --upgrade --target /tmp/site .whl/*.whl || exit 1
+export PYTHONPATH=/tmp/site PYTHONUNBUFFERED=1
+source .gpu/setup.sh
+FINAL=${OUT:-/tmp/out}; mkdir -p "$FINAL"
+nvidia-smi --query-gpu=name,driver_version --format=csv,noheader | tee "$FINAL/device.txt"
+part() {  # part NAME COMMAND...: run with OUT=/tmp/parts/NAME, archive the folder
+  local name=$1; shift
+  mkdir -p /tmp/parts/$name
+  ( export OUT=/tmp/parts/$name; "$@" 2>&1 | tee /tmp/parts/$name/stdout.log | tail -${TAIL:-15} )
+  tar cf "$FINAL/$name.tar" -C /tmp/parts $name
+}
+for p in ${PARTS:-fa4 gemm persistent}; do
+  case $p in
+    fa4) part fa4 python bench/fa4_whatif_gpu.py --rounds ${ROUNDS:-20} --sms ${SMS:-12} ;;
+    fa4_causal) part fa4_causal python bench/fa4_whatif_gpu.py --causal --rounds ${ROUNDS:-20} --sms ${SMS:-12} ;;
+    gemm) part gemm python bench/whatif_gpu.py --rounds ${ROUNDS:-30} ;;
+    persistent) part persistent python bench/persistent_gpu.py --rounds ${ROUNDS:-20} ;;
+  esac
+done
+ls -la "$FINAL"
