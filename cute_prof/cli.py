@@ -8,7 +8,8 @@
     cute-prof plot    TRACE -o OUT.png|OUT.svg [--group-by tid|sm] [--width PX] ...
     cute-prof merge   TORCH_TRACE.json TRACE -o MERGED.json [--kernel REGEX]
     cute-prof analyze TRACE [--roles SPEC.json] [--json]          who waited on what
-    cute-prof analyze TRACE --pipeline SPEC.json [--depth RES=N] [--faster TAG=PCT] [--json]
+    cute-prof analyze TRACE --pipeline SPEC.json [--depth RES=N[,RES=N]] [--faster TAG=PCT] [--json]
+    cute-prof analyze ZERO_EDIT_TRACE [--depth RES=N[,RES=N]]    the model from the kernel's pipelines
     cute-prof diff    A B [--roles SPEC.json] [--json]
     cute-prof report  TRACE -o REPORT.html [--roles SPEC.json] [--compare B]
     cute-prof flight  DUMP [-o PARTIAL.json]   (where every warp was: a flight-recorder dump)
@@ -209,11 +210,13 @@ def _cmd_analyze(args, progress: _Progress) -> int:
 
     if args.pipeline:
         return _cmd_analyze_pipeline(args, progress)
-    if args.depth or args.faster:
-        raise ProfileBufferError("--depth and --faster are what-ifs of a pipeline model: "
-                                 "pass --pipeline SPEC.json")
     spec = _role_spec(args)
     trace = _load(args, progress)
+    if spec is None and (trace.metadata or {}).get("autoprof", {}).get("pipelines"):
+        return _cmd_analyze_pipeline(args, progress, trace=trace)
+    if args.depth or args.faster:
+        raise ProfileBufferError("--depth and --faster are what-ifs of a pipeline model: "
+                                 "pass --pipeline SPEC.json (or a zero-edit trace)")
     if spec is None:  # no roles declared: one "unassigned" role, still the split and the tail
         spec = RoleSpec(roles={})
     progress("analysing roles and pipeline")
@@ -453,32 +456,55 @@ def _add_pipeline_options(parser: argparse.ArgumentParser) -> None:
                         help="pipeline model (JSON; see cute_prof.analysis.model): critical path, "
                         "blockers, ring occupancy and what-ifs instead of the role split")
     parser.add_argument("--depth", action="append", default=[], metavar="RESOURCE=N",
-                        help="what-if: that ring with depth N (repeatable)")
+                        help="what-if: that ring with depth N; RES=N,RES2=M changes both in "
+                        "one what-if (repeatable)")
     parser.add_argument("--faster", action="append", default=[], metavar="TAG=PCT",
                         help="what-if: that work region PCT%% faster (repeatable)")
 
 
-def _cmd_analyze_pipeline(args, progress: _Progress) -> int:
+def _what_ifs(args) -> list[dict]:
+    """One what-if per option; ``--depth A=1,B=1`` changes both rings in one what-if."""
+    what_ifs = []
+    for item, key in [(d, "depth") for d in args.depth] + [(f, "scale") for f in args.faster]:
+        change = {}
+        for part in item.split(","):
+            name, _, value = part.partition("=")
+            try:
+                change[name] = int(value) if key == "depth" else 1.0 - float(value) / 100.0
+            except ValueError:
+                raise ProfileBufferError(f"--{'depth' if key == 'depth' else 'faster'} wants "
+                                         f"NAME=NUMBER[,NAME=NUMBER], got {item!r}") from None
+        what_ifs.append({key: change})
+    return what_ifs
+
+
+def _cmd_analyze_pipeline(args, progress: _Progress, *, trace=None) -> int:
+    """With ``--pipeline``: the hand-written model; on a zero-edit trace without one: the
+    model derived from the kernel's own pipeline objects."""
     from .analysis.critical_path import analyze_pipeline, format_pipeline_report
     from .analysis.model import load_pipeline
 
-    spec = load_pipeline(args.pipeline)  # a bad spec fails before the trace loads
-    what_ifs = []
-    for item, key in [(d, "depth") for d in args.depth] + [(f, "scale") for f in args.faster]:
-        name, _, value = item.partition("=")
-        try:
-            number = int(value) if key == "depth" else 1.0 - float(value) / 100.0
-        except ValueError:
-            raise ProfileBufferError(f"--{'depth' if key == 'depth' else 'faster'} wants "
-                                     f"NAME=NUMBER, got {item!r}") from None
-        what_ifs.append({key: {name: number}})
-    trace = _load(args, progress)
+    spec = load_pipeline(args.pipeline) if args.pipeline else None  # fails before loading
+    what_ifs = _what_ifs(args)
+    derived = None
+    if trace is None:
+        trace = _load(args, progress)
+    if spec is None:
+        from .analysis.pipelines import derive_pipeline
+
+        progress("deriving the pipeline model from the kernel's pipeline objects")
+        derived = derive_pipeline(trace)
+        trace, spec = derived.trace, derived.spec
     progress("analysing the pipeline")
     report = analyze_pipeline(trace, spec, what_ifs=what_ifs)
+    if derived is not None:
+        report["derived"] = derived.describe()
     if args.json:
         json.dump(report, sys.stdout, indent=1)
         sys.stdout.write("\n")
     else:
+        if derived is not None:
+            print(derived.format_text())
         print(format_pipeline_report(report))
     return EXIT_OK
 
