@@ -141,3 +141,51 @@ def test_cli_analyze_derives_the_model_of_a_zero_edit_trace(tmp_path, capsys):
     assert main(["-q", "analyze", str(path)]) == 0
     text = capsys.readouterr().out
     assert "consumer loop: pk.consumer_wait -> pv.consumer_wait (+1)" in text
+
+
+def test_call_balance_finds_a_lost_record():
+    from cute_prof.analysis.pipelines import call_balance
+
+    trace = software_pipelined()
+    rows = {r["pipeline"]: r for r in call_balance(trace)}
+    assert rows["pk"]["waits"] == 3 * 8 * 6 and rows["pk"]["acquires"] == 3 * 6
+    assert all(rows[p]["warps_wait_release_differ"] == rows[p]["warpgroups_disagree"] == 0
+               for p in ("pk", "pv"))
+    assert rows["pq"]["warps_wait_release_differ"] == 3 * 8  # Q: waited for, never released
+    import dataclasses
+    wait_k = np.flatnonzero(trace.events["tag"] == trace.tag_names.index("pk.consumer_wait"))
+    lost = dataclasses.replace(trace, events=np.delete(trace.events, wait_k[7]))
+    rows = {r["pipeline"]: r for r in call_balance(lost)}
+    assert rows["pk"]["warps_wait_release_differ"] == 1 and rows["pk"]["warpgroups_disagree"] == 1
+
+
+def test_a_ring_without_commits_gets_its_issue_points():
+    """TMA producers often never call producer_commit (the load completes the barrier): the
+    model lets the load start where the acquire ended."""
+    trace = software_pipelined()
+    ev = trace.events
+    no_commits = np.isin(ev["tag"], [trace.tag_names.index("pk.producer_commit"),
+                                     trace.tag_names.index("pv.producer_commit")])
+    import dataclasses
+    derived = derive_pipeline(dataclasses.replace(trace, events=ev[~no_commits]))
+    produces = {r.tag: r for r in derived.spec.regions if "produces" in r.relations}
+    assert set(produces) == {"pk.issued", "pv.issued"}
+    names = derived.trace.tag_names
+    issued = derived.trace.events[np.isin(derived.trace.events["tag"], [
+        names.index("pk.issued"), names.index("pk.issued@prologue")])]  # K(0): before the loop
+    acquires = ev[ev["tag"] == trace.tag_names.index("pk.producer_acquire")]
+    assert np.array_equal(np.sort(issued["start_ns"]),
+                          np.sort(acquires["start_ns"] + acquires["dur_ns"]))
+
+
+def test_a_ping_pong_ring_is_refused_with_the_reason():
+    """Two consumer warpgroups taking the ring's items in turn: not a shared ring."""
+    rows = []
+    for c in range(2):
+        for j in range(8):
+            rows += [(c, 0, 0, 0, c * 10**5 + j * 100, 10), (c, 0, 1, 0, c * 10**5 + j * 100 + 20, 0)]
+            for w in ((4, 5, 6, 7) if j % 2 == 0 else (8, 9, 10, 11)):
+                rows += [(c, w, 4, 0, c * 10**5 + j * 100 + 30, 5),
+                         (c, w, 6, 0, c * 10**5 + j * 100 + 80, 0)]
+    with pytest.raises(ProfileBufferError, match="ping-pong"):
+        derive_pipeline(finish_zero_edit_trace(_raw_trace(rows)))

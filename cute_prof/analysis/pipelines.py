@@ -21,7 +21,7 @@ from ..trace import Trace
 from .roles import RoleSpec
 
 __all__ = ["finish_zero_edit_trace", "wait_breakdown", "format_wait_breakdown",
-           "zero_edit_roles", "DerivedPipeline", "derive_pipeline"]
+           "zero_edit_roles", "DerivedPipeline", "derive_pipeline", "call_balance"]
 
 PRODUCER_OPS = ("producer_acquire", "producer_commit")
 CONSUMER_OPS = ("consumer_wait", "consumer_release")
@@ -182,7 +182,6 @@ def format_wait_breakdown(rows: list[dict[str, Any]]) -> str:
 
 
 # --------------------------------------------------------------------- derived pipeline model
-PRODUCER_ROLE, CONSUMER_ROLE = "producer", "consumer"
 # a call site is in the loop if each warp makes it at least this share of the loop's count
 # (Q's wait, once per tile, is not; K's and V's, once per K/V block, are)
 LOOP_SHARE = 0.5
@@ -228,80 +227,120 @@ class DerivedPipeline:
         return "\n".join(lines)
 
 
+def _issue_points(trace: Trace, sites: dict[int, dict], meta) -> tuple[Trace, dict[int, dict]]:
+    """A ring whose producer never calls ``producer_commit`` (a TMA load completes the full
+    barrier itself) gets an issue point: an instant at the end of each acquire, named
+    ``<ring>.issued``, where the model lets the load start."""
+    ev = trace.events
+    names = list(trace.tag_names)
+    new_sites = dict(sites)
+    extra = []
+    for p in meta["pipelines"]:
+        index = int(p["index"])
+        ops = {s["op"]: t for t, s in sites.items() if s.get("pipeline") == index
+               and (ev["tag"] == t).any()}
+        if "producer_acquire" not in ops or "producer_commit" in ops:
+            continue
+        rows = ev[ev["tag"] == ops["producer_acquire"]]
+        issued = rows.copy()
+        issued["start_ns"] = rows["start_ns"] + rows["dur_ns"]
+        issued["dur_ns"] = 0
+        name = f"{p['name']}.issued"
+        names.append(name)
+        issued["tag"] = len(names) - 1
+        new_sites[len(names) - 1] = {"tag": len(names) - 1, "name": name, "op": "producer_commit",
+                                     "kind": "signal", "pipeline": index, "synthesized": True}
+        extra.append(issued)
+    if not extra:
+        return trace, sites
+    events = np.concatenate([ev, *extra])
+    return dataclasses.replace(trace, events=events, tag_names=tuple(names)), new_sites
+
+
 def derive_pipeline(trace: Trace) -> DerivedPipeline:
     """The pipeline model of a zero-edit trace, from the kernel's own pipeline objects.
 
-    Roles: the warps that acquire and commit are the producer, the warps that wait and
-    release are the consumer (all consumer warpgroups in one role: a slot is free once the
-    last of them released it). Rings: each ``cutlass.pipeline`` object with the depth it was
-    created with. Per role, the loop's calls in program order, each at a fixed place in the
-    loop found from the records (its iteration offset); calls made once per tile (Q) or
-    outside the loop stay out of the model and are listed in ``skipped``."""
+    Loop calls: the pipeline calls a warp makes about as often as the most frequent one
+    (K/V per block, A/B per k-tile); calls made once per tile (FA4's Q, a tile scheduler's
+    ring, an epilogue store) stay out of the model and are listed in ``skipped``. Roles: the
+    warp slots that make the same loop calls (FA4's two consumer warpgroups are one role:
+    a slot is free once the last of them released it). Rings: each ``cutlass.pipeline``
+    object in the loop, with the depth it was created with. Per role, the loop's calls in
+    program order, each at the fixed place in the loop its records show (its offset)."""
     from .model import PipelineSpec, Region, Relation, Resource
 
     meta = _meta(trace)
-    sites = _sites(meta)
+    trace, sites = _issue_points(trace, _sites(meta), meta)
     pipelines = {int(p["index"]): p for p in meta["pipelines"]}
     base_roles = zero_edit_roles(trace)
+    stride = int(base_roles.tid_stride)
     ev = trace.events
     names = list(trace.tag_names)
+    n_tags = len(names)
     skipped: dict[str, str] = {}
     op_of = {t: s["op"] for t, s in sites.items() if s.get("pipeline") is not None
              and s["op"] in _RELATION_OF_OP}
     if not op_of:
         raise ProfileBufferError("no pipeline calls in this zero-edit trace: nothing to model")
     tid = ev["tid"].astype(np.int64)
-    slot = base_roles.slot_of(tid)
     tag = ev["tag"].astype(np.int64)
-    # merged roles: slots that make producer calls / consumer calls
-    is_producer_op = np.isin(tag, [t for t, op in op_of.items() if op.startswith("producer")])
-    is_consumer_op = np.isin(tag, [t for t, op in op_of.items() if op.startswith("consumer")])
-    producer_slots = np.unique(slot[is_producer_op])
-    consumer_slots = np.unique(slot[is_consumer_op])
-    both = np.intersect1d(producer_slots, consumer_slots)
-    if both.size:
-        raise ProfileBufferError(f"warp slots {both.tolist()} both produce and consume a "
-                                 "pipeline: the derived model needs separate roles (pass a spec)")
-    role_slots = {PRODUCER_ROLE: producer_slots, CONSUMER_ROLE: consumer_slots}
-    role_of_tag = {t: PRODUCER_ROLE if op.startswith("producer") else CONSUMER_ROLE
-                   for t, op in op_of.items()}
-    rows = np.flatnonzero(is_producer_op | is_consumer_op)
-    order = rows[np.lexsort((ev["start_ns"][rows], tid[rows]))]
-    # calls per warp and site: the loop's count is the most any site makes per warp
-    n_tags = len(names)
-    per_warp = np.unique(tid[order] * n_tags + tag[order], return_counts=True)
-    site_of_pair, count_of_pair = per_warp[0] % n_tags, per_warp[1]
-    loop_tags: dict[str, list[int]] = {PRODUCER_ROLE: [], CONSUMER_ROLE: []}
-    for role in loop_tags:
-        tags_here = [t for t, r in role_of_tag.items() if r == role and (site_of_pair == t).any()]
-        if not tags_here:
-            continue
-        typical = {t: float(np.median(count_of_pair[site_of_pair == t])) for t in tags_here}
-        longest = max(typical.values())
-        for t in tags_here:
-            if typical[t] >= LOOP_SHARE * longest and longest > 1:
-                loop_tags[role].append(t)
-            else:
-                skipped[names[t]] = f"{typical[t]:.0f} call(s) per warp, the loop makes {longest:.0f}"
-    if not loop_tags[PRODUCER_ROLE] or not loop_tags[CONSUMER_ROLE]:
-        raise ProfileBufferError("the trace has no producer/consumer loop over a pipeline: "
-                                 "nothing for the derived model (pass a spec)")
-    # place in the loop: the iteration of a call = how many calls of the role's first loop
+    rows = np.flatnonzero(np.isin(tag, list(op_of)))
+    pair, count = np.unique(tid[rows] * n_tags + tag[rows], return_counts=True)
+    pair_tid, pair_tag = pair // n_tags, pair % n_tags
+    typical = {t: float(np.median(count[pair_tag == t])) for t in np.unique(pair_tag).tolist()}
+    longest = max(typical.values())
+    loop = sorted(t for t, c in typical.items() if c >= LOOP_SHARE * longest and longest > 1)
+    for t, c in typical.items():
+        if t not in loop:
+            skipped[names[t]] = f"{c:.0f} call(s) per warp, the loop makes {longest:.0f}"
+    if not loop:
+        raise ProfileBufferError("the trace has no producer/consumer loop over a pipeline "
+                                 "(every call is made once per warp): nothing for the derived "
+                                 "model (pass a spec)")
+    # roles: slots grouped by the loop calls they make (the most common set over the CTAs)
+    in_loop = np.isin(pair_tag, loop)
+    sig_of_tid: dict[int, set] = {}
+    for t_id, t_tag in zip(pair_tid[in_loop].tolist(), pair_tag[in_loop].tolist()):
+        sig_of_tid.setdefault(t_id, set()).add(t_tag)
+    votes: dict[int, dict[tuple, int]] = {}
+    for t_id, sig in sig_of_tid.items():
+        key = tuple(sorted(sig))
+        votes.setdefault(t_id % stride, {}).setdefault(key, 0)
+        votes[t_id % stride][key] += 1
+    by_signature: dict[tuple, list[int]] = {}
+    for slot_id in sorted(votes):
+        sig = max(votes[slot_id].items(), key=lambda kv: kv[1])[0]
+        by_signature.setdefault(sig, []).append(slot_id)
+    role_of_slot, role_tags, role_slots = {}, {}, {}
+    for sig, slots_here in by_signature.items():
+        ops = {op_of[t].split("_")[0] for t in sig}
+        label = "producer+consumer" if len(ops) == 2 else ops.pop()
+        name, i = label, 2
+        while name in role_tags:
+            name, i = f"{label} {i}", i + 1
+        role_tags[name], role_slots[name] = list(sig), slots_here
+        for slot_id in slots_here:
+            role_of_slot[slot_id] = name
+    shared = [names[t] for t in loop if sum(t in tags_ for tags_ in role_tags.values()) > 1]
+    if shared:
+        raise ProfileBufferError(f"{shared} are called by warps that otherwise make different "
+                                 "loop calls: the derived model cannot give them one role (pass a spec)")
+    _check_rings_not_split(ev, tid, tag, sites, loop, stride, names)
+    # place in the loop: the iteration of a call = how many calls of its role's first loop
     # site the warp made up to it, minus one; offset = iteration - ordinal (constant)
-    in_loop = np.isin(tag[order], sum(loop_tags.values(), []))
-    order = order[in_loop]
+    loop_rows = rows[np.isin(tag[rows], loop)]
+    order = loop_rows[np.lexsort((ev["start_ns"][loop_rows], tid[loop_rows]))]
     o_tid, o_tag = tid[order], tag[order]
     warp_start = np.r_[True, o_tid[1:] != o_tid[:-1]]
     warp_index = np.cumsum(warp_start) - 1
     first_rows = np.flatnonzero(warp_start)
+    warp_role = np.array([role_of_slot.get(int(t) % stride, "") for t in o_tid[first_rows]],
+                         dtype=object)
     anchors = {}
-    for role, tags_here in loop_tags.items():
-        in_role = np.isin(o_tag[first_rows], tags_here)
-        firsts = o_tag[first_rows][in_role]
+    for role in role_tags:
+        firsts = o_tag[first_rows][warp_role == role]
         anchors[role] = int(np.bincount(firsts).argmax())
-    is_anchor = np.zeros(order.size, dtype=bool)
-    for role, anchor in anchors.items():
-        is_anchor |= o_tag == anchor
+    is_anchor = (o_tag == np.array([anchors.get(r, -1) for r in warp_role])[warp_index])
     seen = np.cumsum(is_anchor)
     before_warp = np.r_[0, seen][first_rows][warp_index]
     place = seen - before_warp - 1
@@ -311,43 +350,37 @@ def derive_pipeline(trace: Trace) -> DerivedPipeline:
     # epilogue): the place is read from the calls in between
     site_key = o_tid * n_tags + o_tag
     by_site = np.lexsort((ordinal, site_key))
-    edge = np.zeros(order.size, dtype=bool)
     new_site = np.r_[True, site_key[by_site][1:] != site_key[by_site][:-1]]
+    edge = np.zeros(order.size, dtype=bool)
     edge[by_site[new_site]] = True
     edge[by_site[np.r_[new_site[1:], True]]] = True
     offsets: dict[str, int] = {}
-    for t in sum(loop_tags.values(), []):
+    offset_of = np.zeros(n_tags, dtype=np.int64)
+    for t in loop:
         here = shift[(o_tag == t) & ~edge]
         if here.size == 0:
             here = shift[o_tag == t]
         values, counts = np.unique(here, return_counts=True)
-        best = int(values[counts.argmax()])
         if counts.max() < STEADY_SHARE * here.size:
             raise ProfileBufferError(f"{names[t]} does not keep one place in the loop "
                                      f"({100 * counts.max() / here.size:.0f}% of its calls "
                                      "agree): the derived model cannot place it (pass a spec)")
-        offsets[names[t]] = best
-    # full iterations: every loop site made its call; per warp, from the latest first to
-    # the earliest last iteration
-    offset_of = np.zeros(n_tags, dtype=np.int64)
-    for name, off in offsets.items():
-        offset_of[names.index(name)] = off
+        offsets[names[t]] = offset_of[t] = int(values[counts.argmax()])
+    # full iterations: every loop site of the role made its call; one numbering per CTA
     iteration = ordinal + offset_of[o_tag]
     n_warps = int(warp_index.max()) + 1
-    lo_site = np.full(n_warps * n_tags, np.iinfo(np.int64).max)
-    hi_site = np.full(n_warps * n_tags, np.iinfo(np.int64).min)
     key = warp_index * n_tags + o_tag
-    np.minimum.at(lo_site, key, iteration)
-    np.maximum.at(hi_site, key, iteration)
-    lo_site, hi_site = lo_site.reshape(n_warps, n_tags), hi_site.reshape(n_warps, n_tags)
-    role_tags = {role: np.array(tags_here) for role, tags_here in loop_tags.items()}
-    warp_role = np.where(np.isin(o_tag[first_rows], role_tags[PRODUCER_ROLE]), 0, 1)
-    lo = np.where(warp_role == 0, lo_site[:, role_tags[PRODUCER_ROLE]].max(1),
-                  lo_site[:, role_tags[CONSUMER_ROLE]].max(1))
-    hi = np.where(warp_role == 0, hi_site[:, role_tags[PRODUCER_ROLE]].min(1),
-                  hi_site[:, role_tags[CONSUMER_ROLE]].min(1))
-    # one iteration numbering per CTA: its producer's and consumers' full ranges agree
-    cta = o_tid[first_rows] // base_roles.tid_stride
+    lo_site = np.full(n_warps * n_tags, np.iinfo(np.int64).min)
+    hi_site = np.full(n_warps * n_tags, np.iinfo(np.int64).max)
+    first_of = np.full(n_warps * n_tags, np.iinfo(np.int64).max)
+    last_of = np.full(n_warps * n_tags, np.iinfo(np.int64).min)
+    np.minimum.at(first_of, key, iteration)
+    np.maximum.at(last_of, key, iteration)
+    called = first_of != np.iinfo(np.int64).max
+    lo_site[called], hi_site[called] = first_of[called], last_of[called]
+    lo = lo_site.reshape(n_warps, n_tags).max(1)
+    hi = hi_site.reshape(n_warps, n_tags).min(1)
+    cta = o_tid[first_rows] // stride
     cta_u, cta_i = np.unique(cta, return_inverse=True)
     cta_lo = np.full(cta_u.size, np.iinfo(np.int64).min)
     cta_hi = np.full(cta_u.size, np.iinfo(np.int64).max)
@@ -364,38 +397,107 @@ def derive_pipeline(trace: Trace) -> DerivedPipeline:
                 new_names.append(name)
             new_tag[outside & (o_tag == t)] = new_names.index(name)
     new_ev["tag"][order] = new_tag
-    new_ev["payload"][order] = np.where((iteration >= lo) & (iteration <= hi), iteration - lo,
-                                        ordinal)
+    inside = (iteration >= lo) & (iteration <= hi)
+    new_ev["payload"][order] = np.where(inside, iteration - lo, ordinal)
     # program order inside an iteration: where each site's calls sit after the anchor
-    anchor_time = np.full(order.size, np.nan)
     starts = ev["start_ns"][order].astype(np.float64)
-    anchor_time[is_anchor] = starts[is_anchor]
-    # the anchor of a call's own iteration is the latest anchor before it in its warp
-    idx = np.where(is_anchor, np.arange(order.size), -1)
-    idx = np.maximum.accumulate(idx)
-    since_anchor = starts - np.where(idx >= 0, starts[np.maximum(idx, 0)], np.nan)
-    resources = []
-    regions_by_role: dict[str, list] = {PRODUCER_ROLE: [], CONSUMER_ROLE: []}
-    for role, tags_here in loop_tags.items():
-        position = {t: float(np.nanmedian(since_anchor[o_tag == t])) for t in tags_here}
+    latest_anchor = np.maximum.accumulate(np.where(is_anchor, np.arange(order.size), -1))
+    since_anchor = np.where(latest_anchor >= 0, starts - starts[np.maximum(latest_anchor, 0)],
+                            np.nan)
+    regions = []
+    for role, tags_here in role_tags.items():
+        position = {t: float(np.nanmedian(since_anchor[(o_tag == t) & inside]))
+                    if ((o_tag == t) & inside).any() else 0.0 for t in tags_here}
         for t in sorted(tags_here, key=lambda t: (t != anchors[role], position[t])):
             kind, relation = _RELATION_OF_OP[op_of[t]]
             ring = pipelines[int(sites[t]["pipeline"])]["name"]
-            regions_by_role[role].append(Region(tag=names[t], role=role, kind=kind,
-                                                relations={relation: Relation(resource=ring)}))
-    used = {r.relations[k].resource for rs in regions_by_role.values() for r in rs
-            for k in r.relations}
-    for p in sorted(pipelines.values(), key=lambda p: p["index"]):
-        if p["name"] in used:
-            resources.append(Resource(name=p["name"], kind="ring", depth=max(int(p["stages"]), 1)))
-    roles = RoleSpec(roles={role: [int(s) for s in role_slots[role]] for role in regions_by_role},
-                     tid_stride=base_roles.tid_stride, group_name="cta",
-                     tags={r.tag: r.kind for rs in regions_by_role.values() for r in rs})
+            regions.append(Region(tag=names[t], role=role, kind=kind,
+                                  relations={relation: Relation(resource=ring)}))
+    used = {rel.resource for r in regions for rel in r.relations.values()}
+    resources = [Resource(name=p["name"], kind="ring", depth=max(int(p["stages"]), 1))
+                 for p in sorted(pipelines.values(), key=lambda p: p["index"]) if p["name"] in used]
+    roles = RoleSpec(roles={role: [int(s) for s in role_slots[role]] for role in role_tags},
+                     tid_stride=stride, group_name="cta", tags={r.tag: r.kind for r in regions})
     try:
-        spec = PipelineSpec(roles=roles, resources=resources,
-                            regions=regions_by_role[PRODUCER_ROLE] + regions_by_role[CONSUMER_ROLE])
+        spec = PipelineSpec(roles=roles, resources=resources, regions=regions)
     except ProfileBufferError as err:
         raise ProfileBufferError(f"the pipeline calls of this trace do not make a model: {err} "
                                  "(pass a spec)") from None
     out = dataclasses.replace(trace, events=new_ev, tag_names=tuple(new_names))
     return DerivedPipeline(trace=out, spec=spec, offsets=offsets, skipped=skipped)
+
+
+def _check_rings_not_split(ev, tid, tag, sites, loop, stride, names) -> None:
+    """Every consumer warpgroup must see every item of a ring (FA4's K and V): a ring whose
+    items go to the warpgroups in turn (a ping-pong GEMM's A/B) is not in the model."""
+    for t in loop:
+        site = sites[t]
+        if site["op"] != "consumer_wait":
+            continue
+        acquire = [a for a in loop if sites[a]["op"] == "producer_acquire"
+                   and sites[a]["pipeline"] == site["pipeline"]]
+        if not acquire:
+            continue
+        waits = tid[tag == t]
+        per_cta = -(-stride // WARPS_PER_WARPGROUP)
+        warps, per_warp = np.unique(waits, return_counts=True)
+        group = warps // stride * per_cta + warps % stride // WARPS_PER_WARPGROUP
+        most = np.zeros(int(group.max()) + 1, dtype=np.int64)
+        np.maximum.at(most, group, per_warp)
+        groups = np.unique(group)
+        acquired = np.bincount(tid[tag == acquire[0]] // stride,
+                               minlength=int(groups.max()) // per_cta + 1)
+        share = most[groups] / np.maximum(acquired[groups // per_cta], 1)
+        if np.median(share) < 0.75:
+            ring = names[t].split(".")[0]
+            raise ProfileBufferError(
+                f"the items of {ring} go to the consumer warpgroups in turn (each waited for "
+                f"{100 * np.median(share):.0f}% of what its CTA's producer loaded: a ping-pong "
+                "schedule); the derived model covers rings whose every item every consumer "
+                "warpgroup sees (pass a spec)")
+
+
+# --------------------------------------------------------------------- completeness
+def call_balance(trace: Trace) -> list[dict[str, Any]]:
+    """Per pipeline: do the calls add up? Every consumer warp released as many items as it
+    waited for, the warps of one warpgroup made the same number of waits (they run one
+    program), and no warpgroup waited for more items than its CTA's producer acquired.
+    A lost or doubled record shows here as a mismatch. (The producer count is the CTA's own:
+    a ring one CTA fills for its whole cluster, such as a tile scheduler's, can exceed it.)"""
+    meta = _meta(trace)
+    sites = _sites(meta)
+    stride = int(meta["warps_per_cta"])
+    ev = trace.events
+    tid = ev["tid"].astype(np.int64)
+    out = []
+    for p in meta["pipelines"]:
+        def tags(op, index=int(p["index"])):
+            return [t for t, s in sites.items() if s.get("pipeline") == index and s["op"] == op]
+
+        waits = np.isin(ev["tag"], tags("consumer_wait"))
+        releases = np.isin(ev["tag"], tags("consumer_release"))
+        acquires = np.isin(ev["tag"], tags("producer_acquire"))
+        if not (waits.any() or acquires.any()):
+            continue
+        span = int(tid.max()) + 1
+        n_wait = np.bincount(tid[waits], minlength=span)
+        n_release = np.bincount(tid[releases], minlength=span)
+        n_acquire = np.bincount(tid[acquires] // stride, minlength=span // stride + 1)
+        consumer = np.flatnonzero(n_wait > 0)
+        per_cta = -(-stride // WARPS_PER_WARPGROUP)
+        group = consumer // stride * per_cta + consumer % stride // WARPS_PER_WARPGROUP
+        lo = np.full(int(group.max(initial=0)) + 1, np.iinfo(np.int64).max)
+        hi = np.zeros(int(group.max(initial=0)) + 1, dtype=np.int64)
+        np.minimum.at(lo, group, n_wait[consumer])
+        np.maximum.at(hi, group, n_wait[consumer])
+        groups = np.unique(group)
+        group_cta = groups // per_cta
+        out.append({
+            "pipeline": p["name"], "ctas": int(np.unique(tid[waits | acquires] // stride).size),
+            "consumer_warps": int(consumer.size), "waits": int(waits.sum()),
+            "acquires": int(acquires.sum()),
+            "warps_wait_release_differ": int((n_wait[consumer] != n_release[consumer]).sum()),
+            "warpgroups_disagree": int((lo[groups] != hi[groups]).sum()),
+            "warpgroups_beyond_producer": int((hi[groups] > n_acquire[group_cta]).sum()),
+        })
+    return out
