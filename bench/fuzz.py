@@ -485,8 +485,8 @@ def markdown(result: dict) -> str:
         "line. `json traces misnested` counts written JSON files whose slices on one track "
         "overlap without nesting (must be 0: the JSON writer gives overlaps extra lanes); "
         "`as doubles` reads the microseconds as a viewer does, as doubles (must be 0: a record "
-        "far outside its launch's time window is invalid, `outside_launch`, so the trace's "
-        "time origin stays near its records).",
+        "far outside the trace's or its launch's time window is invalid, `outside_launch`, so "
+        "the trace's time origin stays near its records).",
         "",
     ]
     return "\n".join(lines)
@@ -559,7 +559,11 @@ def main(argv=None) -> int:
     if not args.no_write:
         out = ROOT / "bench" / "results" / "fuzz"
         (out / "fuzz.json").write_text(json.dumps(result, indent=1) + "\n")
-        (out / "fuzz.md").write_text(markdown(result))
+        md = out / "fuzz.md"
+        # the hand-kept history of earlier runs stays below the new run's summary
+        previous = md.read_text() if md.exists() else ""
+        history = previous[previous.find("## History"):] if "## History" in previous else ""
+        md.write_text(markdown(result) + ("\n" + history if history else ""))
     failed = result["undocumented_exceptions_and_timeouts"] or any(result["problems"].values())
     return 1 if failed else 0
 

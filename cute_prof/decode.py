@@ -135,7 +135,8 @@ INVALID_REASONS = (
     "negative_duration",  # dur word < 0 (ns for spans and instants, cycles for clock kinds)
     "end_overflow",  # span or instant whose start + dur is beyond int64
     "clock_overflow",  # clock span whose cycles -> ns conversion leaves int64 or starts < 0
-    "outside_launch",  # starts far outside its launch's time window (layout.LAUNCH_GAP_LIMIT_NS)
+    "outside_launch",  # starts far outside the trace's time window (layout.TRACE_WINDOW_NS)
+                       # or its launch's (layout.LAUNCH_GAP_LIMIT_NS)
 )
 # Per-slot class codes: record kinds 0..3 for valid records, then incomplete, then reasons.
 _INCOMPLETE = 4

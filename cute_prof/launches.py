@@ -157,16 +157,31 @@ def launch_tag_stats(trace) -> np.ndarray:
 
 
 def outside_launch(start: np.ndarray, launch: np.ndarray) -> np.ndarray | None:
-    """Rows that start far outside their launch's time window (reason ``outside_launch``),
-    or None when there are none.
+    """Rows that start far outside the trace's time window or their launch's (reason
+    ``outside_launch``), or None when there are none.
 
-    Per launch, the starts in order are split wherever two consecutive ones are more than
-    ``layout.LAUNCH_GAP_LIMIT_NS`` apart; rows outside the largest group (the earliest group
-    on a tie) are outside. ``start`` must be >= 0. Costs two reductions when the whole
-    trace spans less than the limit, which is every trace of a healthy buffer."""
-    limit = layout.LAUNCH_GAP_LIMIT_NS
+    Rows not in the ``layout.TRACE_WINDOW_NS`` window of starts that holds the most of them
+    (the earliest such window on a tie) are outside: a record whose launch bits are corrupt
+    as well as its start is a launch of its own, which the next rule cannot judge. Of the
+    rows left, per launch, the starts in order are split wherever two consecutive ones are
+    more than ``layout.LAUNCH_GAP_LIMIT_NS`` apart; rows outside the largest group (the
+    earliest group on a tie) are outside too. ``start`` must be >= 0. Costs two reductions
+    when the whole trace spans less than both limits, which is every trace of a healthy
+    buffer."""
+    limit = min(layout.LAUNCH_GAP_LIMIT_NS, layout.TRACE_WINDOW_NS)
     if start.shape[0] < 2 or int(start.max()) - int(start.min()) <= limit:
         return None
+    out = _outside_trace_window(start)
+    if out is None:
+        out = np.zeros(start.shape[0], dtype=bool)
+    kept = np.flatnonzero(~out)
+    out[kept[_outside_own_launch(start[kept], launch[kept])]] = True
+    return out if out.any() else None
+
+
+def _outside_own_launch(start: np.ndarray, launch: np.ndarray) -> np.ndarray:
+    """Rows outside the largest group of their launch's starts (see :func:`outside_launch`)."""
+    limit = layout.LAUNCH_GAP_LIMIT_NS
     order = np.lexsort((start, launch))
     s, lch = start[order], launch[order]
     first = np.ones(s.shape[0], dtype=bool)
@@ -180,11 +195,23 @@ def outside_launch(start: np.ndarray, launch: np.ndarray) -> np.ndarray | None:
     best = ranked[np.r_[True, group_launch[ranked][1:] != group_launch[ranked][:-1]]]
     chosen = np.zeros(sizes.shape[0], dtype=bool)
     chosen[best] = True
-    if chosen.all():
-        return None
     out = np.empty(s.shape[0], dtype=bool)
     out[order] = ~chosen[group]
     return out
+
+
+def _outside_trace_window(start: np.ndarray) -> np.ndarray | None:
+    """Rows (starts >= 0) outside the ``layout.TRACE_WINDOW_NS`` window ``[s, s + window]``
+    that holds the most starts, the earliest such window on a tie; None: all are inside."""
+    window = layout.TRACE_WINDOW_NS
+    if start.shape[0] < 2 or int(start.max()) - int(start.min()) <= window:
+        return None
+    ordered = np.sort(start).astype(np.uint64)  # starts >= 0: + window stays below 2**64
+    reach = np.searchsorted(ordered, ordered + np.uint64(window), side="right")
+    first = int(np.argmax(reach - np.arange(ordered.shape[0])))  # argmax: the earliest
+    low = int(ordered[first])
+    high = min(low + window, np.iinfo(np.int64).max)
+    return (start < low) | (start > high)
 
 
 def drop_outside_launch(trace):
@@ -201,7 +228,8 @@ def drop_outside_launch(trace):
                              "outside_launch": trace.invalid_reasons.get("outside_launch", 0) + hit}
     for index, launch in enumerate(trace.launches):
         rows = events[events["launch"] == index]
-        if rows.shape[0] == 0:
+        if rows.shape[0] == 0:  # every record of it was outside the trace's window
+            launch.update(records=0)
             continue
         launch.update(records=int(rows.shape[0]), first_ns=int(rows["start_ns"].min()),
                       last_ns=int((rows["start_ns"] + rows["dur_ns"]).max()))

@@ -38,7 +38,8 @@ Tid word (word 3)::
 
 A record whose magic is present but whose reserved bits are not zero is *invalid*, not
 incomplete (see the validity rules in ``cute_prof.decode``). So is a record that starts far
-outside its launch's time window (``LAUNCH_GAP_LIMIT_NS``, reason ``outside_launch``). Giving reserved bits a meaning
+outside its launch's time window (``LAUNCH_GAP_LIMIT_NS``, reason ``outside_launch``), or
+outside the trace's (``TRACE_WINDOW_NS``, the same reason). Giving reserved bits a meaning
 means shrinking ``TAG_RESERVED_*`` / ``TID_RESERVED_*`` here; the decoder reads only these.
 
 Old buffers (epoch 0, bits 50..62 zero) decode as one launch. The decoder groups records
@@ -115,6 +116,13 @@ MAX_WARP_ID = (1 << WARP_BITS) - 1
 # start word (a flipped high bit, a kernel writing over the buffer) cannot move a trace's time
 # origin by months, where microsecond doubles in a JSON trace no longer keep nanoseconds.
 LAUNCH_GAP_LIMIT_NS = 1 << 42
+# Records of one trace lie together in time too. Records outside the window of this width
+# (2**51 ns, about 26 days) that holds the most starts (the earliest such window on a tie)
+# are invalid, reason "outside_launch" as well; the rule above then judges the rest. A record
+# whose tid word is corrupt as well as its start is a launch of its own, which the rule above
+# cannot judge; this one keeps it from moving the time origin. The starts then span at most
+# 2**51 ns, where the JSON's microsecond doubles still keep whole nanoseconds.
+TRACE_WINDOW_NS = 1 << 51
 # A counter above this cannot come from a real launch (2**40 records at 1.5 G/s is 12 minutes
 # of nothing but recording); it means the buffer is not a profile buffer or was corrupted.
 MAX_PLAUSIBLE_COUNTER = 1 << COUNTER_BITS

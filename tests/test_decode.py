@@ -394,9 +394,10 @@ def test_blocked_threaded_decode_matches_a_slot_by_slot_reference(monkeypatch, s
 
     monkeypatch.setattr(decode_module, "_BLOCK", 64)
     monkeypatch.setattr(decode_module, "_PARALLEL_ABOVE", 100)
-    # random starts over 2**62 ns are far apart: keep them all in one launch's window here
-    # (the outside_launch rule has its own tests)
+    # random starts over 2**62 ns are far apart: keep them all in one launch's window and
+    # in the trace's here (the outside_launch rule has its own tests)
     monkeypatch.setattr(layout, "LAUNCH_GAP_LIMIT_NS", 2**63)
+    monkeypatch.setattr(layout, "TRACE_WINDOW_NS", 2**63)
     rng = np.random.default_rng(5)
     count = 3000
     buf = empty(count + 10)

@@ -115,3 +115,51 @@ def test_json_trace_read_back_follows_the_same_rule(tmp_path):
         warnings.simplefilter("ignore", ProfileWarning)
         trace = load_trace(path)
     assert trace.invalid_reasons == {"outside_launch": 1} and len(trace) == N - 1
+
+
+def corrupt_record(buf, slot, start_bit):
+    """A start bit and a launch (grid id) bit of one record flipped: that record is then a
+    launch of its own, far from every other record (fuzz case 15368's pattern)."""
+    flip_start_bit(buf, slot, start_bit)
+    word = layout.record_word_index(slot, layout.WORD_TID)
+    buf[word] = layout.as_int64(int(buf[word]) ^ (1 << layout.GRID_SHIFT))
+
+
+@pytest.mark.parametrize("bit", [54, 55, 59, 60])  # bits set in T0: months to years earlier
+def test_a_record_with_corrupt_launch_bits_cannot_move_the_time_origin(tmp_path, bit):
+    # 256 outer regions [t, t + 1000) each holding an inner one [t + 1, t + 1000), 2001 ns
+    # apart, so their starts fall at every phase of the doubles a far time origin leaves
+    pairs = 256
+    buf = np.zeros(layout.buffer_words(2 * pairs), dtype=np.int64)
+    t = T0 + 2001 * np.arange(pairs)
+    layout.write_records(buf, np.stack([t, t + 1], axis=1).ravel(), np.tile([1000, 999], pairs),
+                         np.tile([0, 1], pairs), 0)
+    corrupt_record(buf, 7, bit)
+    trace = decode(buf)
+    assert len(trace) + trace.invalid == 2 * pairs
+    path = export_trace(trace, tmp_path / "t.json")
+    assert json_nesting_violations(path) == []
+    # as a viewer reads it: microseconds as doubles
+    assert json_nesting_violations(json.loads(path.read_text())) == []
+    starts = trace.events["start_ns"]
+    assert int(starts.max()) - int(starts.min()) <= layout.TRACE_WINDOW_NS
+
+
+def test_launches_days_apart_stay_and_the_largest_window_wins():
+    day = 86_400 * 10**9
+    start = np.array([0, 5, 3 * day, 3 * day + 5, 60 * day], dtype=np.int64)  # five launches
+    launch = np.arange(5, dtype=np.int32)
+    assert decoder.outside_launch(start, launch).tolist() == [False] * 4 + [True]
+    # a tie between two windows: the earliest one wins, whatever the launches
+    tie = np.array([10, 11, 60 * day, 60 * day + 1], dtype=np.int64)
+    assert decoder.outside_launch(tie, np.array([0, 1, 0, 1], np.int32)).tolist() == [
+        False, False, True, True]
+
+
+def test_a_launch_all_outside_the_trace_window_keeps_no_records():
+    buf = np.zeros(layout.buffer_words(N + 1), dtype=np.int64)
+    nested_buffer(buf=buf)
+    layout.write_records(buf, T0 - (1 << 55), 1000, 0, 0, grid=1)  # a launch of its own
+    trace = decode(buf)
+    assert trace.invalid_reasons == {"outside_launch": 1} and len(trace) == N
+    assert sorted(launch["records"] for launch in trace.launches) == [0, N]

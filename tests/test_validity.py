@@ -170,15 +170,18 @@ def test_missing_magic_is_incomplete_even_with_other_faults():
     assert trace.incomplete == 1 and trace.invalid == 0 and trace.invalid_reasons == {}
 
 
-def test_limits_that_are_still_valid_decode_exactly():
-    buf = np.zeros(layout.buffer_words(4), dtype=np.int64)
-    # two launches (grid ids), so the records near 0 and near 2**63 are each in their own window
-    layout.write_records(buf, [INT64_MAX - 6, 0, INT64_MAX, 0], [6, INT64_MAX, 0, 0], 0, 0,
-                         kind=[0, 0, 1, 1], grid=[1, 2, 1, 2])
+@pytest.mark.parametrize("start, dur, kind, ends", [
+    ([0, 0], [INT64_MAX, 0], [0, 1], [0, INT64_MAX]),  # starts at 0, an end at 2**63 - 1
+    ([INT64_MAX - 6, INT64_MAX], [6, 0], [0, 1], [INT64_MAX, INT64_MAX]),  # starts near 2**63
+])
+def test_limits_that_are_still_valid_decode_exactly(start, dur, kind, ends):
+    # one buffer each: records near 0 and near 2**63 in one trace are outside_launch
+    buf = np.zeros(layout.buffer_words(2), dtype=np.int64)
+    layout.write_records(buf, start, dur, 0, 0, kind=kind)
     trace = decode_buffer(buf, TAGS)
     assert trace.invalid == 0
-    ends = trace.events["start_ns"].astype(object) + trace.events["dur_ns"].astype(object)
-    assert sorted(ends) == [0, INT64_MAX, INT64_MAX, INT64_MAX]
+    got = trace.events["start_ns"].astype(object) + trace.events["dur_ns"].astype(object)
+    assert sorted(got) == ends
 
 
 def test_clock_span_exactly_at_zero_start_is_valid():
