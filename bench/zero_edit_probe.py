@@ -1,0 +1,203 @@
+"""Where does zero-edit recording cost FA4 its time? One FA4 forward (b4 s4096 h16 d128, full
+mask) compiled plain and in zero-edit variants, timed together (CUPTI, shuffled rounds), with
+each kernel's register and spill counts (``cuobjdump -res-usage`` of the kept cubin).
+
+Variants (the last two change what the recorder emits, for this experiment only: their
+traces are not valid): ``zero_edit`` (as shipped), ``waits_only`` (commits, releases and
+arrives record nothing), ``no_store`` (every instruction of a record but its stores),
+``no_clobber`` (the records' inline PTX without its memory clobber), ``local_stage``
+(records to a ring in local memory instead of global: see ``local_stage``). A first run also
+had ``clock_timer`` (``%clock`` read instead of ``%globaltimer_lo``): x1.1505 against
+zero_edit's x1.1525, so the timer read's latency is not the cost.
+
+    python bench/zero_edit_probe.py --rounds 20 --json $OUT/probe.json
+"""
+
+from __future__ import annotations
+
+import argparse
+import contextlib
+import glob
+import json
+import os
+import statistics
+import subprocess
+import sys
+import tempfile
+import time
+from pathlib import Path
+
+ROOT = Path(__file__).resolve().parents[1]
+sys.path.insert(0, str(ROOT))
+sys.path.insert(0, str(ROOT / "bench"))
+
+from tools.cupti import time_shuffled  # noqa: E402
+
+import cute_prof  # noqa: E402
+from cute_prof.device import autoprof as device_autoprof  # noqa: E402
+from cute_prof.device import slices  # noqa: E402
+
+
+@contextlib.contextmanager
+def waits_only():
+    original = device_autoprof._record_call
+
+    def record_waits(tag_of, payload_of, call):
+        state = device_autoprof._tracing_here()
+        if state is not None and tag_of(state.recording)[1] != "wait":
+            return call()
+        return original(tag_of, payload_of, call)
+
+    device_autoprof._record_call = record_waits
+    try:
+        yield
+    finally:
+        device_autoprof._record_call = original
+
+
+@contextlib.contextmanager
+def clock_timer():
+    original = slices.SliceRecorder._timer_lines
+
+    def lines(self, register):
+        return [line.replace("%globaltimer_lo", "%clock") for line in original(self, register)]
+
+    slices.SliceRecorder._timer_lines = lines
+    try:
+        yield
+    finally:
+        slices.SliceRecorder._timer_lines = original
+
+
+@contextlib.contextmanager
+def record_asm(*, drop_stores: bool = False, drop_clobber: bool = False):
+    """Rewrite the records' inline PTX (not the slice's open and close)."""
+    original = slices.inline_asm
+
+    def patched(result_types, operands, text, constraints, **kwargs):
+        if "%globaltimer_lo" in text and "st.global.u64" not in text:
+            if drop_stores:
+                text = "\n".join(line for line in text.splitlines() if "st.global.v2" not in line)
+            if drop_clobber:
+                constraints = constraints.replace(",~{memory}", "")
+        return original(result_types, operands, text, constraints, **kwargs)
+
+    slices.inline_asm = patched
+    try:
+        yield
+    finally:
+        slices.inline_asm = original
+
+
+@contextlib.contextmanager
+def local_stage():
+    """Records go to a 64-record ring in the recording thread's local memory (a stack array
+    made at the kernel's entry) instead of global memory: is it the global stores that the
+    kernel's release-ordered arrives and barriers wait for?"""
+    from cutlass import Int32
+    from cutlass._mlir import ir
+    from cutlass._mlir.dialects import llvm
+    from cutlass.cutlass_dsl import T
+
+    original_open, original_asm = device_autoprof._open, slices.inline_asm
+    scratch = {}
+
+    def open_with_scratch(state):
+        original_open(state)
+        entry = state.kernel_op.regions[0].blocks[0]
+        with ir.InsertionPoint.at_block_begin(entry):
+            ring = llvm.alloca(llvm.PointerType.get(), Int32(64).ir_value(), T.i64(), alignment=16)
+            scratch["address"] = llvm.ptrtoint(T.i64(), ring)
+
+    def patched(result_types, operands, text, constraints, **kwargs):
+        if "%globaltimer_lo" in text and "st.global.v2" in text and "address" in scratch:
+            operands = list(operands) + [scratch["address"]]
+            index = len(operands)  # the one output is $0
+            cons = constraints.split(",")
+            cons.insert(len(cons) - 1, "l")  # before the memory clobber
+            constraints = ",".join(cons)
+            lines = text.splitlines()
+            lines.insert(1, ".reg .u64 la, lo64; .reg .u32 o;")
+            first = next(i for i, line in enumerate(lines) if "st.global.v2" in line)
+            lines[first:first] = [f"cvta.to.local.u64 la, ${index};", "and.b32 o, $1, 504;",
+                                  "cvt.u64.u32 lo64, o;", "add.u64 la, la, lo64;"]
+            text = "\n".join(lines).replace("st.global.v2.u32 [a+-8]", "st.local.v2.u32 [la]")
+            text = text.replace("st.global.v2.u32 [a]", "st.local.v2.u32 [la+8]")
+        return original_asm(result_types, operands, text, constraints, **kwargs)
+
+    device_autoprof._open, slices.inline_asm = open_with_scratch, patched
+    try:
+        yield
+    finally:
+        device_autoprof._open, slices.inline_asm = original_open, original_asm
+
+
+VARIANTS = {"zero_edit": contextlib.nullcontext, "waits_only": waits_only, "local_stage": local_stage,
+            "no_store": lambda: record_asm(drop_stores=True),
+            "no_clobber": lambda: record_asm(drop_clobber=True)}
+
+
+def resource_usage(folder: str) -> dict:
+    """Registers and spill bytes of the FA4 kernel in the cubins kept under ``folder``."""
+    out = {}
+    for cubin in glob.glob(os.path.join(folder, "**", "*.cubin"), recursive=True):
+        text = subprocess.run(["cuobjdump", "-res-usage", cubin], capture_output=True, text=True).stdout
+        for line in text.splitlines():
+            if "REG:" in line:
+                fields = dict(part.split(":", 1) for part in line.split() if ":" in part)
+                out[os.path.basename(cubin)] = {k: fields.get(k) for k in ("REG", "STACK", "LOCAL", "SHARED")}
+    return out
+
+
+def main(argv=None) -> int:
+    ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    ap.add_argument("--rounds", type=int, default=20)
+    ap.add_argument("--json")
+    args = ap.parse_args(argv)
+    import torch
+    from flash_attn.cute import interface as fa
+
+    from examples.flash_attention import inputs
+
+    q, k, v = inputs(4, 4096, 16, 128)
+    calls, usage = {}, {}
+
+    def compile_into(cache_name, context):
+        folder = tempfile.mkdtemp(prefix=f"keep_{cache_name}_")
+        os.environ["CUTE_DSL_KEEP"], os.environ["CUTE_DSL_DUMP_DIR"] = "cubin", folder
+        cache = {}
+        fa._flash_attn_fwd.compile_cache = cache
+        with context():
+            if cache_name == "plain":
+                fa._flash_attn_fwd(q, k, v)
+            else:
+                with cute_prof.autoprofile(per_warp=4096):
+                    fa._flash_attn_fwd(q, k, v)
+        torch.cuda.synchronize()
+        usage[cache_name] = resource_usage(folder)
+
+        def run():
+            fa._flash_attn_fwd.compile_cache = cache
+            fa._flash_attn_fwd(q, k, v)
+        calls[cache_name] = run
+
+    compile_into("plain", contextlib.nullcontext)
+    for name, context in VARIANTS.items():
+        compile_into(name, context)
+    times = time_shuffled(calls, rounds=args.rounds, warmup=5)
+    base = times["plain"]
+    rows = {}
+    for name, values in times.items():
+        ratio = statistics.median(v / b for v, b in zip(values, base))
+        rows[name] = {"median_us": 1e3 * statistics.median(values), "x_plain": ratio}
+        print(f"{name:<12} {rows[name]['median_us']:>9.1f} us  x{ratio:.4f}  {usage.get(name)}")
+    if args.json:
+        Path(args.json).write_text(json.dumps({
+            "device": torch.cuda.get_device_name(), "date": time.strftime("%Y-%m-%d"),
+            "command": "python bench/zero_edit_probe.py " + " ".join(argv or sys.argv[1:]),
+            "rows": rows, "usage": usage}, indent=1))
+    return 0
+
+
+if __name__ == "__main__":
+    raise SystemExit(main())
