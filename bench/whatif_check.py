@@ -1,16 +1,29 @@
-"""Host half of the what-if check (issue #17): build the pipeline model from the base
-ws_gemm trace recorded by ``bench/whatif_gpu.py``, predict the kernel-time change of each
-variant, and compare with the CUPTI medians measured in the same GPU run.
+"""Host half of the what-if check (issue #27): for every kernel entry, build the pipeline
+model from the base trace alone, predict each variant's kernel-time change with an interval
+from the base's own spread, and compare with the CUPTI medians measured in the same GPU run.
+One table for every kernel, with the rank correlation of predicted vs measured.
 
-    python bench/whatif_check.py bench/results/whatif_h100 > bench/results/whatif_h100/whatif_table.md
+    python bench/whatif_check.py GPU_OUT [--out bench/results/whatif]
+
+GPU_OUT is the folder ``bench/whatif_all_gpu.sh`` filled (one sub-folder per part: gemm/,
+persistent/, ...); a part's own folder works too. Writes ``whatif_table.md`` and
+``whatif_table.json`` into ``--out`` and prints the table.
+
+A new kernel is one more :class:`Entry` in ``ENTRIES``: its trace file and loader, a spec
+(a function, so a spec derived from the trace itself, e.g. FA4's zero-edit one, fits), its
+timings and the model change that stands for each variant (``None``: not modelled, with
+the reason). The variants' own traces are never read.
 """
 
 from __future__ import annotations
 
+import argparse
 import json
 import statistics
 import sys
 import time
+from collections.abc import Callable
+from dataclasses import dataclass, field
 from pathlib import Path
 
 import numpy as np
@@ -18,19 +31,17 @@ import numpy as np
 ROOT = Path(__file__).resolve().parents[1]
 sys.path.insert(0, str(ROOT))
 
-from cute_prof.analysis.critical_path import analyze_pipeline, match_records, what_if  # noqa: E402
-from cute_prof.analysis.model import load_pipeline  # noqa: E402
+from cute_prof import storage  # noqa: E402
+from cute_prof.analysis.critical_path import (  # noqa: E402
+    latency_sample, match_records, predict_what_if, timer_step)
+from cute_prof.analysis.model import PipelineSpec, load_pipeline  # noqa: E402
 from cute_prof.trace import EVENT_DTYPE, Trace  # noqa: E402
 
-# variant -> the model change that stands for it (GemmConfig overrides in whatif_gpu.py)
-CHANGES = {
-    "stages3": {"depth": {"smem_ab": 3}},
-    "stages2": {"depth": {"smem_ab": 2}},
-    "cluster1x1": {"shared_by": {"smem_ab": 1}},
-}
+COMMAND = "python bench/whatif_check.py GPU_OUT"
 
 
 def load_trace(path: Path) -> Trace:
+    """A trace saved by ``bench/whatif_gpu.py`` (compressed columns + meta JSON)."""
     z = np.load(path, allow_pickle=False)
     meta = json.loads(str(z["meta"]))
     ev = np.zeros(z["start_ns"].size, dtype=EVENT_DTYPE)
@@ -40,66 +51,183 @@ def load_trace(path: Path) -> Trace:
                  attempted=meta["attempted"], overflow=0, incomplete=0, metadata=meta)
 
 
-def main(argv=None) -> int:
-    folder = Path((argv or sys.argv[1:])[0])
-    spec = load_pipeline(ROOT / "examples" / "ws_gemm_pipeline.json")
-    trace = load_trace(folder / "trace_base.npz")
-    times = json.loads((folder / "timings.json").read_text())["times"]
-    base = statistics.median(times["base"])
+def spec_file(name: str) -> Callable[[Trace], PipelineSpec]:
+    """A spec from ``examples/NAME`` (the trace is not needed)."""
+    return lambda trace: load_pipeline(ROOT / "examples" / name)
+
+
+@dataclass(frozen=True)
+class Entry:
+    kernel: str  # the table's label
+    folder: str  # sub-folder of GPU_OUT written by its GPU part
+    trace: str  # the base trace, in that folder
+    load: Callable[[Path], Trace]
+    spec: Callable[[Trace], PipelineSpec]  # spec of the base, possibly derived from its trace
+    base: str  # timings key of the base
+    # variant (timings key) -> the model change standing for it, or a str: why not modelled
+    variants: dict[str, dict | str] = field(default_factory=dict)
+    timings: str = "timings.json"
+    timings_key: str | None = None  # sub-dict of the timings file holding the per-variant lists
+    wait: str = "ws.wait_full"  # the consumes wait whose latency the header reports
+
+
+ENTRIES = [
+    Entry("ws_gemm 4096^3 (2x1 cluster, 4 stages)", "gemm", "trace_base.npz", load_trace,
+          spec_file("ws_gemm_pipeline.json"), "base",
+          {"stages3": {"depth": {"smem_ab": 3}}, "stages2": {"depth": {"smem_ab": 2}},
+           "cluster1x1": {"shared_by": {"smem_ab": 1}}}, timings_key="times"),
+    Entry("persistent ws_gemm 4096x4096x1024", "persistent", "trace_persistent_l2.npz",
+          storage.load_trace, spec_file("ws_gemm_persistent_pipeline.json"), "p_base",
+          {"p_stages3": {"depth": {"smem_ab": 3}}, "p_stages2": {"depth": {"smem_ab": 2}},
+           "p_cluster1x1": {"shared_by": {"smem_ab": 1}}}, timings_key="whatif"),
+    # FA4 (zero-edit trace, derived spec) goes here, e.g.
+    # Entry("FA4 fwd", "fa4", "trace_base.npz", load_trace, derive_fa4_spec, "base",
+    #       {"stages1": {"depth": {...}}, "pv_ss": "no model term for the PV operand source"},
+    #       timings="fa4_timings.json", timings_key=...),
+]
+
+
+def spearman(x, y) -> float:
+    """Spearman rank correlation (average ranks for ties)."""
+    def ranks(v):
+        v = np.asarray(v, dtype=float)
+        order = np.argsort(v, kind="stable")
+        r = np.empty(v.size)
+        r[order] = np.arange(v.size)
+        for value in np.unique(v):
+            tie = v == value
+            r[tie] = r[tie].mean()
+        return r
+    if len(x) < 2:
+        return float("nan")
+    rx, ry = ranks(x), ranks(y)
+    if rx.std() == 0 or ry.std() == 0:
+        return float("nan")
+    return float(np.corrcoef(rx, ry)[0, 1])
+
+
+def folder_of(root: Path, entry: Entry) -> Path | None:
+    for candidate in (root / entry.folder, root):
+        if (candidate / entry.trace).exists():
+            return candidate
+    return None
+
+
+def check_entry(root: Path, entry: Entry) -> tuple[list[dict], dict]:
+    folder = folder_of(root, entry)
+    if folder is None:
+        return [], {"kernel": entry.kernel, "skipped": f"no {entry.folder}/{entry.trace}"}
+    timings = json.loads((folder / entry.timings).read_text())
+    if entry.timings_key:
+        timings = timings[entry.timings_key]
+    trace = entry.load(folder / entry.trace)
     t0 = time.perf_counter()
-    report = analyze_pipeline(trace, spec, what_ifs=list(CHANGES.values()))
-    elapsed = time.perf_counter() - t0
-    data = match_records(trace, spec)
-    # the base (consumer-bound, 4 stages) never waits on a load after the start, so its
-    # inferred load latency is the cold-start one (an upper bound); 0 is the lower bound;
-    # "calibrated" takes the steady-state latency from the 2-stage trace (not independent
-    # for stages2 itself)
-    cal = load_trace(folder / "trace_stages2.npz")
-    cal_data = match_records(cal, spec.with_changes(depth={"smem_ab": 2}))
-    from cute_prof.analysis.critical_path import _infer_terms  # noqa: E402
-    cal_lat = float(np.median(_infer_terms(cal_data)[1][:, 2]))
-    bounds = {}
-    for name, change in CHANGES.items():
-        bounds[name] = [what_if(data, latency={"ws.wait_full": lat_ns}, **change)
-                        ["predicted_change"] for lat_ns in (0.0, cal_lat)]
-    print(f"# What-if check: ws_gemm 4096^3, model from the base level-2 trace "
-          f"({len(trace)} records, {report['units']} CTAs, analysis {elapsed:.2f} s on this box)\n")
-    print(f"device: {trace.metadata['device']}; timings: CUPTI kernel durations (torch.profiler),"
-          f" level 0, {len(times['base'])} launches per variant, shuffled rounds; medians.\n")
-    print(f"predicted: load latency inferred from the base trace (blocked waits, capped by the unblocked ones: "
-          f"{np.median(_infer_terms(data)[1][:, 2]):.0f} ns); lower: latency 0; calibrated: "
-          f"{cal_lat:.0f} ns from the stages2 trace\n")
-    print("| variant | model change | predicted | lower (lat 0) | calibrated | measured | "
-          "error of predicted (pp) | error of calibrated (pp) |")
-    print("|---|---|---:|---:|---:|---:|---:|---:|")
+    data = match_records(trace, entry.spec(trace))
+    sample, source = latency_sample(data, region=entry.wait)
+    base = statistics.median(timings[entry.base])
     rows = []
-    for (name, change), pred in zip(CHANGES.items(), report["what_if"]):
-        measured = (statistics.median(times[name]) - base) / base
-        p = pred["predicted_change"]
-        lo, calp = bounds[name]
-        rows.append({"variant": name, "change": change, "predicted": p, "lower": lo,
-                     "calibrated": calp, "measured": measured,
-                     "error_pp": (p - measured) * 100, "error_calibrated_pp": (calp - measured) * 100})
-        print(f"| {name} | {json.dumps(change)} | {p * 100:+.2f}% | {lo * 100:+.2f}% | "
-              f"{calp * 100:+.2f}% | {measured * 100:+.2f}% | {(p - measured) * 100:+.2f} | "
-              f"{(calp - measured) * 100:+.2f} |")
-    print(f"\nbase: measured {base / 1e3:.2f} us (CUPTI, level 0); traced kernel span "
-          f"{report['what_if'][0]['kernel_ns'] / 1e3:.2f} us (level 2); replay error "
-          f"(median per CTA) {report['what_if'][0]['replay_error_median'] * 100:+.2f}%\n")
-    # the variants' own traces: what the measured mainloops did
-    for name in CHANGES:
-        path = folder / f"trace_{name}.npz"
-        if path.exists():
-            t = load_trace(path)
-            d = match_records(t, spec.with_changes(depth={"smem_ab": t.metadata["stages"]},
-                                                   shared_by={"smem_ab": t.metadata["cluster"][0]}))
-            span = np.nanmax(d.end.reshape(d.shape[0], -1), 1) - d.start[:, 0, :].min(1)
-            print(f"- {name}: traced CTA mainloop span median {np.median(span) / 1e3:.2f} us")
-    print("\n```json")
-    print(json.dumps({k: v for k, v in report.items() if k != "what_if"}, indent=1))
-    print("```")
-    (folder / "whatif_table.json").write_text(json.dumps({"rows": rows, "report": report},
-                                                         indent=1))
+    for name, change in entry.variants.items():
+        measured = (statistics.median(timings[name]) - base) / base if timings.get(name) else None
+        row = {"kernel": entry.kernel, "what_if": name, "change": change, "measured": measured}
+        pred = (predict_what_if(data, change) if isinstance(change, dict)
+                else {"modelled": False, "reason": change})
+        row["modelled"] = pred["modelled"]
+        if pred["modelled"]:
+            lo, hi = pred["interval"]
+            row.update(predicted=pred["predicted_change"], interval=[lo, hi],
+                       latency_ns=pred["detail"]["latency_ns"])
+            if measured is not None:
+                row["error_pp"] = (pred["predicted_change"] - measured) * 100
+                row["inside"] = bool(lo - 1e-12 <= measured <= hi + 1e-12)
+        else:
+            row["reason"] = pred["reason"]
+        rows.append(row)
+    meta = trace.metadata or {}
+    info = {"kernel": entry.kernel, "folder": str(folder), "records": len(trace.events),
+            "units": data.shape[0], "iterations": data.shape[1],
+            "device": meta.get("device"), "base_us": base / 1e3,
+            "launches": len(timings[entry.base]), "analysis_s": time.perf_counter() - t0,
+            "latency_source": source,
+            "latency_ns": {q: float(np.quantile(sample, q)) for q in (0.05, 0.25, 0.5, 0.75)},
+            "timer_step_ns": timer_step(data)}
+    return rows, info
+
+
+def pct(v):
+    return "-" if v is None else f"{v * 100:+.2f}%"
+
+
+def table(rows: list[dict], infos: list[dict], root: Path) -> str:
+    done = [r for r in rows if r.get("modelled") and r.get("measured") is not None]
+    rho = spearman([r["predicted"] for r in done], [r["measured"] for r in done])
+    devices = sorted({str(i.get("device")) for i in infos if "device" in i})
+    device_txt = (root / "device.txt").read_text().strip() if (root / "device.txt").exists() \
+        else ", ".join(devices)
+    lines = ["# What-if check: pipeline predictions from the base trace vs the GPU", "",
+             f"- device: {device_txt}",
+             f"- date: {time.strftime('%Y-%m-%d %H:%M UTC', time.gmtime())} (check); GPU data "
+             f"from `{root}`",
+             f"- command: `{COMMAND}` (GPU half: `bench/whatif_all_gpu.sh`)",
+             "- measured: CUPTI kernel durations at level 0 (no probes), medians; change vs the "
+             "base. predicted: replay of the base trace's own durations under the changed spec, "
+             "load latency from the base (first item of units started under load, else blocked "
+             "waits) scaled by Little's law to the change's throughput. interval: the same with "
+             "the base latency's 25th/75th percentile, each moved by one timer tick.", ""]
+    for i in infos:
+        if "skipped" in i:
+            lines.append(f"- {i['kernel']}: skipped ({i['skipped']})")
+            continue
+        lat = i["latency_ns"]
+        lines.append(f"- {i['kernel']}: {i['records']:,} records, {i['units']} units x "
+                     f"{i['iterations']} iterations, base {i['base_us']:.2f} us "
+                     f"({i['launches']} launches), analysis {i['analysis_s']:.2f} s; latency "
+                     f"({i['latency_source']}): p5 {lat[0.05]:.0f}, p25 {lat[0.25]:.0f}, median "
+                     f"{lat[0.5]:.0f}, p75 {lat[0.75]:.0f} ns, timer step "
+                     f"{i['timer_step_ns']:.0f} ns")
+    lines += ["", "| kernel | what-if | predicted | interval | measured | error (pp) | "
+              "inside interval |", "|---|---|---:|---|---:|---:|---|"]
+    for r in rows:
+        if r["modelled"]:
+            lo, hi = r["interval"]
+            err = "-" if "error_pp" not in r else f"{r['error_pp']:+.2f}"
+            inside = "-" if "inside" not in r else ("yes" if r["inside"] else "no")
+            lines.append(f"| {r['kernel']} | {r['what_if']} {json.dumps(r['change'])} | "
+                         f"{pct(r['predicted'])} | [{pct(lo)}, {pct(hi)}] | {pct(r['measured'])} "
+                         f"| {err} | {inside} |")
+        else:
+            lines.append(f"| {r['kernel']} | {r['what_if']} | not modelled: {r['reason']} | - | "
+                         f"{pct(r['measured'])} | - | - |")
+    within = sum(abs(r["error_pp"]) <= 3 for r in done)
+    inside = sum(r.get("inside", False) for r in done)
+    lines += ["", f"Spearman rank correlation of predicted vs measured over the {len(done)} "
+              f"modelled rows: {rho:+.3f}. Within 3 pp: {within} of {len(done)}; measured "
+              f"inside the interval: {inside} of {len(done)}."]
+    return "\n".join(lines) + "\n", rho
+
+
+def main(argv=None) -> int:
+    parser = argparse.ArgumentParser(description=__doc__.splitlines()[0],
+                                     formatter_class=argparse.RawDescriptionHelpFormatter)
+    parser.add_argument("gpu_out", type=Path, help="the GPU half's output folder")
+    parser.add_argument("--out", type=Path, default=ROOT / "bench" / "results" / "whatif",
+                        help="where whatif_table.md/.json go (default bench/results/whatif)")
+    parser.add_argument("--only", nargs="*", help="folders of the entries to check (default all)")
+    args = parser.parse_args(argv)
+    rows, infos = [], []
+    for entry in ENTRIES:
+        if args.only and entry.folder not in args.only:
+            continue
+        r, info = check_entry(args.gpu_out, entry)
+        rows += r
+        infos.append(info)
+    text, rho = table(rows, infos, args.gpu_out)
+    print(text)
+    args.out.mkdir(parents=True, exist_ok=True)
+    (args.out / "whatif_table.md").write_text(text)
+    (args.out / "whatif_table.json").write_text(json.dumps(
+        {"command": COMMAND, "gpu_out": str(args.gpu_out), "spearman": rho, "rows": rows,
+         "kernels": [{**i, "latency_ns": {str(k): v for k, v in i.get("latency_ns", {}).items()}}
+                     for i in infos]}, indent=1))
     return 0
 
 

@@ -27,7 +27,8 @@ sys.path.insert(0, str(ROOT / "bench"))
 
 import whatif_check  # noqa: E402
 from cute_prof import storage  # noqa: E402
-from cute_prof.analysis.critical_path import analyze_pipeline, match_records  # noqa: E402
+from cute_prof.analysis.critical_path import (  # noqa: E402
+    analyze_pipeline, match_records, predict_what_if)
 from cute_prof.analysis.model import load_pipeline  # noqa: E402
 from cute_prof.trace import Trace  # noqa: E402
 
@@ -68,6 +69,10 @@ def main(argv=None) -> int:
               f"iterations, {int((data.unit_prev >= 0).sum())} following a unit of their CTA); "
               f"analyze_pipeline with one what-if (matching included) {t2 - t1:.2f} s; "
               f"units {report['units']}")
+    t0 = time.perf_counter()
+    pred = predict_what_if(data, {"depth": {"smem_ab": 2}})
+    print(f"predict_what_if (loaded latency, interval: 3 fixed-point replays) "
+          f"{time.perf_counter() - t0:.2f} s; predicted {pred['predicted_change'] * 100:+.1f}%")
     return 0
 
 

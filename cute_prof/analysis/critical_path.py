@@ -27,8 +27,13 @@ from .model import PipelineSpec
 BLOCKED_MARGIN_NS = 64.0
 
 __all__ = ["PipelineData", "Schedule", "match_records", "replay", "critical_path",
-           "blockers", "ring_occupancy", "initiation_interval", "what_if", "analyze_pipeline",
-           "perfetto_outputs", "format_pipeline_report"]
+           "blockers", "ring_occupancy", "initiation_interval", "what_if", "latency_sample",
+           "timer_step", "predict_what_if", "analyze_pipeline", "perfetto_outputs", "format_pipeline_report"]
+
+# loaded latency: at least this many observations of one kind before it is used
+MIN_LATENCY_SAMPLE = 8
+# the quantile of the loaded latencies taken for a load that met no queue (Little's law)
+UNQUEUED_QUANTILE = 0.05
 
 
 @dataclass
@@ -626,28 +631,91 @@ def _kernel_time(data: PipelineData, unit_delta: np.ndarray) -> tuple[float, flo
     return float(data.unit_last.max() - first), float((data.unit_last + shift).max() - first)
 
 
+def latency_sample(data: PipelineData, terms=None, *, region: str) -> tuple[np.ndarray, str]:
+    """Observed latencies (ns) of the event that wait ``region`` (a ``consumes`` wait)
+    waits on, and where they come from. Preferred: the first item of every unit that
+    started while the machine was loaded (its first produce comes after some unit had
+    finished, and it carries no ring from a previous tile): its consumer always waits for
+    it, so its end - produce is the latency at the base's own memory load, unbiased by the
+    consumer's slack. Else (every unit started together, e.g. a persistent kernel): the
+    per-unit latencies inferred from blocked waits, capped by the unblocked ones."""
+    spec = data.spec
+    tags = [r.tag for r in spec.regions]
+    if region not in tags:
+        raise ProfileBufferError(f"latency_sample names an unknown region {region!r}")
+    i = tags.index(region)
+    rel = spec.regions[i].relations.get("consumes")
+    if rel is None:
+        raise ProfileBufferError(f"{region!r} is not a consumes wait")
+    events, latency = (terms if terms is not None else _infer_terms(data))[:2]
+    produced = events[rel.resource][0]
+    prev = data.unit_prev if data.unit_prev is not None else np.full(data.shape[0], -1)
+    if rel.distance == 0:
+        loaded = (produced[:, 0] > data.unit_last.min()) & (prev < 0)
+        first = data.end[:, 0, i] - produced[:, 0]
+        if loaded.sum() >= MIN_LATENCY_SAMPLE:
+            return first[loaded], "first item of units started under load"
+    return latency[:, i].copy(), "blocked waits (capped by unblocked ones), per unit"
+
+
+def timer_step(data: PipelineData) -> float:
+    """The trace timer's resolution (ns): the smallest step between distinct start times."""
+    stamps = np.unique(data.start[np.isfinite(data.start)])
+    steps = np.diff(stamps)
+    return float(steps[steps > 0].min()) if (steps > 0).any() else 0.0
+
+
+def _with_latency(terms, column: int, value: float):
+    lat = terms[1].copy()
+    lat[:, column] = float(value)
+    return (terms[0], lat, *terms[2:])
+
+
 def what_if(data: PipelineData, *, depth: dict | None = None, shared_by: dict | None = None,
-            scale: dict | None = None, latency: dict | None = None, terms=None) -> dict:
+            scale: dict | None = None, latency: dict | None = None, terms=None,
+            loaded_latency: bool = False, latency_quantile: float = 0.5,
+            latency_shift_ns: float = 0.0) -> dict:
     """Predicted kernel-time change of a changed pipeline (ring depths, sharing, a region
     faster), from the replay of the change against the replay of the base. ``latency``:
     wait tag -> ns, replacing the inferred latency of that wait's event (when the trace
-    holds no steady-state observation of it, e.g. a consumer that never waited)."""
+    holds no steady-state observation of it, e.g. a consumer that never waited).
+
+    ``loaded_latency``: the latency of every ``consumes`` wait not named in ``latency``
+    depends on the load the change puts on memory (Little's law: bytes in flight =
+    throughput x latency, so a slower pipeline sees shorter loads). The base latency
+    L_b is the ``latency_quantile`` of :func:`latency_sample`; a load that met no queue
+    takes its 5th percentile L_0; the change's latency is L_0 + (L_b - L_0) x its
+    throughput / the base's, solved as a fixed point with the replay; ``latency_shift_ns``
+    moves L_b (the timer's resolution in an interval)."""
     terms = terms if terms is not None else _infer_terms(data)
-    if latency:
-        tags = [r.tag for r in data.spec.regions]
-        lat = terms[1].copy()
-        for tag, value in latency.items():
-            if tag not in tags:
-                raise ProfileBufferError(f"latency names an unknown region {tag!r}")
-            lat[:, tags.index(tag)] = float(value)
-        terms = (terms[0], lat, *terms[2:])
+    tags = [r.tag for r in data.spec.regions]
+    for tag, value in (latency or {}).items():
+        if tag not in tags:
+            raise ProfileBufferError(f"latency names an unknown region {tag!r}")
+        terms = _with_latency(terms, tags.index(tag), value)
+    loaded = {}
+    if loaded_latency:
+        for i, r in enumerate(data.spec.regions):
+            if "consumes" in r.relations and r.tag not in (latency or {}):
+                sample, _ = latency_sample(data, terms, region=r.tag)
+                loaded[i] = (float(np.quantile(sample, latency_quantile)) + latency_shift_ns,
+                             float(np.quantile(sample, UNQUEUED_QUANTILE)))
+                terms = _with_latency(terms, i, loaded[i][0])
     base = replay(data, terms=terms)
-    changed = replay(data, data.spec.with_changes(depth=depth, shared_by=shared_by),
-                     scale=scale, terms=terms)
+    changed_spec = data.spec.with_changes(depth=depth, shared_by=shared_by)
     base_end = np.nanmax(base.end.reshape(base.end.shape[0], -1), 1)
-    new_end = np.nanmax(changed.end.reshape(changed.end.shape[0], -1), 1)
+    changed_terms, ratio = terms, 1.0
+    for _ in range(8 if loaded else 1):
+        for i, (at_base, unqueued) in loaded.items():
+            value = unqueued + max(at_base - unqueued, 0.0) / max(ratio, 1e-6)
+            changed_terms = _with_latency(changed_terms, i, value)
+        changed = replay(data, changed_spec, scale=scale, terms=changed_terms)
+        new_end = np.nanmax(changed.end.reshape(changed.end.shape[0], -1), 1)
+        measured, predicted = _kernel_time(data, new_end - base_end)
+        previous, ratio = ratio, predicted / measured
+        if abs(ratio - previous) < 1e-4:
+            break
     delta = new_end - base_end
-    measured, predicted = _kernel_time(data, delta)
     measured_end = np.nanmax(data.end.reshape(data.end.shape[0], -1), 1)
     fidelity = float(np.median((base_end - measured_end)
                                / np.maximum(measured_end - data.start[:, 0, :].min(1), 1)))
@@ -656,7 +724,39 @@ def what_if(data: PipelineData, *, depth: dict | None = None, shared_by: dict | 
             "kernel_ns": measured, "predicted_kernel_ns": predicted,
             "predicted_change": (predicted - measured) / measured,
             "unit_delta_median_ns": float(np.median(delta)),
-            "replay_error_median": fidelity}
+            "replay_error_median": fidelity,
+            "latency_ns": {tags[i]: float(changed_terms[1][0, i]) for i in loaded}}
+
+
+def predict_what_if(data: PipelineData, change: dict, *, terms=None,
+                    interval: tuple[float, float] = (0.25, 0.75)) -> dict:
+    """One what-if with its uncertainty from the base trace's own spread: the prediction
+    at the median loaded latency, and the interval spanned by the latency quantiles
+    ``interval`` (per-unit and per-load variation of the base), each widened by one tick
+    of the trace's timer (a latency is not known closer than that). A change the model
+    cannot make comes back as ``{"modelled": False, "reason": ...}`` instead of a number."""
+    unknown = set(change) - {"depth", "shared_by", "scale", "latency"}
+    if unknown:
+        return {"modelled": False, "reason": f"no model term for {sorted(unknown)}"}
+    resources = {r.name for r in data.spec.resources}
+    for key in ("depth", "shared_by"):
+        missing = set(change.get(key) or {}) - resources
+        if missing:
+            return {"modelled": False, "reason": f"{key} names resources the pipeline does "
+                                                 f"not have: {sorted(missing)}"}
+    terms = terms if terms is not None else _infer_terms(data)
+    tick = timer_step(data)
+    try:
+        with warnings.catch_warnings():  # a deadlocked ring replays nan events first
+            warnings.simplefilter("ignore", RuntimeWarning)
+            runs = [what_if(data, terms=terms, loaded_latency=True, latency_quantile=q,
+                            latency_shift_ns=shift, **change)
+                    for q, shift in ((0.5, 0.0), (interval[0], -tick), (interval[1], tick))]
+    except ProfileBufferError as err:
+        return {"modelled": False, "reason": str(err)}
+    changes = [w["predicted_change"] for w in runs]
+    return {"modelled": True, "predicted_change": changes[0],
+            "interval": (min(changes), max(changes)), "detail": runs[0]}
 
 
 # ---------------------------------------------------------------------------- report

@@ -1,0 +1,111 @@
+"""What-ifs with a known answer (issue #27): a ring of depth d, load latency L, producer
+work P and consumer work W runs one item per max(W, P, (L + W) / d) (release at the end of
+the consumer's work); the replay of a changed depth must reproduce an exact simulation of
+the changed pipeline, and the loaded latency must follow Little's law as a fixed point."""
+
+import numpy as np
+import pytest
+
+from cute_prof.analysis.critical_path import (
+    latency_sample, match_records, predict_what_if, timer_step, what_if)
+from cute_prof.analysis.model import load_pipeline
+from cute_prof.trace import EVENT_DTYPE, Trace
+
+from test_pipeline_model import TAGS, spec_dict
+
+
+def simulate(depth, work, produce, latency, iters, start=0.0):
+    """Exact schedule of the ring (waits cost nothing): {tag: [(start, end)]}."""
+    spans = {t: [] for t in TAGS}
+    released, p_end, c_end = [], start, start
+    for k in range(iters):
+        we_end = max(p_end, released[k - depth]) if k >= depth else p_end
+        spans["w_e"].append((p_end, we_end))
+        spans["p"].append((we_end, we_end + produce))
+        p_end = we_end + produce
+        arrival = we_end + latency
+        wf_end = max(c_end, arrival)
+        spans["w_f"].append((c_end, wf_end))
+        spans["c"].append((wf_end, wf_end + work))
+        c_end = wf_end + work
+        released.append(c_end)
+    return spans
+
+
+def make_trace(ctas):
+    rows = []
+    for cta, (sm, regions) in enumerate(ctas):
+        for tag, spans in regions.items():
+            slot = 0 if tag in ("w_e", "p") else 1
+            for k, (s, e) in enumerate(spans):
+                rows.append((s, e - s, TAGS.index(tag), cta * 2 + slot, k, sm))
+    arr = np.array(rows, dtype=np.int64)
+    ev = np.zeros(len(rows), dtype=EVENT_DTYPE)
+    for j, col in enumerate(("start_ns", "dur_ns", "tag", "tid", "payload", "sm")):
+        ev[col] = arr[:, j]
+    ev = ev[np.argsort(ev["start_ns"], kind="stable")]
+    return Trace(events=ev, tag_names=TAGS, capacity=len(ev), attempted=len(ev), overflow=0,
+                 incomplete=0)
+
+
+def span(spans):
+    return spans["c"][-1][1] - spans["w_e"][0][0]
+
+
+@pytest.mark.parametrize("depth,latency", [(1, 400), (2, 2400), (3, 2400), (1, 3000)])
+def test_replay_of_a_shallower_ring_matches_the_exact_schedule(depth, latency):
+    work, produce, iters = 1000, 100, 40
+    base = simulate(4, work, produce, latency, iters)  # deep ring: consumer-bound
+    data = match_records(make_trace([(0, base)]), load_pipeline(spec_dict(4)))
+    w = what_if(data, depth={"ring": depth})
+    assert w["kernel_ns"] == span(base) == latency + iters * work
+    assert w["predicted_kernel_ns"] == pytest.approx(
+        span(simulate(depth, work, produce, latency, iters)))
+    # the steady period is the ring's recurrence bound
+    longer = what_if(match_records(make_trace([(0, simulate(4, work, produce, latency, 2 * iters))]),
+                                   load_pipeline(spec_dict(4))), depth={"ring": depth})
+    period = (longer["predicted_kernel_ns"] - w["predicted_kernel_ns"]) / iters
+    # (whole-ns schedule: within 1% when (L + W) / d is not whole)
+    assert period == pytest.approx(max(work, produce, (latency + work) / depth), rel=0.01)
+
+
+def loaded_trace(latencies, depth=2, work=1000, produce=100, iters=12):
+    """Two waves on len(latencies) SMs: the second wave starts after the first finished,
+    each of its units with its own load latency (the base's spread)."""
+    ctas = []
+    first = [simulate(depth, work, produce, 800, iters) for _ in latencies]
+    end = max(span(s) for s in first)
+    for sm, s in enumerate(first):
+        ctas.append((sm, s))
+    for sm, lat in enumerate(latencies):
+        ctas.append((sm, simulate(depth, work, produce, lat, iters, start=end + 100)))
+    return match_records(make_trace(ctas), load_pipeline(spec_dict(depth)))
+
+
+def test_latency_sample_prefers_first_items_of_units_started_under_load():
+    lats = [600, 700, 800, 900, 1000, 1100, 1200, 1300]
+    data = loaded_trace(lats)
+    sample, source = latency_sample(data, region="w_f")
+    assert sorted(sample.tolist()) == lats and "under load" in source
+    assert timer_step(data) > 0
+
+
+def test_loaded_latency_is_littles_law_fixed_point():
+    lats = [600, 700, 800, 900, 1000, 1100, 1200, 1300]
+    data = loaded_trace(lats, depth=4)
+    fixed = what_if(data, depth={"ring": 1}, latency={"w_f": np.median(lats)})
+    loaded = what_if(data, depth={"ring": 1}, loaded_latency=True)
+    l_b, l_0 = np.quantile(lats, 0.5), np.quantile(lats, 0.05)
+    # slower pipeline -> less in flight -> shorter loads -> a smaller slowdown
+    assert 0 < loaded["predicted_change"] < fixed["predicted_change"]
+    expect = l_0 + (l_b - l_0) / (1 + loaded["predicted_change"])
+    assert loaded["latency_ns"]["w_f"] == pytest.approx(expect, rel=1e-3)
+
+
+def test_predict_what_if_interval_and_not_modelled():
+    data = loaded_trace([600, 700, 800, 900, 1000, 1100, 1200, 1300], depth=4)
+    p = predict_what_if(data, {"depth": {"ring": 1}})
+    lo, hi = p["interval"]
+    assert p["modelled"] and lo <= p["predicted_change"] <= hi and lo < hi
+    assert predict_what_if(data, {"depth": {"nope": 2}})["modelled"] is False
+    assert "no model term" in predict_what_if(data, {"overlap": False})["reason"]
