@@ -21,6 +21,8 @@ for p in ${PARTS:-fa4 gemm persistent}; do
     fa4_causal) part fa4_causal python bench/fa4_whatif_gpu.py --causal --rounds ${ROUNDS:-20} --sms ${SMS:-12} ;;
     gemm) part gemm python bench/whatif_gpu.py --rounds ${ROUNDS:-30} ;;
     persistent) part persistent python bench/persistent_gpu.py --rounds ${ROUNDS:-20} ;;
+    gemm_ze) part gemm_ze python bench/whatif_gpu.py --zero-edit --rounds ${ROUNDS:-30} ;;
+    persistent_ze) part persistent_ze python bench/whatif_gpu.py --zero-edit --persistent --mnk 4096,4096,1024 --rounds ${ROUNDS:-30} ;;
   esac
 done
 ls -la "$FINAL"

@@ -2,6 +2,7 @@
 configuration and time it next to the variants whose kernel time the pipeline model predicts.
 
     python bench/whatif_gpu.py --mnk 4096,4096,4096 --rounds 30
+    python bench/whatif_gpu.py --persistent --mnk 4096,4096,1024 --zero-edit
 
 Writes to $OUT (or ./whatif_out): ``trace_<variant>.npz`` (level-2 events, compressed columns, meta), ``timings.json`` (per-variant CUPTI kernel times of every
 launch) and ``whatif_gpu.log``. Timing: level 0 (no probes), CUPTI kernel durations from
@@ -41,6 +42,11 @@ def main(argv=None) -> int:
     ap.add_argument("--mnk", default="4096,4096,4096")
     ap.add_argument("--rounds", type=int, default=30)
     ap.add_argument("--per-round", type=int, default=10)
+    ap.add_argument("--persistent", action="store_true",
+                    help="the persistent kernel (GemmConfig(persistent=True)) and its variants")
+    ap.add_argument("--zero-edit", action="store_true",
+                    help="also record every variant at level 0 in zero-edit mode "
+                    "(trace_ze_<variant>.npz: the derived model's input)")
     args = ap.parse_args(argv)
     m, n, k = (int(x) for x in args.mnk.split(","))
     out = Path(os.environ.get("OUT", "whatif_out"))
@@ -67,7 +73,7 @@ def main(argv=None) -> int:
     runners = {}
     for name, over in VARIANTS.items():
         t0 = time.time()
-        runner = W.CompiledWsGemm(W.GemmConfig(**over))
+        runner = W.CompiledWsGemm(W.GemmConfig(**over, persistent=args.persistent))
         c = torch.empty(m, n, device="cuda", dtype=torch.bfloat16)
         launches[name] = runner.prepare(a, b, c, dummy, 0, 0)
         launches[name]()
@@ -102,6 +108,29 @@ def main(argv=None) -> int:
                 "cluster": [runner.gemm.cfg.cluster_m, runner.gemm.cfg.cluster_n]})))
         log(f"{name}: level-2 trace {len(ev)} records (expected {exp['total']}), "
             f"{time.time() - t0:.1f}s")
+
+    if args.zero_edit:  # the same kernels at level 0, recorded by autoprofile()
+        sys.path.insert(0, str(ROOT / "bench"))
+        from tools.columns import save_columns
+
+        for name, over in VARIANTS.items():
+            t0 = time.time()
+            runner = W.CompiledWsGemm(W.GemmConfig(**over, persistent=args.persistent))
+            c = torch.empty(m, n, device="cuda", dtype=torch.bfloat16)
+            warps = runner.gemm.num_ctas(m, n) * (runner.gemm.threads_per_cta // 32)
+            with cute_prof.autoprofile(per_warp=4096, max_warps=warps) as zprof:
+                launch = runner.prepare(a, b, c, dummy, 0, 0)
+                launch()
+            launch()  # warm caches and clocks; the second launch is the one kept
+            zprof.reset()
+            launch()
+            torch.cuda.synchronize()
+            ztrace = zprof.trace()
+            save_columns(out / f"trace_ze_{name}.npz", ztrace, mnk=[m, n, k], device=dev,
+                         stages=runner.gemm.num_stages, persistent=args.persistent,
+                         cluster=[runner.gemm.cfg.cluster_m, runner.gemm.cfg.cluster_n])
+            log(f"{name}: zero-edit trace {len(ztrace)} records, overflow {ztrace.overflow}, "
+                f"{time.time() - t0:.1f}s")
 
     # timing: CUPTI kernel durations, shuffled variant order per round
     from torch.profiler import ProfilerActivity, profile

@@ -30,6 +30,7 @@ print(variant, "compiled")
 PY
   for f in $(find $dir -name "*.ptx"); do
     echo "== $variant $(basename $f)"
-    ptxas -arch=sm_90a -v "$f" -o /dev/null 2>&1 | grep -iE "wgmma|registers|spill|stack|warn" | head -12
+    cp "$f" "$OUT/$variant.ptx"
+    ptxas -arch=sm_90a -v "$f" -o /dev/null 2>&1 | tail -12
   done 2>&1 | tee "$OUT/ptxas_$variant.txt"
 done
