@@ -55,5 +55,8 @@ def test_quack_gemm_zero_edit(tmp_path, mnk, schedule):
     # the model derived from the kernel's own pipelines analysed every CTA
     derived = result["derived"]
     assert derived["rings"] and derived["roles"]["producer"] and derived["roles"]["consumer"]
+    # CTAs that ran fewer tiles than the most have fewer iterations: dropped, and counted
     analysis = result["analysis"]
-    assert analysis["units"] >= 1 and analysis["records_missing"] == 0
+    ctas = ab["ctas"]
+    assert analysis["units"] + analysis["units_dropped"] == ctas
+    assert analysis["units"] >= ctas // 2
