@@ -2,9 +2,8 @@
 mask) compiled plain and in zero-edit variants, timed together (CUPTI, shuffled rounds), with
 each kernel's register and spill counts (``cuobjdump -res-usage`` of the kept cubin).
 
-Variants (all but the first two change what the recorder emits, for this experiment only:
-their traces are not valid): ``zero_edit`` (as shipped: staged), ``unstaged`` (every record
-stored where it is made, ``autoprofile(staged=False)``), ``waits_only`` (commits, releases and
+Variants (the last two change what the recorder emits, for this experiment only: their
+traces are not valid): ``zero_edit`` (as shipped), ``waits_only`` (commits, releases and
 arrives record nothing), ``no_store`` (every instruction of a record but its stores),
 ``no_clobber`` (the records' inline PTX without its memory clobber), ``local_stage``
 (records to a ring in local memory instead of global: see ``local_stage``). A first run also
@@ -133,13 +132,9 @@ def local_stage():
         device_autoprof._open, slices.inline_asm = original_open, original_asm
 
 
-# name -> (what the recorder emits, autoprofile's options)
-VARIANTS = {"zero_edit": (contextlib.nullcontext, {}),
-            "unstaged": (contextlib.nullcontext, {"staged": False}),
-            "waits_only": (waits_only, {"staged": False}),
-            "local_stage": (local_stage, {"staged": False}),
-            "no_store": (lambda: record_asm(drop_stores=True), {"staged": False}),
-            "no_clobber": (lambda: record_asm(drop_clobber=True), {"staged": False})}
+VARIANTS = {"zero_edit": contextlib.nullcontext, "waits_only": waits_only, "local_stage": local_stage,
+            "no_store": lambda: record_asm(drop_stores=True),
+            "no_clobber": lambda: record_asm(drop_clobber=True)}
 
 
 def resource_usage(folder: str) -> dict:
@@ -158,7 +153,6 @@ def main(argv=None) -> int:
     ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     ap.add_argument("--rounds", type=int, default=20)
     ap.add_argument("--json")
-    ap.add_argument("--variants", default=",".join(VARIANTS))
     args = ap.parse_args(argv)
     import torch
     from flash_attn.cute import interface as fa
@@ -168,7 +162,7 @@ def main(argv=None) -> int:
     q, k, v = inputs(4, 4096, 16, 128)
     calls, usage = {}, {}
 
-    def compile_into(cache_name, context, options=None):
+    def compile_into(cache_name, context):
         folder = tempfile.mkdtemp(prefix=f"keep_{cache_name}_")
         os.environ["CUTE_DSL_KEEP"], os.environ["CUTE_DSL_DUMP_DIR"] = "cubin", folder
         cache = {}
@@ -177,7 +171,7 @@ def main(argv=None) -> int:
             if cache_name == "plain":
                 fa._flash_attn_fwd(q, k, v)
             else:
-                with cute_prof.autoprofile(per_warp=4096, **(options or {})):
+                with cute_prof.autoprofile(per_warp=4096):
                     fa._flash_attn_fwd(q, k, v)
         torch.cuda.synchronize()
         usage[cache_name] = resource_usage(folder)
@@ -188,9 +182,8 @@ def main(argv=None) -> int:
         calls[cache_name] = run
 
     compile_into("plain", contextlib.nullcontext)
-    for name in args.variants.split(","):
-        context, options = VARIANTS[name]
-        compile_into(name, context, options)
+    for name, context in VARIANTS.items():
+        compile_into(name, context)
     times = time_shuffled(calls, rounds=args.rounds, warmup=5)
     base = times["plain"]
     rows = {}

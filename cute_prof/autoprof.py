@@ -89,7 +89,7 @@ class AutoProfile:
 @contextlib.contextmanager
 def autoprofile(*, per_warp: int = DEFAULT_PER_WARP, max_warps: int = DEFAULT_MAX_WARPS,
                 kernels: tuple[str, ...] | list[str] | str | None = None, device=None,
-                caches=(), synchronize: bool = True, staged: bool = True):
+                caches=(), synchronize: bool = True):
     """Record every pipeline and barrier call of kernels compiled inside the block.
 
     ``per_warp``: records kept per warp (a wait is two, a signal one; the rest is counted
@@ -100,10 +100,7 @@ def autoprofile(*, per_warp: int = DEFAULT_PER_WARP, max_warps: int = DEFAULT_MA
     cache of compiled kernels (FA4: ``(interface._flash_attn_fwd, "compile_cache")``);
     inside the block each is an empty cache of the same type, so the kernel compiles again
     and records, and the old one is back afterwards (the block's cache stays on
-    ``AutoProfile.caches``, to launch the recording kernel again). ``staged``: each warp
-    keeps up to 30 record words in its lanes' registers and stores them with one warp-wide
-    store (the same words in the same places as unstaged; a kernel's release-ordered
-    arrives, barriers and wgmma fences then rarely wait for a record's store). Yields an
+    ``AutoProfile.caches``, to launch the recording kernel again). Yields an
     :class:`AutoProfile`."""
     from .device.autoprof import RecordingConfig, recording
 
@@ -122,8 +119,7 @@ def autoprofile(*, per_warp: int = DEFAULT_PER_WARP, max_warps: int = DEFAULT_MA
         return allocate_slices_buffer(n_slices, records, device=target)
 
     config = RecordingConfig(per_warp=per_warp, max_warps=max_warps, allocate=allocate,
-                             kernels=tuple(kernels) if kernels is not None else None,
-                             staged=bool(staged))
+                             kernels=tuple(kernels) if kernels is not None else None)
     saved = [(owner, name, getattr(owner, name)) for owner, name in caches]
     result = None
     try:

@@ -121,9 +121,6 @@ class RecordingConfig:
     max_warps: int
     allocate: Callable[[int, int], Any]  # (n_slices, per_warp) -> a slices buffer tensor
     kernels: tuple[str, ...] | None = None  # instrument only kernels whose name has one of these
-    # records wait in the lanes' registers and leave in one warp-wide store per 30 words
-    # (a store right before the kernel's next wgmma fence or arrive would hold the warp)
-    staged: bool = True
 
 
 class _Tracing:
@@ -133,7 +130,8 @@ class _Tracing:
         self.kernel_op = kernel_op
         self.recording = recording
         self.recorder: SliceRecorder | None = None
-        self.state_slots: list = []  # the recorder's state, one stack slot per value
+        self.cursor_slot = None
+        self.storing_slot = None
 
 
 _lock = threading.RLock()
@@ -243,19 +241,14 @@ def _open(state: _Tracing) -> None:
     with ir.InsertionPoint.at_block_begin(entry):
         one = Int32(1).ir_value()
         pointer = llvm.PointerType.get()
+        state.cursor_slot = llvm.alloca(pointer, one, T.i32(), alignment=4)
+        state.storing_slot = llvm.alloca(pointer, one, T.bool(), alignment=1)
         header = SliceHeader(Int64(layout.SLICES_MAGIC), Int64(dims))
-        recorder = SliceRecorder(address, _cta_linear_index(), ordered=False, header=header,
-                                 staged=_active.staged)
-        values = recorder.cursor_state()
-        state.state_slots = [llvm.alloca(pointer, one, _slot_type(i), alignment=4)
-                             for i in range(len(values))]
-        for value, slot in zip(values, state.state_slots):
-            llvm.store(value.ir_value(), slot)
+        recorder = SliceRecorder(address, _cta_linear_index(), ordered=False, header=header)
+        cursor, storing = recorder.cursor_state()
+        llvm.store(cursor.ir_value(), state.cursor_slot)
+        llvm.store(storing.ir_value(), state.storing_slot)
     state.recorder = recorder
-
-
-def _slot_type(index: int):
-    return T.bool() if index == 1 else T.i32()  # (cursor, storing, staged: fill, word, lane)
 
 
 @contextlib.contextmanager
@@ -265,10 +258,13 @@ def _recorder(state: _Tracing):
     if state.recorder is None:
         _open(state)
     rec = state.recorder
-    rec.set_cursor_state(*[llvm.load(_slot_type(i), slot) for i, slot in enumerate(state.state_slots)])
+    cursor = Int32(llvm.load(T.i32(), state.cursor_slot))
+    storing = Boolean(llvm.load(T.bool(), state.storing_slot))
+    rec.set_cursor_state(cursor, storing)
     yield rec
-    for value, slot in zip(rec.cursor_state(), state.state_slots):
-        llvm.store(value.ir_value(), slot)
+    cursor, storing = rec.cursor_state()
+    llvm.store(cursor.ir_value(), state.cursor_slot)
+    llvm.store(storing.ir_value(), state.storing_slot)
 
 
 def _kernel_end() -> None:

@@ -102,19 +102,6 @@ class _SliceConstants:
         self.start, self.high, self.end, self.state, self.opened = start, high, end, state, opened
 
 
-# staged path: a batch holds one word per lane; the asm block of a staged record has four
-# outputs (storing, fill, the lane's pending word's two halves), so its inputs start at $4
-STAGE_LANES = 32
-STAGE_OUTPUTS = 4
-
-
-def _staged_state(cursor, const: "_SliceConstants") -> tuple:
-    """The staged path's initial state: every lane of a warp with a slice stages (the
-    unstaged path stores from lane 0 only), an empty batch, and the lane's id."""
-    lane = Int32(inline_asm(T.i32(), [], "mov.u32 $0, %laneid;", "=r"))
-    return (cursor, Boolean(const.state == 1), Int32(0), Int32(0), Int32(0), lane)
-
-
 class SliceHeader:
     """A slices buffer's header words, loaded ahead of :class:`SliceRecorder`'s open (see
     :func:`prefetch_header`)."""
@@ -153,10 +140,9 @@ class SliceRecorder:
     through dynamic loops like any DSL value.
     """
 
-    def __init__(self, buf, tid, *, ordered: bool = True, enabled=None, header=None,
-                 staged: bool = False, _state=None, _const=None):
+    def __init__(self, buf, tid, *, ordered: bool = True, enabled=None, header=None, _state=None,
+                 _const=None):
         self.buf, self.tid, self.ordered = buf, tid, bool(ordered)
-        self.staged = bool(staged)
         self.enabled = is_enabled(enabled)
         if not self.enabled:
             return
@@ -164,8 +150,6 @@ class SliceRecorder:
             raise ProfileBufferError("header= takes what cute_prof.device.slices.prefetch_header(buf) returns")
         if _const is None:
             _const, opened_state = self._open(tid, header or prefetch_header(buf))
-            if self.staged:
-                opened_state = _staged_state(opened_state[0], _const)
             _state = _state if _state is not None else opened_state
         self._const, self._state = _const, _state
 
@@ -214,29 +198,28 @@ class SliceRecorder:
     def __extract_mlir_values__(self):
         if not self.enabled:
             return []
-        return [value.ir_value() for value in self._state]
+        cursor, storing = self._state
+        return [cursor.ir_value(), storing.ir_value()]
 
     def __new_from_mlir_values__(self, values):
         if not self.enabled:
             return SliceRecorder(self.buf, self.tid, ordered=self.ordered, enabled=False)
-        state = tuple(Boolean(v) if i == 1 else Int32(v) for i, v in enumerate(values))
-        return SliceRecorder(self.buf, self.tid, ordered=self.ordered, staged=self.staged,
-                             enabled=True, _state=state, _const=self._const)
+        return SliceRecorder(self.buf, self.tid, ordered=self.ordered, enabled=True,
+                             _state=(Int32(values[0]), Boolean(values[1])), _const=self._const)
 
     def cursor_state(self) -> tuple:
-        """The values a kernel carries between records: (cursor, storing), and staged, the
-        batch's fill, this lane's pending record (two words) and its lane id. Zero-edit
-        recording keeps them in stack slots instead of threading them through loops."""
+        """(cursor, storing): the values a kernel carries between records. Zero-edit
+        recording keeps them in a stack slot instead of threading them through loops."""
         return self._state
 
-    def set_cursor_state(self, *state) -> None:
-        """Continue from the values :meth:`cursor_state` handed out."""
-        self._state = tuple(Boolean(v) if i == 1 else Int32(v) for i, v in enumerate(state))
+    def set_cursor_state(self, cursor, storing) -> None:
+        """Continue from a (cursor, storing) pair that :meth:`cursor_state` handed out."""
+        self._state = (Int32(cursor), Boolean(storing))
 
     def _state_operands(self, operands: list, cons: list) -> None:
         """Append the cursor and the storing predicate (inputs ``$1``, ``$2``, after the one
         output, the new predicate) and the constant high address half and end (``$3``, ``$4``)."""
-        cursor, storing = self._state[:2]
+        cursor, storing = self._state
         check_state_reachable(cursor, "SliceRecorder")
         operands += [cursor.ir_value(), storing.ir_value(), self._const.high.ir_value(),
                      self._const.end.ir_value()]
@@ -248,73 +231,6 @@ class SliceRecorder:
         storing = inline_asm(T.bool(), operands, text, ",".join(cons) + ",~{memory}")
         self._state = (self._state[0] + advance, Boolean(storing))
 
-    def _stage(self, words: list, word_lines: list, operands: list, cons: list) -> None:
-        """Staged path: put the record's words (PTX register pairs ``(low, high)`` that
-        ``word_lines`` set) in the lanes ``fill``, ``fill + 1`` of the warp instead of storing
-        them; once the batch is nearly full (or the slice is), every lane stores its word with
-        one warp-wide store. The words land where the unstaged path would have put them."""
-        cursor, storing, fill, low, high, lane = self._state
-        check_state_reachable(cursor, "SliceRecorder")
-        base = len(operands)
-        operands += [cursor.ir_value(), storing.ir_value(), fill.ir_value(), low.ir_value(),
-                     high.ir_value(), lane.ir_value(), self._const.high.ir_value(),
-                     self._const.end.ir_value()]
-        c, st, f, pl, ph, ln, hi32, end = (f"${STAGE_OUTPUTS + base + i}" for i in range(8))
-        n = len(words)
-        lines = ["{", ".reg .pred v0, v1, m, fl, nv, sp;", ".reg .u32 lo, hi, shi, c1, f1, t, a32;",
-                 ".reg .u64 a;", *word_lines,
-                 f"mov.u32 $2, {pl};", f"mov.u32 $3, {ph};",
-                 f"setp.lt.and.u32 v0, {c}, {end}, {st};"]
-        if n == 2:
-            lines += [f"add.u32 c1, {c}, 8;", f"setp.lt.and.u32 v1, c1, {end}, {st};"]
-        last = "v1" if n == 2 else "v0"
-        lines += [f"setp.eq.and.u32 m, {ln}, {f}, v0;",
-                  f"@m mov.u32 $2, {words[0][0]};", f"@m mov.u32 $3, {words[0][1]};",
-                  f"selp.u32 t, 1, 0, v0;", f"add.u32 f1, {f}, t;"]
-        if n == 2:
-            lines += [f"setp.eq.and.u32 m, {ln}, f1, v1;",
-                      f"@m mov.u32 $2, {words[1][0]};", f"@m mov.u32 $3, {words[1][1]};",
-                      "selp.u32 t, 1, 0, v1;", "add.u32 f1, f1, t;"]
-        lines += [
-            # flush when the next record might not fit the 32 lanes, or the slice is full
-            # (the latch broke: nothing more is staged, and the cursor runs on)
-            f"setp.gt.u32 fl, f1, {STAGE_LANES - 2};",
-            f"not.pred nv, {last};",
-            "or.pred fl, fl, nv;",
-            f"setp.lt.and.u32 sp, {ln}, f1, fl;",
-            # the batch began 8 * fill bytes below this record's cursor (every attempt since
-            # its start fitted: the latch flushes when one does not)
-            f"shl.b32 a32, {f}, 3;",
-            f"sub.u32 a32, {c}, a32;",
-            f"shl.b32 t, {ln}, 3;",
-            "add.u32 a32, a32, t;",
-            f"mov.b64 a, {{a32, {hi32}}};",
-            "@sp st.global.v2.u32 [a], {$2, $3};",
-            "selp.u32 $1, 0, f1, fl;",
-            f"mov.pred $0, {last};",
-            "}",
-        ]
-        cons = ["=b", "=r", "=r", "=r", *cons, "r", "b", "r", "r", "r", "r", "r", "r"]
-        struct = llvm.StructType.get_literal([T.bool(), T.i32(), T.i32(), T.i32()])
-        res = inline_asm(struct, operands, "\n".join(lines), ",".join(cons) + ",~{memory}")
-        storing = Boolean(llvm.extractvalue(T.bool(), res, [0]))
-        fill, low, high = (Int32(llvm.extractvalue(T.i32(), res, [i])) for i in (1, 2, 3))
-        self._state = (cursor + 8 * n, storing, fill, low, high, lane)
-
-    def _flush_staged(self) -> None:
-        """Store what the batch holds (close() calls it first)."""
-        cursor, storing, fill, low, high, lane = self._state
-        text = "\n".join([
-            "{", ".reg .pred sp;", ".reg .u32 a32, t;", ".reg .u64 a;",
-            "setp.lt.u32 sp, $3, $2;",
-            "shl.b32 a32, $2, 3;", "sub.u32 a32, $0, a32;", "shl.b32 t, $3, 3;",
-            "add.u32 a32, a32, t;", "mov.b64 a, {a32, $1};",
-            "@sp st.global.v2.u32 [a], {$4, $5};", "}"])
-        inline_asm(None, [cursor.ir_value(), self._const.high.ir_value(), fill.ir_value(),
-                          lane.ir_value(), low.ir_value(), high.ir_value()], text,
-                   "r,r,r,r,r,r,~{memory}")
-        self._state = (cursor, storing, Int32(0), low, high, lane)
-
     def _write(self, tag, payload, kind):
         tag = resolve_tag(tag)
         payload = trace_time_int(payload)
@@ -323,10 +239,6 @@ class SliceRecorder:
                 f"payload {payload} does not fit the slices format's 13 bits "
                 f"(0..{layout.MAX_SLICE_PAYLOAD}); use the staged path for wider payloads")
         operands, cons = [], []
-        if self.staged:
-            word = _high_word_lines(tag, payload, kind, operands, cons, first_operand=STAGE_OUTPUTS)
-            self._stage([("lo", "hi")], [*word, *self._timer_lines("lo")], operands, cons)
-            return
         self._state_operands(operands, cons)
         lines = ["{", ".reg .u32 lo, hi, c;", ".reg .u64 a;",
                  *_high_word_lines(tag, payload, kind, operands, cons)]
@@ -370,19 +282,6 @@ class SliceRecorder:
             raise ProfileBufferError(
                 f"payload {payload} does not fit 32 bits (0..{layout.MAX_SLICE_REGION_PAYLOAD})")
         operands, cons = [], []
-        if self.staged:
-            operands.append(_low_word(start).ir_value())
-            cons.append("r")
-            lines = _high_word_lines(tag, payload, layout.SLICE_KIND_SPAN, operands, cons,
-                                     start_word="shi", first_operand=STAGE_OUTPUTS)
-            if end is None:
-                lines += self._timer_lines("lo")
-            else:
-                operands.append(_low_word(end).ir_value())
-                cons.append("r")
-                lines.append(f"mov.u32 lo, ${STAGE_OUTPUTS + len(operands) - 1};")
-            self._stage([(f"${STAGE_OUTPUTS}", "shi"), ("lo", "hi")], lines, operands, cons)
-            return
         self._state_operands(operands, cons)
         operands.append(_low_word(start).ir_value())
         cons.append("r")
@@ -433,9 +332,7 @@ class SliceRecorder:
         the lanes' counts then disagree, and close() marks the slice (the decoder warns)."""
         if not self.enabled:
             return
-        if self.staged:
-            self._flush_staged()
-        cursor = self._state[0]
+        cursor, _ = self._state
         check_state_reachable(cursor, "SliceRecorder")
         const = self._const
         text = "\n".join([
@@ -477,19 +374,16 @@ class SliceRecorder:
         inline_asm(None, operands, text, "r,r,r,l,r,r,~{memory}")
 
 
-def _high_word_lines(tag, payload, kind, operands: list, cons: list, *, start_word=None,
-                     first_operand: int = 1) -> list:
+def _high_word_lines(tag, payload, kind, operands: list, cons: list, *, start_word=None) -> list:
     """PTX setting ``hi``, a record's high word (and ``start_word``, its START record's, when
     given): one immediate when the tag and payload are known while tracing, else packed on
-    the device from two operands appended to ``operands`` (``$first_operand`` is the first
-    input: after the asm block's outputs)."""
+    the device from two operands appended to ``operands``."""
     if isinstance(tag, int) and isinstance(payload, int):
         lines = [f"mov.u32 hi, {layout.slice_record_high(tag, kind=kind, payload=payload)};"]
         if start_word:
             lines.append(f"mov.u32 {start_word}, {layout.slice_start_high(payload)};")
         return lines
-    t_op = f"${len(operands) + first_operand}"
-    p_op = f"${len(operands) + first_operand + 1}"
+    t_op, p_op = f"${len(operands) + 1}", f"${len(operands) + 2}"  # after the one output
     operands += [Int32(tag).ir_value(), Int32(payload).ir_value()]
     cons += ["r", "r"]
     lines = [
