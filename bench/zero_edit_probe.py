@@ -2,13 +2,14 @@
 mask) compiled plain and in zero-edit variants, timed together (CUPTI, shuffled rounds), with
 each kernel's register and spill counts (``cuobjdump -res-usage`` of the kept cubin).
 
-Variants (the last two change what the recorder emits, for this experiment only: their
-traces are not valid): ``zero_edit`` (as shipped), ``waits_only`` (commits, releases and
-arrives record nothing), ``no_store`` (every instruction of a record but its stores),
-``no_clobber`` (the records' inline PTX without its memory clobber), ``local_stage``
-(records to a ring in local memory instead of global: see ``local_stage``). A first run also
-had ``clock_timer`` (``%clock`` read instead of ``%globaltimer_lo``): x1.1505 against
-zero_edit's x1.1525, so the timer read's latency is not the cost.
+Variants (each but ``zero_edit`` changes what the recorder emits, for the experiment only:
+its trace is not valid): ``zero_edit`` (as shipped), ``waits_only`` (commits, releases and
+arrives record nothing), ``no_store`` (a record's PTX without its stores), ``store_never``
+(the stores stay in the code, under a predicate that is false at run time), ``one_store_per_region``
+(a region's START word not stored), ``no_clobber`` (the records' PTX without its memory
+clobber), ``local_stage`` (records to a ring in local memory instead of global),
+``clock_timer`` / ``clock64_timer`` (``%clock`` / ``%clock64`` read instead of
+``%globaltimer_lo``). Results and what they say: ``bench/results/zero_edit_h100/README.md``.
 
     python bench/zero_edit_probe.py --rounds 20 --json $OUT/probe.json
 """
@@ -20,6 +21,7 @@ import contextlib
 import glob
 import json
 import os
+import re
 import statistics
 import subprocess
 import sys
@@ -56,10 +58,14 @@ def waits_only():
 
 
 @contextlib.contextmanager
-def clock_timer():
+def clock_timer(register64: bool = False):
+    """``%clock`` (an S2R, like ``%globaltimer_lo``) or ``%clock64``'s low half (a CS2R)
+    read instead of the timer: does the record wait for the timer read's result?"""
     original = slices.SliceRecorder._timer_lines
 
     def lines(self, register):
+        if register64:
+            return ["{ .reg .u64 ck;", "mov.u64 ck, %clock64;", f"cvt.u32.u64 {register}, ck; }}"]
         return [line.replace("%globaltimer_lo", "%clock") for line in original(self, register)]
 
     slices.SliceRecorder._timer_lines = lines
@@ -70,7 +76,8 @@ def clock_timer():
 
 
 @contextlib.contextmanager
-def record_asm(*, drop_stores: bool = False, drop_clobber: bool = False):
+def record_asm(*, drop_stores: bool = False, drop_clobber: bool = False,
+               predicate_off: bool = False, drop_start_word: bool = False):
     """Rewrite the records' inline PTX (not the slice's open and close)."""
     original = slices.inline_asm
 
@@ -78,6 +85,15 @@ def record_asm(*, drop_stores: bool = False, drop_clobber: bool = False):
         if "%globaltimer_lo" in text and "st.global.u64" not in text:
             if drop_stores:
                 text = "\n".join(line for line in text.splitlines() if "st.global.v2" not in line)
+            if predicate_off and "st.global.v2" in text:  # the store issues; no lane writes
+                lines = text.splitlines()
+                at = next(i for i, line in enumerate(lines) if "st.global.v2" in line)
+                lines[at:at] = [".reg .pred never;", ".reg .u32 ln;", "mov.u32 ln, %laneid;",
+                                  "setp.eq.u32 never, ln, 99;"]  # false, unknown to ptxas
+                text = "\n".join(lines)
+                text = re.sub(r"@\S+ st\.global", "@never st.global", text)
+            if drop_start_word:
+                text = "\n".join(line for line in text.splitlines() if not line.startswith("@p0 st.global"))
             if drop_clobber:
                 constraints = constraints.replace(",~{memory}", "")
         return original(result_types, operands, text, constraints, **kwargs)
@@ -132,9 +148,16 @@ def local_stage():
         device_autoprof._open, slices.inline_asm = original_open, original_asm
 
 
-VARIANTS = {"zero_edit": contextlib.nullcontext, "waits_only": waits_only, "local_stage": local_stage,
+# name -> what the recorder emits (each but "zero_edit" is an experiment: its trace is not valid)
+VARIANTS = {"zero_edit": contextlib.nullcontext,
+            "waits_only": waits_only,
             "no_store": lambda: record_asm(drop_stores=True),
-            "no_clobber": lambda: record_asm(drop_clobber=True)}
+            "store_never": lambda: record_asm(predicate_off=True),
+            "one_store_per_region": lambda: record_asm(drop_start_word=True),
+            "no_clobber": lambda: record_asm(drop_clobber=True),
+            "local_stage": local_stage,
+            "clock_timer": clock_timer,
+            "clock64_timer": lambda: clock_timer(True)}
 
 
 def resource_usage(folder: str) -> dict:
@@ -153,6 +176,7 @@ def main(argv=None) -> int:
     ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     ap.add_argument("--rounds", type=int, default=20)
     ap.add_argument("--json")
+    ap.add_argument("--variants", default=",".join(VARIANTS))
     args = ap.parse_args(argv)
     import torch
     from flash_attn.cute import interface as fa
@@ -182,8 +206,8 @@ def main(argv=None) -> int:
         calls[cache_name] = run
 
     compile_into("plain", contextlib.nullcontext)
-    for name, context in VARIANTS.items():
-        compile_into(name, context)
+    for name in args.variants.split(","):
+        compile_into(name, VARIANTS[name])
     times = time_shuffled(calls, rounds=args.rounds, warmup=5)
     base = times["plain"]
     rows = {}
