@@ -17,7 +17,8 @@ pipeline and barrier calls, per warp, while the kernel compiles inside the block
     python examples/flash_attention.py --batch 1 --seqlen 1024 --no-save
 
 It prints, per consumer warpgroup, the time spent waiting for K, for V and at the scheduler
-barrier, and writes the trace of one SM's CTAs (Perfetto JSON and .npz) to
+barrier, the pipeline model derived from FA4's own pipeline objects (critical path, blockers,
+ring occupancy), and writes the trace of one SM's CTAs (Perfetto JSON and .npz) to
 ``examples/traces/`` and its picture to ``docs/``.
 """
 
@@ -35,7 +36,9 @@ ROOT = Path(__file__).resolve().parents[1]
 sys.path.insert(0, str(ROOT))
 
 import cute_prof  # noqa: E402
-from cute_prof.analysis.pipelines import format_wait_breakdown, wait_breakdown  # noqa: E402
+from cute_prof.analysis.critical_path import analyze_pipeline, format_pipeline_report  # noqa: E402
+from cute_prof.analysis.pipelines import (derive_pipeline, format_wait_breakdown,  # noqa: E402
+                                          wait_breakdown)
 
 FA4_VERSION = "4.0.0b36"
 
@@ -142,6 +145,10 @@ def main(argv=None) -> int:
                                     meta["autoprof"]["roles"]["roles"].items()))
         print("complete:", completeness(trace))
         print(format_wait_breakdown(wait_breakdown(trace)))
+        # the pipeline model from FA4's own pipeline objects: where the critical path runs
+        derived = derive_pipeline(trace)
+        print(derived.format_text())
+        print(format_pipeline_report(analyze_pipeline(derived.trace, derived.spec)))
         if not args.no_save:
             os.makedirs(args.out, exist_ok=True)
             small = one_sm(trace)
