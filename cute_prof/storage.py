@@ -411,9 +411,11 @@ def trace_to_buffer(trace) -> np.ndarray:
     capacity = int(trace.capacity)
     slots = np.concatenate([events["slot"], syncs["slot"]]).astype(np.int64)
     n_records = slots.shape[0]
-    if capacity < n_records or (n_records and (slots.min() < 0 or slots.max() >= capacity
-                                               or np.unique(slots).shape[0] != n_records)):
-        # slots do not describe a buffer (e.g. a filtered or hand-built trace): pack them
+    from_slices = (trace.metadata or {}).get("format") == "slices"
+    if from_slices or capacity < n_records or (n_records and (
+            slots.min() < 0 or slots.max() >= capacity or np.unique(slots).shape[0] != n_records)):
+        # slots do not describe a flat buffer (a slices buffer's word indices, a filtered or
+        # hand-built trace): pack them
         capacity = max(capacity, n_records)
         slots = np.arange(n_records, dtype=np.int64)
     words = np.zeros(layout.buffer_words(max(capacity, 1)), dtype=np.int64)

@@ -80,8 +80,18 @@ def one_sm(trace, sm: int = 0):
     tids = np.unique(events["tid"]).tolist()
     return dataclasses.replace(
         trace, events=events, track_names={t: trace.track_name(t) for t in tids},
+        capacity=len(events), attempted=len(events), overflow=0,  # a whole part of the launch
         metadata={**trace.metadata, "subset": f"CTAs on SM {sm} (whole launch: "
                   f"{len(trace)} events)"})
+
+
+def first_ctas(trace, count: int):
+    """The events of the first ``count`` CTAs in a trace: one row per warp in a picture."""
+    stride = trace.metadata["autoprof"]["warps_per_cta"]
+    cta = trace.events["tid"] // stride
+    keep = np.isin(cta, np.unique(cta)[:count])
+    return dataclasses.replace(trace, events=trace.events[keep], capacity=int(keep.sum()),
+                               attempted=int(keep.sum()), overflow=0)
 
 
 def completeness(trace) -> dict:
@@ -156,8 +166,8 @@ def main(argv=None) -> int:
             cute_prof.write_trace(small, f"{stem}.json")  # gzip it to commit it
             cute_prof.save_trace(f"{stem}.npz", small, compress=True)
             if mask == "causal":
-                cute_prof.plot_timeline(small, args.picture, title=f"FA4 forward (causal), CTAs of SM 0, {device}",
-                                        max_tracks=48)
+                cute_prof.plot_timeline(first_ctas(small, 2), args.picture, max_tracks=48,
+                                        title=f"FA4 forward (causal), two CTAs of SM 0, {device}")
             print(f"wrote {stem}.json and .npz")
     return 0
 

@@ -189,3 +189,21 @@ def test_a_ping_pong_ring_is_refused_with_the_reason():
                          (c, w, 6, 0, c * 10**5 + j * 100 + 80, 0)]
     with pytest.raises(ProfileBufferError, match="ping-pong"):
         derive_pipeline(finish_zero_edit_trace(_raw_trace(rows)))
+
+
+def test_a_ring_only_some_consumer_warps_use_is_set_aside():
+    """quack's epilogue: one warp per consumer warpgroup also fills a store ring per k-tile
+    group; the consumers stay one role and that ring is listed as not in the loop."""
+    rows = []
+    for c in range(2):
+        t0 = c * 10**5
+        for j in range(8):
+            rows += [(c, 0, 0, 0, t0 + j * 100, 10), (c, 0, 1, 0, t0 + j * 100 + 20, 0)]
+            for w in CONSUMER_WARPS:
+                rows += [(c, w, 4, 0, t0 + j * 100 + 30, 5), (c, w, 6, 0, t0 + j * 100 + 80, 0)]
+                if w % 4 == 0:  # the store ring: only the first warp of each warpgroup
+                    rows += [(c, w, 2, 0, t0 + j * 100 + 85, 1), (c, w, 3, 0, t0 + j * 100 + 90, 0)]
+    derived = derive_pipeline(finish_zero_edit_trace(_raw_trace(rows)))
+    assert derived.spec.roles.roles["consumer"] == list(CONSUMER_WARPS)
+    assert "pv.producer_acquire" in derived.skipped and "only some of the warps" in \
+        derived.skipped["pv.producer_acquire"]

@@ -232,3 +232,19 @@ def test_allocator_places_slices_clear_of_address_boundaries(monkeypatch):
     monkeypatch.setattr(torch.Tensor, "data_ptr", lambda self: next(addresses), raising=False)
     words = decode_slices.allocate_slices_buffer(4, 8, device="cpu")
     assert len(made) == 2 and words is made[1]
+
+
+def test_a_decoded_slices_trace_saves_and_loads_whole(tmp_path):
+    """A slices trace's slots are the slices buffer's word indices, not flat record slots:
+    saving re-packs them (before, records landed above the counter and were lost)."""
+    import cute_prof
+
+    words = make(80, 64)  # half the slices never opened: capacity above every record's slot
+    for s in range(40):
+        open_slice(words, s, 64, base=10**9 + 1000 * s, tid=s, sm=s % 4, warp=0, count=4,
+                   recs=[record(10**9 + 1000 * s + 100 * i, i + 1) for i in range(4)])
+    trace = decode_buffer(words)
+    assert trace.events["slot"].max() < trace.capacity
+    loaded = cute_prof.load_trace(cute_prof.save_trace(tmp_path / "t.npz", trace))
+    assert len(loaded) == len(trace) == 160 and loaded.incomplete == 0
+    assert np.array_equal(np.sort(loaded.events["start_ns"]), np.sort(trace.events["start_ns"]))

@@ -297,20 +297,27 @@ def derive_pipeline(trace: Trace) -> DerivedPipeline:
         raise ProfileBufferError("the trace has no producer/consumer loop over a pipeline "
                                  "(every call is made once per warp): nothing for the derived "
                                  "model (pass a spec)")
-    # roles: slots grouped by the loop calls they make (the most common set over the CTAs)
-    in_loop = np.isin(pair_tag, loop)
-    sig_of_tid: dict[int, set] = {}
-    for t_id, t_tag in zip(pair_tid[in_loop].tolist(), pair_tag[in_loop].tolist()):
-        sig_of_tid.setdefault(t_id, set()).add(t_tag)
-    votes: dict[int, dict[tuple, int]] = {}
-    for t_id, sig in sig_of_tid.items():
-        key = tuple(sorted(sig))
-        votes.setdefault(t_id % stride, {}).setdefault(key, 0)
-        votes[t_id % stride][key] += 1
-    by_signature: dict[tuple, list[int]] = {}
-    for slot_id in sorted(votes):
-        sig = max(votes[slot_id].items(), key=lambda kv: kv[1])[0]
-        by_signature.setdefault(sig, []).append(slot_id)
+    # roles: slots grouped by the loop calls they make (the most common set over the CTAs).
+    # A ring only some of the warps sharing another loop ring use (quack's epilogue store,
+    # made by one warp per consumer warpgroup) is set aside, so those warps stay one role
+    while True:
+        by_signature = _slots_by_signature(pair_tid, pair_tag, loop, stride)
+        distinguishing = set()
+        signatures = list(by_signature)
+        for i, a in enumerate(signatures):
+            for b in signatures[i + 1:]:
+                if set(a) & set(b):
+                    distinguishing |= set(a) ^ set(b)
+        if not distinguishing:
+            break
+        rings = {sites[t]["pipeline"] for t in distinguishing}
+        for t in [t for t in loop if sites[t]["pipeline"] in rings]:
+            skipped[names[t]] = ("made by only some of the warps that share the loop's other "
+                                 "pipeline calls")
+        loop = [t for t in loop if sites[t]["pipeline"] not in rings]
+        if not loop:
+            raise ProfileBufferError("the warps' pipeline calls do not split into roles: the "
+                                     "derived model cannot place them (pass a spec)")
     role_of_slot, role_tags, role_slots = {}, {}, {}
     for sig, slots_here in by_signature.items():
         ops = {op_of[t].split("_")[0] for t in sig}
@@ -321,10 +328,6 @@ def derive_pipeline(trace: Trace) -> DerivedPipeline:
         role_tags[name], role_slots[name] = list(sig), slots_here
         for slot_id in slots_here:
             role_of_slot[slot_id] = name
-    shared = [names[t] for t in loop if sum(t in tags_ for tags_ in role_tags.values()) > 1]
-    if shared:
-        raise ProfileBufferError(f"{shared} are called by warps that otherwise make different "
-                                 "loop calls: the derived model cannot give them one role (pass a spec)")
     _check_rings_not_split(ev, tid, tag, sites, loop, stride, names)
     # place in the loop: the iteration of a call = how many calls of its role's first loop
     # site the warp made up to it, minus one; offset = iteration - ordinal (constant)
@@ -425,6 +428,25 @@ def derive_pipeline(trace: Trace) -> DerivedPipeline:
                                  "(pass a spec)") from None
     out = dataclasses.replace(trace, events=new_ev, tag_names=tuple(new_names))
     return DerivedPipeline(trace=out, spec=spec, offsets=offsets, skipped=skipped)
+
+
+def _slots_by_signature(pair_tid, pair_tag, loop, stride) -> dict[tuple, list[int]]:
+    """Warp slots grouped by the set of loop sites they call (each slot: its most common set
+    over the CTAs)."""
+    in_loop = np.isin(pair_tag, loop)
+    sig_of_tid: dict[int, set] = {}
+    for t_id, t_tag in zip(pair_tid[in_loop].tolist(), pair_tag[in_loop].tolist()):
+        sig_of_tid.setdefault(t_id, set()).add(t_tag)
+    votes: dict[int, dict[tuple, int]] = {}
+    for t_id, sig in sig_of_tid.items():
+        key = tuple(sorted(sig))
+        votes.setdefault(t_id % stride, {}).setdefault(key, 0)
+        votes[t_id % stride][key] += 1
+    by_signature: dict[tuple, list[int]] = {}
+    for slot_id in sorted(votes):
+        sig = max(votes[slot_id].items(), key=lambda kv: kv[1])[0]
+        by_signature.setdefault(sig, []).append(slot_id)
+    return by_signature
 
 
 def _check_rings_not_split(ev, tid, tag, sites, loop, stride, names) -> None:

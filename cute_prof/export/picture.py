@@ -256,9 +256,15 @@ def plot_timeline(
     if height_px < _TOP_PX + _BOTTOM_PX + 40:
         raise ProfileBufferError(f"height_px must be >= {_TOP_PX + _BOTTOM_PX + 40}")
     fig = Figure(figsize=(width_px / dpi, height_px / dpi), dpi=dpi)
-    plot_w = width_px - _LEFT_PX - _RIGHT_PX
+    # margins wide enough for the longest row label and legend entry (zero-edit track and
+    # tag names run to ~27 characters), within a third of the picture each
+    left_px = int(min(max(_LEFT_PX, 6.2 * max(map(len, row_labels), default=0) + 14),
+                      width_px / 3))
+    right_px = int(min(max(_RIGHT_PX, 7.0 * max(map(len, slot_names), default=0) + 45),
+                       width_px / 3))
+    plot_w = width_px - left_px - right_px
     plot_h = height_px - _TOP_PX - _BOTTOM_PX
-    ax = fig.add_axes((_LEFT_PX / width_px, _BOTTOM_PX / height_px, plot_w / width_px,
+    ax = fig.add_axes((left_px / width_px, _BOTTOM_PX / height_px, plot_w / width_px,
                        plot_h / height_px))
     x_max = span_ns / scale
     ax.set_xlim(0, x_max)
@@ -325,7 +331,7 @@ def plot_timeline(
                               markersize=8, label="instant"))
     if handles:
         fig.legend(handles=handles, loc="upper left", frameon=False, fontsize=8,
-                   bbox_to_anchor=((width_px - _RIGHT_PX + 10) / width_px, 1 - _TOP_PX / height_px))
+                   bbox_to_anchor=((width_px - right_px + 10) / width_px, 1 - _TOP_PX / height_px))
     device = (trace.metadata or {}).get("device")
     n_regions = int(span_sel.sum())
     heading = title or (
@@ -339,9 +345,9 @@ def plot_timeline(
         notes.append("one pixel shows its dominant tag")
     if trace.overflow:
         notes.append(f"{trace.overflow:,} records lost to overflow")
-    fig.text(_LEFT_PX / width_px, 1 - 12 / height_px, heading, fontsize=10, va="top")
+    fig.text(left_px / width_px, 1 - 12 / height_px, heading, fontsize=10, va="top")
     if notes:
-        fig.text(_LEFT_PX / width_px, 1 - 30 / height_px, "; ".join(notes), fontsize=8,
+        fig.text(left_px / width_px, 1 - 30 / height_px, "; ".join(notes), fontsize=8,
                  va="top", color="#aa3300" if trace.overflow else "#444444")
 
     with atomic_write(path) as handle:
