@@ -5,8 +5,10 @@ One table for every kernel, with the rank correlation of predicted vs measured.
 
     python bench/whatif_check.py GPU_OUT [--out bench/results/whatif]
 
-GPU_OUT is the folder ``bench/whatif_all_gpu.sh`` filled (one sub-folder per part: gemm/,
-persistent/, ...); a part's own folder works too. Writes ``whatif_table.md`` and
+GPU_OUT is the folder ``bench/whatif_all_gpu.sh`` filled (one sub-folder per part: gemm_ze/,
+persistent_ze/ (``bench/whatif_gpu.py [--persistent] --zero-edit``), fa4/
+(``bench/fa4_whatif_gpu.py``), and the level-2 gemm/, persistent/); a part's own folder works
+too. Writes ``whatif_table.md`` and
 ``whatif_table.json`` into ``--out`` and prints the table.
 
 A new kernel is one more :class:`Entry` in ``ENTRIES``: its trace file and loader, a spec
@@ -35,7 +37,11 @@ from cute_prof import storage  # noqa: E402
 from cute_prof.analysis.critical_path import (  # noqa: E402
     latency_sample, match_records, predict_what_if, timer_step)
 from cute_prof.analysis.model import PipelineSpec, load_pipeline  # noqa: E402
+from cute_prof.analysis.pipelines import derive_pipeline  # noqa: E402
 from cute_prof.trace import EVENT_DTYPE, Trace  # noqa: E402
+
+sys.path.insert(0, str(ROOT / "bench"))
+from tools.columns import load_columns  # noqa: E402
 
 COMMAND = "python bench/whatif_check.py GPU_OUT"
 
@@ -68,22 +74,49 @@ class Entry:
     variants: dict[str, dict | str] = field(default_factory=dict)
     timings: str = "timings.json"
     timings_key: str | None = None  # sub-dict of the timings file holding the per-variant lists
-    wait: str = "ws.wait_full"  # the consumes wait whose latency the header reports
+    wait: str | None = "ws.wait_full"  # the consumes wait whose latency the header reports
+    # True: a zero-edit base; the spec comes from the kernel's own pipeline objects
+    # (derive_pipeline) and the latency sample from each CTA's first load
+    derived: bool = False
+    timings_ns: float = 1.0  # ns per unit of the timings file
+    base_trace: str = ""  # what the base trace is, for the table
+
+
+def derived_spec(trace: Trace) -> PipelineSpec:
+    return derive_pipeline(trace).spec
+
+
+GEMM_CHANGES = {"stages3": {"depth": {"ab_pipe": 3}}, "stages2": {"depth": {"ab_pipe": 2}},
+                "cluster1x1": {"shared_by": {"ab_pipe": 1}}}
+NOT_A_RING = "it changes the consumer's program (order / instruction mix), not a ring"
 
 
 ENTRIES = [
+    # zero-edit bases (only the pipeline calls recorded; the spec is derived from them)
+    Entry("ws_gemm 4096^3 (2x1 cluster, 4 stages)", "gemm_ze", "trace_ze_base.npz", load_columns,
+          derived_spec, "base", GEMM_CHANGES, timings_key="times", wait=None, derived=True,
+          base_trace="zero-edit"),
+    Entry("persistent ws_gemm 4096x4096x1024", "persistent_ze", "trace_ze_base.npz", load_columns,
+          derived_spec, "base", GEMM_CHANGES, timings_key="times", wait=None, derived=True,
+          base_trace="zero-edit"),
+    Entry("FA4 fwd b4 s4096 h16 d128 bf16", "fa4", "trace_base.npz", load_columns, derived_spec,
+          "base", {"stages1": {"depth": {"pipeline_k": 1, "pipeline_v": 1}},
+                   "stages3": {"depth": {"pipeline_k": 3, "pipeline_v": 3}},
+                   "overlap_off": NOT_A_RING, "pv_ss": NOT_A_RING},
+          timings="fa4_timings.json", timings_key="times_ms", wait=None, derived=True,
+          timings_ns=1e6, base_trace="zero-edit"),
+    # history: level-2 (hand-placed probes) bases with hand-written specs; their probes sit
+    # on a shallow ring's recurrence (README), so they predict the traced kernel
     Entry("ws_gemm 4096^3 (2x1 cluster, 4 stages)", "gemm", "trace_base.npz", load_trace,
           spec_file("ws_gemm_pipeline.json"), "base",
           {"stages3": {"depth": {"smem_ab": 3}}, "stages2": {"depth": {"smem_ab": 2}},
-           "cluster1x1": {"shared_by": {"smem_ab": 1}}}, timings_key="times"),
+           "cluster1x1": {"shared_by": {"smem_ab": 1}}}, timings_key="times",
+          base_trace="level 2"),
     Entry("persistent ws_gemm 4096x4096x1024", "persistent", "trace_persistent_l2.npz",
           storage.load_trace, spec_file("ws_gemm_persistent_pipeline.json"), "p_base",
           {"p_stages3": {"depth": {"smem_ab": 3}}, "p_stages2": {"depth": {"smem_ab": 2}},
-           "p_cluster1x1": {"shared_by": {"smem_ab": 1}}}, timings_key="whatif"),
-    # FA4 (zero-edit trace, derived spec) goes here, e.g.
-    # Entry("FA4 fwd", "fa4", "trace_base.npz", load_trace, derive_fa4_spec, "base",
-    #       {"stages1": {"depth": {...}}, "pv_ss": "no model term for the PV operand source"},
-    #       timings="fa4_timings.json", timings_key=...),
+           "p_cluster1x1": {"shared_by": {"smem_ab": 1}}}, timings_key="whatif",
+          base_trace="level 2"),
 ]
 
 
@@ -122,14 +155,27 @@ def check_entry(root: Path, entry: Entry) -> tuple[list[dict], dict]:
         timings = timings[entry.timings_key]
     trace = entry.load(folder / entry.trace)
     t0 = time.perf_counter()
-    data = match_records(trace, entry.spec(trace))
-    sample, source = latency_sample(data, region=entry.wait)
+    first_load = None
+    if entry.derived:
+        derived = derive_pipeline(trace)
+        trace, spec = derived.trace, derived.spec
+        first_load, first_source = derived.first_load_latency()
+    else:
+        spec = entry.spec(trace)
+    data = match_records(trace, spec)
+    wait = entry.wait or next(r.tag for r in spec.regions if "consumes" in r.relations)
+    if first_load is not None and len(first_load) >= 8:
+        sample, source = first_load, first_source
+    else:
+        sample, source = latency_sample(data, region=wait)
+        first_load = None
     base = statistics.median(timings[entry.base])
     rows = []
     for name, change in entry.variants.items():
         measured = (statistics.median(timings[name]) - base) / base if timings.get(name) else None
-        row = {"kernel": entry.kernel, "what_if": name, "change": change, "measured": measured}
-        pred = (predict_what_if(data, change) if isinstance(change, dict)
+        row = {"kernel": entry.kernel, "base_trace": entry.base_trace, "what_if": name,
+               "change": change, "measured": measured}
+        pred = (predict_what_if(data, change, first_load=first_load) if isinstance(change, dict)
                 else {"modelled": False, "reason": change})
         row["modelled"] = pred["modelled"]
         if pred["modelled"]:
@@ -143,9 +189,10 @@ def check_entry(root: Path, entry: Entry) -> tuple[list[dict], dict]:
             row["reason"] = pred["reason"]
         rows.append(row)
     meta = trace.metadata or {}
-    info = {"kernel": entry.kernel, "folder": str(folder), "records": len(trace.events),
+    info = {"kernel": entry.kernel, "base_trace": entry.base_trace, "folder": str(folder),
+            "records": len(trace.events), "wait": wait,
             "units": data.shape[0], "iterations": data.shape[1],
-            "device": meta.get("device"), "base_us": base / 1e3,
+            "device": meta.get("device"), "base_us": base * entry.timings_ns / 1e3,
             "launches": len(timings[entry.base]), "analysis_s": time.perf_counter() - t0,
             "latency_source": source,
             "latency_ns": {q: float(np.quantile(sample, q)) for q in (0.05, 0.25, 0.5, 0.75)},
@@ -170,38 +217,53 @@ def table(rows: list[dict], infos: list[dict], root: Path) -> str:
              f"- command: `{COMMAND}` (GPU half: `bench/whatif_all_gpu.sh`)",
              "- measured: CUPTI kernel durations at level 0 (no probes), medians; change vs the "
              "base. predicted: replay of the base trace's own durations under the changed spec, "
-             "load latency from the base (first item of units started under load, else blocked "
-             "waits) scaled by Little's law to the change's throughput. interval: the same with "
-             "the base latency's 25th/75th percentile, each moved by one timer tick.", ""]
+             "load latency from the base scaled by Little's law to the change's throughput. "
+             "Zero-edit bases: spec derived from the kernel's pipeline objects (derive_pipeline; "
+             "ring sharing from the launch's cluster in the trace metadata), latency = each CTA's "
+             "first load (CTAs started under load), capped by the steady state's bound (waits "
+             "that did not block ended after their data); level-2 bases: hand-written spec, "
+             "first item of units started under load, else blocked waits. interval: the same "
+             "with the latency's 25th/75th percentile, each moved by one timer tick, and the "
+             "change predicted from each half of the SMs alone (per-CTA variation).", ""]
     for i in infos:
         if "skipped" in i:
-            lines.append(f"- {i['kernel']}: skipped ({i['skipped']})")
+            lines.append(f"- {i['kernel']} ({i.get('base_trace', '')} base): skipped "
+                         f"({i['skipped']})")
             continue
         lat = i["latency_ns"]
-        lines.append(f"- {i['kernel']}: {i['records']:,} records, {i['units']} units x "
+        lines.append(f"- {i['kernel']} ({i['base_trace']} base, `{i['folder']}`): "
+                     f"{i['records']:,} records, {i['units']} units x "
                      f"{i['iterations']} iterations, base {i['base_us']:.2f} us "
-                     f"({i['launches']} launches), analysis {i['analysis_s']:.2f} s; latency "
+                     f"({i['launches']} launches), analysis {i['analysis_s']:.2f} s; {i['wait']} latency "
                      f"({i['latency_source']}): p5 {lat[0.05]:.0f}, p25 {lat[0.25]:.0f}, median "
                      f"{lat[0.5]:.0f}, p75 {lat[0.75]:.0f} ns, timer step "
                      f"{i['timer_step_ns']:.0f} ns")
-    lines += ["", "| kernel | what-if | predicted | interval | measured | error (pp) | "
-              "inside interval |", "|---|---|---:|---|---:|---:|---|"]
+    lines += ["", "| kernel | base trace | what-if | predicted | interval | measured | "
+              "error (pp) | inside interval |", "|---|---|---|---:|---|---:|---:|---|"]
     for r in rows:
         if r["modelled"]:
             lo, hi = r["interval"]
             err = "-" if "error_pp" not in r else f"{r['error_pp']:+.2f}"
             inside = "-" if "inside" not in r else ("yes" if r["inside"] else "no")
-            lines.append(f"| {r['kernel']} | {r['what_if']} {json.dumps(r['change'])} | "
+            lines.append(f"| {r['kernel']} | {r['base_trace']} | {r['what_if']} "
+                         f"{json.dumps(r['change'])} | "
                          f"{pct(r['predicted'])} | [{pct(lo)}, {pct(hi)}] | {pct(r['measured'])} "
                          f"| {err} | {inside} |")
         else:
-            lines.append(f"| {r['kernel']} | {r['what_if']} | not modelled: {r['reason']} | - | "
+            lines.append(f"| {r['kernel']} | {r['base_trace']} | {r['what_if']} | not modelled: "
+                         f"{r['reason']} | - | "
                          f"{pct(r['measured'])} | - | - |")
     within = sum(abs(r["error_pp"]) <= 3 for r in done)
     inside = sum(r.get("inside", False) for r in done)
     lines += ["", f"Spearman rank correlation of predicted vs measured over the {len(done)} "
               f"modelled rows: {rho:+.3f}. Within 3 pp: {within} of {len(done)}; measured "
               f"inside the interval: {inside} of {len(done)}."]
+    for kind in sorted({r["base_trace"] for r in done}):
+        sub = [r for r in done if r["base_trace"] == kind]
+        rho_k = spearman([r["predicted"] for r in sub], [r["measured"] for r in sub])
+        lines.append(f"- {kind} bases: {len(sub)} rows, Spearman {rho_k:+.3f}, within 3 pp "
+                     f"{sum(abs(r['error_pp']) <= 3 for r in sub)}, inside the interval "
+                     f"{sum(r.get('inside', False) for r in sub)}.")
     return "\n".join(lines) + "\n", rho
 
 

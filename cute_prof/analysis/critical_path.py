@@ -631,6 +631,31 @@ def _kernel_time(data: PipelineData, unit_delta: np.ndarray) -> tuple[float, flo
     return float(data.unit_last.max() - first), float((data.unit_last + shift).max() - first)
 
 
+def _steady_bound(data: PipelineData, terms, i: int) -> np.ndarray:
+    """(units,) the steady state's latency of wait i: the blocked waits' latency where the
+    unit has some, capped by the unblocked waits (they ended after their data arrived, so
+    end - event bounds the latency); a unit whose waits never blocked has only the cap."""
+    dep = terms[3][:, :, i]
+    s, e = data.start[:, :, i], data.end[:, :, i]
+    free = (e - s <= terms[2][i] + BLOCKED_MARGIN_NS) & ~np.isnan(dep)
+    with warnings.catch_warnings():
+        warnings.simplefilter("ignore", RuntimeWarning)
+        cap = np.nanmin(np.where(free, e - dep, np.nan), axis=1)
+    blocked_any = ~free & ~np.isnan(dep) & (e >= dep)
+    bound = np.where(blocked_any.any(1), terms[1][:, i], cap)
+    return np.maximum(bound[np.isfinite(bound)], 0.0)
+
+
+def _kernel_time_of(data: PipelineData, unit_delta: np.ndarray, keep: np.ndarray):
+    """:func:`_kernel_time` over the units ``keep`` only (their SMs' sequences)."""
+    sub = PipelineData(spec=data.spec, start=data.start[keep], end=data.end[keep],
+                       row=data.row[keep], unit_group=data.unit_group[keep],
+                       unit_tile=data.unit_tile[keep], unit_sm=data.unit_sm[keep],
+                       unit_first=data.unit_first[keep], unit_last=data.unit_last[keep],
+                       missing=0, extra=0, dropped_units=data.dropped_units)
+    return _kernel_time(sub, unit_delta[keep])
+
+
 def latency_sample(data: PipelineData, terms=None, *, region: str) -> tuple[np.ndarray, str]:
     """Observed latencies (ns) of the event that wait ``region`` (a ``consumes`` wait)
     waits on, and where they come from. Preferred: the first item of every unit that
@@ -674,7 +699,7 @@ def _with_latency(terms, column: int, value: float):
 def what_if(data: PipelineData, *, depth: dict | None = None, shared_by: dict | None = None,
             scale: dict | None = None, latency: dict | None = None, terms=None,
             loaded_latency: bool = False, latency_quantile: float = 0.5,
-            latency_shift_ns: float = 0.0) -> dict:
+            latency_shift_ns: float = 0.0, first_load: np.ndarray | None = None) -> dict:
     """Predicted kernel-time change of a changed pipeline (ring depths, sharing, a region
     faster), from the replay of the change against the replay of the base. ``latency``:
     wait tag -> ns, replacing the inferred latency of that wait's event (when the trace
@@ -686,7 +711,14 @@ def what_if(data: PipelineData, *, depth: dict | None = None, shared_by: dict | 
     L_b is the ``latency_quantile`` of :func:`latency_sample`; a load that met no queue
     takes its 5th percentile L_0; the change's latency is L_0 + (L_b - L_0) x its
     throughput / the base's, solved as a fixed point with the replay; ``latency_shift_ns``
-    moves L_b (the timer's resolution in an interval)."""
+    moves L_b (the timer's resolution in an interval).
+
+    ``first_load``: latencies of each unit's first load (``DerivedPipeline.
+    first_load_latency``) as the sample instead of :func:`latency_sample`. A unit's first
+    load shares the memory with the burst of loads the unit issues at its start, so it can
+    exceed the steady state's latency; the steady state's own bound (the per-unit latency
+    of the wait inferred from the trace: blocked waits, capped by the unblocked ones, which
+    ended after their data) caps it quantile by quantile."""
     terms = terms if terms is not None else _infer_terms(data)
     tags = [r.tag for r in data.spec.regions]
     for tag, value in (latency or {}).items():
@@ -697,9 +729,18 @@ def what_if(data: PipelineData, *, depth: dict | None = None, shared_by: dict | 
     if loaded_latency:
         for i, r in enumerate(data.spec.regions):
             if "consumes" in r.relations and r.tag not in (latency or {}):
-                sample, _ = latency_sample(data, terms, region=r.tag)
-                loaded[i] = (float(np.quantile(sample, latency_quantile)) + latency_shift_ns,
-                             float(np.quantile(sample, UNQUEUED_QUANTILE)))
+                if first_load is not None and len(first_load) >= MIN_LATENCY_SAMPLE:
+                    steady = _steady_bound(data, terms, i)
+                    steady = steady if steady.size else np.asarray(first_load, float)
+                    at = min(np.quantile(first_load, latency_quantile),
+                             np.quantile(steady, latency_quantile))
+                    low = min(np.quantile(first_load, UNQUEUED_QUANTILE),
+                              np.quantile(steady, UNQUEUED_QUANTILE))
+                else:
+                    sample, _ = latency_sample(data, terms, region=r.tag)
+                    at = np.quantile(sample, latency_quantile)
+                    low = np.quantile(sample, UNQUEUED_QUANTILE)
+                loaded[i] = (float(at) + latency_shift_ns, float(low))
                 terms = _with_latency(terms, i, loaded[i][0])
     base = replay(data, terms=terms)
     changed_spec = data.spec.with_changes(depth=depth, shared_by=shared_by)
@@ -716,6 +757,13 @@ def what_if(data: PipelineData, *, depth: dict | None = None, shared_by: dict | 
         if abs(ratio - previous) < 1e-4:
             break
     delta = new_end - base_end
+    # per-CTA variation: the same change carried through each half of the SMs alone
+    halves = []
+    for parity in (0, 1):
+        keep = data.unit_sm % 2 == parity
+        if keep.any() and (~keep).any():
+            m_half, p_half = _kernel_time_of(data, delta, keep)
+            halves.append((p_half - m_half) / m_half)
     measured_end = np.nanmax(data.end.reshape(data.end.shape[0], -1), 1)
     fidelity = float(np.median((base_end - measured_end)
                                / np.maximum(measured_end - data.start[:, 0, :].min(1), 1)))
@@ -724,16 +772,20 @@ def what_if(data: PipelineData, *, depth: dict | None = None, shared_by: dict | 
             "kernel_ns": measured, "predicted_kernel_ns": predicted,
             "predicted_change": (predicted - measured) / measured,
             "unit_delta_median_ns": float(np.median(delta)),
+            "half_changes": halves,
             "replay_error_median": fidelity,
             "latency_ns": {tags[i]: float(changed_terms[1][0, i]) for i in loaded}}
 
 
 def predict_what_if(data: PipelineData, change: dict, *, terms=None,
-                    interval: tuple[float, float] = (0.25, 0.75)) -> dict:
+                    interval: tuple[float, float] = (0.25, 0.75),
+                    first_load: np.ndarray | None = None) -> dict:
     """One what-if with its uncertainty from the base trace's own spread: the prediction
     at the median loaded latency, and the interval spanned by the latency quantiles
     ``interval`` (per-unit and per-load variation of the base), each widened by one tick
-    of the trace's timer (a latency is not known closer than that). A change the model
+    of the trace's timer (a latency is not known closer than that), and the predictions
+    from each half of the SMs alone (the CTAs' own variation of work and latency: two
+    halves of one kernel that disagree say the whole is not known closer). A change the model
     cannot make comes back as ``{"modelled": False, "reason": ...}`` instead of a number."""
     unknown = set(change) - {"depth", "shared_by", "scale", "latency"}
     if unknown:
@@ -750,11 +802,11 @@ def predict_what_if(data: PipelineData, change: dict, *, terms=None,
         with warnings.catch_warnings():  # a deadlocked ring replays nan events first
             warnings.simplefilter("ignore", RuntimeWarning)
             runs = [what_if(data, terms=terms, loaded_latency=True, latency_quantile=q,
-                            latency_shift_ns=shift, **change)
+                            latency_shift_ns=shift, first_load=first_load, **change)
                     for q, shift in ((0.5, 0.0), (interval[0], -tick), (interval[1], tick))]
     except ProfileBufferError as err:
         return {"modelled": False, "reason": str(err)}
-    changes = [w["predicted_change"] for w in runs]
+    changes = [w["predicted_change"] for w in runs] + list(runs[0]["half_changes"])
     return {"modelled": True, "predicted_change": changes[0],
             "interval": (min(changes), max(changes)), "detail": runs[0]}
 

@@ -213,6 +213,78 @@ class DerivedPipeline:
                              "offset": self.offsets[r.tag]} for r in self.spec.regions],
                 "skipped": dict(self.skipped)}
 
+    def first_load_latency(self) -> tuple[np.ndarray, str]:
+        """The loaded memory latency at each CTA's start, from its own records: the time from
+        the issue of the first load the CTA waits for (its first ``consumer_wait``, any ring,
+        in the loop or not: FA4's Q, a GEMM's first k-tile) to that wait's end (the latest of
+        the waiting warps), for the CTAs that started while others were running (the first
+        issue after the earliest CTA's end): nothing of the CTA's own is in flight before
+        its first load, so its consumer waits for all of it."""
+        trace = self.trace
+        meta = _meta(trace)
+        sites = {s["name"]: s for s in meta["sites"]}
+        names = list(trace.tag_names)
+        ev = trace.events
+        stride = int(self.spec.roles.tid_stride)
+
+        def op_tags(ops):
+            out = {}
+            by_name = {p["name"]: int(p["index"]) for p in meta["pipelines"]}
+            for t, name in enumerate(names):
+                base = name.split("@")[0]
+                if base.endswith(".issued") and "producer_commit" in ops \
+                        and base[:-len(".issued")] in by_name:  # a TMA ring's issue point
+                    out[t] = by_name[base[:-len(".issued")]]
+                    continue
+                site = sites.get(base)
+                if site is not None and site.get("pipeline") is not None and site["op"] in ops:
+                    out[t] = int(site["pipeline"])
+            return out
+
+        waits, issues = op_tags(("consumer_wait",)), op_tags(("producer_commit",))
+        tag = ev["tag"].astype(np.int64)
+        cta = ev["tid"].astype(np.int64) // stride
+        ends = (ev["start_ns"] + ev["dur_ns"]).astype(np.float64)
+        starts = ev["start_ns"].astype(np.float64)
+        ctas, inv = np.unique(cta, return_inverse=True)
+        last = np.full(ctas.size, -np.inf)
+        np.maximum.at(last, inv, ends)
+        loaded_after = last.min()
+        n_pipes = max([*waits.values(), *issues.values()], default=0) + 1
+        # per CTA and ring: the first issue; per CTA: the first wait (any ring) and its ring
+        first_issue = np.full((ctas.size, n_pipes), np.inf)
+        first_wait = np.full(ctas.size, np.inf)
+        wait_ring = np.zeros(ctas.size, dtype=np.int64)
+        for t, pipe in issues.items():
+            m = tag == t
+            np.minimum.at(first_issue[:, pipe], inv[m], starts[m])
+        per_tag = {}
+        for t, pipe in waits.items():
+            m = tag == t
+            if not m.any():
+                continue
+            first = np.full(ctas.size, np.inf)
+            np.minimum.at(first, inv[m], starts[m])
+            per_tag[t] = first
+            better = first < first_wait
+            first_wait[better], wait_ring[better] = first[better], pipe
+        # the end of the first wait: per warp its first call of that site, latest warp
+        wait_end = np.full(ctas.size, -np.inf)
+        for t, first in per_tag.items():
+            rows = np.flatnonzero(tag == t)
+            if rows.size == 0:
+                continue
+            warp = ev["tid"][rows].astype(np.int64)
+            order = rows[np.lexsort((starts[rows], warp))]
+            w = ev["tid"][order].astype(np.int64)
+            head = order[np.r_[True, w[1:] != w[:-1]]]
+            chosen = first[inv[head]] == first_wait[inv[head]]
+            np.maximum.at(wait_end, inv[head[chosen]], ends[head[chosen]])
+        issue = first_issue[np.arange(ctas.size), wait_ring]
+        ok = np.isfinite(issue) & np.isfinite(wait_end) & (issue > loaded_after) \
+            & (wait_end >= issue)
+        return (wait_end - issue)[ok], "first load of CTAs started under load"
+
     def format_text(self) -> str:
         d = self.describe()
         lines = ["pipeline model derived from the kernel's pipeline objects (no spec given):",
@@ -407,17 +479,38 @@ def derive_pipeline(trace: Trace) -> DerivedPipeline:
     latest_anchor = np.maximum.accumulate(np.where(is_anchor, np.arange(order.size), -1))
     since_anchor = np.where(latest_anchor >= 0, starts - starts[np.maximum(latest_anchor, 0)],
                             np.nan)
+    # item numbering: the model counts a ring's items by the iteration of its produce; a
+    # call at iteration k with offset o handles item (its ordinal) k - o, i.e. model item
+    # k - o + o_produce: its relation's distance is o - o_produce (ws_gemm's consumer
+    # releases item k - 1 in iteration k: distance 1)
+    produce_offset = {pipelines[int(sites[t]["pipeline"])]["name"]: int(offset_of[t])
+                      for t in loop if op_of[t] == "producer_commit"}
     regions = []
     for role, tags_here in role_tags.items():
         position = {t: float(np.nanmedian(since_anchor[(o_tag == t) & inside]))
                     if ((o_tag == t) & inside).any() else 0.0 for t in tags_here}
+        follows_consumes = False
         for t in sorted(tags_here, key=lambda t: (t != anchors[role], position[t])):
             kind, relation = _RELATION_OF_OP[op_of[t]]
             ring = pipelines[int(sites[t]["pipeline"])]["name"]
+            distance = int(offset_of[t]) - produce_offset.get(ring, int(offset_of[t]))
+            if distance < 0:
+                raise ProfileBufferError(
+                    f"{names[t]} runs ahead of its ring's produce ({distance} iterations): "
+                    "the derived model cannot number its items (pass a spec)")
+            # work right after a consumer's wait is issued asynchronous work (wgmma): it
+            # runs while the role's next wait waits (see Region.asynchronous)
             regions.append(Region(tag=names[t], role=role, kind=kind,
-                                  relations={relation: Relation(resource=ring)}))
+                                  relations={relation: Relation(resource=ring, distance=distance)},
+                                  asynchronous=kind == "work" and follows_consumes))
+            follows_consumes = relation == "consumes"
     used = {rel.resource for r in regions for rel in r.relations.values()}
-    resources = [Resource(name=p["name"], kind="ring", depth=max(int(p["stages"]), 1))
+    # a cluster's CTAs share a TMA ring's slots (multicast: a slot is free once every CTA
+    # it was loaded into released it); the launch's cluster shape comes from the trace's
+    # metadata ("cluster": [m, n]) where the launcher saved it, else no sharing
+    cluster = int(np.prod(trace.metadata.get("cluster") or [1]))
+    resources = [Resource(name=p["name"], kind="ring", depth=max(int(p["stages"]), 1),
+                          shared_by=cluster if "TmaAsync" in str(p.get("cls", "")) else 1)
                  for p in sorted(pipelines.values(), key=lambda p: p["index"]) if p["name"] in used]
     roles = RoleSpec(roles={role: [int(s) for s in role_slots[role]] for role in role_tags},
                      tid_stride=stride, group_name="cta", tags={r.tag: r.kind for r in regions})

@@ -1,0 +1,90 @@
+"""Model terms of the derived (zero-edit) pipeline that the what-if check relies on: a
+consumer that releases the previous item numbers it one iteration back, its work overlaps
+its next wait, a cluster's CTAs share a TMA ring, the loaded latency comes from each CTA's
+first load capped by the steady state's bound, and a wait that never blocked still bounds
+its latency."""
+
+from __future__ import annotations
+
+import numpy as np
+
+from cute_prof.analysis.critical_path import (_infer_terms, _steady_bound, blockers,
+                                              match_records, what_if)
+from cute_prof.analysis.pipelines import derive_pipeline, finish_zero_edit_trace
+from test_derived_pipeline import CONSUMER_WARPS, _raw_trace
+
+STEP = 1000
+FIRST_LATENCY = 700  # the first load of a CTA (its wait blocks for it)
+STEADY_SLACK = 270  # commit -> end of an unblocked steady-state wait
+
+
+def gemm_like(ctas=3, iters=8, cluster=None):
+    """ws_gemm's calls: the producer acquires and commits k-tile j; the consumers wait for
+    k-tile j and then release k-tile j - 1 (after the next MMA is issued); CTA c starts
+    after CTA c - 1 ended, so CTAs 1.. start under load."""
+    rows = []
+    for c in range(ctas):
+        t0 = c * 100 * STEP
+        for j in range(iters):
+            rows += [(c, 0, 0, 0, t0 + j * STEP, 40), (c, 0, 1, 0, t0 + j * STEP + 50, 0)]
+        for w in CONSUMER_WARPS:
+            # the first wait blocks until its load arrived; later ones find the data there
+            rows.append((c, w, 4, 0, t0 + 100, FIRST_LATENCY - 50))
+            for j in range(1, iters):
+                at = t0 + j * STEP + 300
+                rows.append((c, w, 4, 0, at, STEADY_SLACK - 250))
+                rows.append((c, w, 6, 0, at + 400, 0))
+            rows.append((c, w, 6, 0, t0 + iters * STEP + 400, 0))
+    trace = _raw_trace(rows)
+    if cluster is not None:
+        trace.metadata["cluster"] = cluster
+    return finish_zero_edit_trace(trace)
+
+
+def test_a_release_of_the_previous_item_is_one_iteration_back_and_overlaps_the_wait():
+    derived = derive_pipeline(gemm_like())
+    assert derived.offsets["pk.consumer_release"] == 1
+    regions = {r.tag: r for r in derived.spec.regions}
+    assert regions["pk.consumer_release"].relations["releases"].distance == 1
+    assert regions["pk.consumer_wait"].relations["consumes"].distance == 0
+    assert regions["pk.consumer_release"].asynchronous  # the work after a consumer's wait
+    assert not regions["pk.producer_commit"].asynchronous  # after an acquire: not issued MMA
+
+
+def test_rings_run_one_behind_together_keep_distance_zero():
+    from test_derived_pipeline import software_pipelined
+    derived = derive_pipeline(software_pipelined())
+    assert all(rel.distance == 0 for r in derived.spec.regions for rel in r.relations.values())
+
+
+def test_a_cluster_in_the_metadata_shares_the_tma_ring():
+    assert derive_pipeline(gemm_like()).spec.resource("pk").shared_by == 1
+    assert derive_pipeline(gemm_like(cluster=[2, 1])).spec.resource("pk").shared_by == 2
+
+
+def test_first_load_latency_of_ctas_started_under_load():
+    sample, _ = derive_pipeline(gemm_like(ctas=4)).first_load_latency()
+    # CTA 0 started on an idle machine: not in the sample; the others: issue -> wait end
+    assert sorted(sample.tolist()) == [FIRST_LATENCY] * 3
+
+
+def test_a_wait_that_never_blocked_bounds_its_latency():
+    derived = derive_pipeline(gemm_like())
+    data = match_records(derived.trace, derived.spec)
+    b = {x["region"]: x for x in blockers(data)}["pk.consumer_wait"]
+    assert b["blocked"] == 0
+    # the data were there when the wait began: latency <= commit -> wait end, the bound
+    i = [r.tag for r in derived.spec.regions].index("pk.consumer_wait")
+    assert _steady_bound(data, _infer_terms(data), i).tolist() == [STEADY_SLACK] * 3
+
+
+def test_loaded_latency_is_the_first_load_capped_by_the_steady_bound():
+    derived = derive_pipeline(gemm_like(ctas=12))
+    first, _ = derived.first_load_latency()
+    data = match_records(derived.trace, derived.spec)
+    # no change: the throughput ratio is 1, the latency is L_b itself
+    capped = what_if(data, loaded_latency=True, first_load=first)["latency_ns"]
+    assert capped["pk.consumer_wait"] == STEADY_SLACK  # min(700, 270)
+    low = np.full(first.size, 120.0)
+    assert what_if(data, loaded_latency=True, first_load=low)["latency_ns"][
+        "pk.consumer_wait"] == 120.0
