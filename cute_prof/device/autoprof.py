@@ -79,8 +79,8 @@ class Site:
 
     tag: int
     name: str
-    op: str  # producer_acquire, ..., barrier, barrier_arrive, sync_threads
-    kind: str  # "wait" (a region: blocked time) or "signal" (an instant)
+    op: str  # producer_acquire, ..., barrier, barrier_arrive, sync_threads, region, mark
+    kind: str  # "wait" (a region: blocked time), "signal" (an instant), "work" (opt-in region)
     pipeline: int | None  # PipelineInfo.index, None for barriers
 
     def to_dict(self) -> dict[str, Any]:
@@ -584,3 +584,51 @@ def recording(config: RecordingConfig):
 def skipped_kernels() -> set:
     """Kernels traced in the last block that the ``kernels=`` filter left alone."""
     return set(_skipped_kernels)
+
+
+# --------------------------------------------------------------------- opt-in regions
+class region:
+    """``with region("softmax"):`` inside a ``@cute.kernel``: one line that records the body
+    as a region of the warp's zero-edit trace (tag ``softmax``, kind work), with no recorder
+    passed anywhere. Outside ``cute_prof.autoprofile()`` it emits nothing, so the kernel's
+    PTX stays what it was. A region costs what ``SliceRecorder.now()`` + ``span()`` cost (the
+    same PTX: a timer read, then two words), on the same slice as the pipeline records. Every
+    lane of a converged warp must reach both ends, as for any slice record; the payload (an
+    iteration, a stage) may be a DSL value."""
+
+    def __init__(self, tag: str, *, payload=0):
+        if not isinstance(tag, str) or not tag:
+            raise ProfileBufferError(f"region tag must be a non-empty string, got {tag!r}")
+        self.tag, self.payload = tag, payload
+        self._state = self._start = None
+
+    def __enter__(self):
+        self._state = _tracing_here()
+        if self._state is not None:
+            if self._state.recorder is None:
+                _open(self._state)
+            self._start = self._state.recorder.now()
+        return self
+
+    def __exit__(self, *exc):
+        state = self._state
+        if state is None or exc[0] is not None:
+            return False
+        tag = state.recording.site(self.tag, "region", "work", None)
+        with _recorder(state) as rec:
+            rec.span(self._start, tag, payload=self.payload)
+        return False
+
+
+def mark(tag: str, *, payload=0) -> None:
+    """An instant in the warp's zero-edit trace (``mark("epilogue")``); nothing outside
+    ``cute_prof.autoprofile()``."""
+    if not isinstance(tag, str) or not tag:
+        raise ProfileBufferError(f"mark tag must be a non-empty string, got {tag!r}")
+    state = _tracing_here()
+    if state is None:
+        return
+    site = state.recording.site(tag, "mark", "signal", None)
+    with _recorder(state) as rec:
+        rec.instant(site, payload=payload & layout.MAX_SLICE_PAYLOAD
+                    if isinstance(payload, int) else payload)

@@ -1,0 +1,86 @@
+"""Opt-in regions in zero-edit mode, compiled for sm_90a on a CPU box: ``with region(tag):``
+and ``mark(tag)`` inside a kernel record on the warp's zero-edit slice inside
+``autoprofile()`` and emit nothing outside it."""
+
+from __future__ import annotations
+
+import json
+import os
+import subprocess
+import sys
+from pathlib import Path
+
+import pytest
+
+pytest.importorskip("cutlass")
+pytest.importorskip("torch")
+
+ROOT = Path(__file__).resolve().parents[1]
+
+CHILD = r"""
+import json, os, sys
+import cutlass, cutlass.cute as cute
+from cutlass import Int32
+import cute_prof
+from cute_prof.device.autoprof import mark, region
+
+@cute.kernel
+def kernel(x: cute.Tensor, n: Int32):
+    tidx, _, _ = cute.arch.thread_idx()
+    acc = Int32(0)
+    with region("body", payload=n):
+        for i in cutlass.range(n):
+            acc = acc + i * tidx
+    mark("done")
+    x[tidx] = acc
+
+@cute.jit
+def launch(x: cute.Tensor, n: Int32):
+    kernel(x, n).launch(grid=[1, 1, 1], block=[32, 1, 1])
+
+def ptx():
+    import torch
+    from cutlass.cute.runtime import from_dlpack
+    x = from_dlpack(torch.zeros(32, dtype=torch.int32))
+    text = cute.compile(launch, x, Int32(4)).__ptx__
+    return open(text).read() if os.path.exists(text[:512]) else text
+
+before = ptx()
+with cute_prof.autoprofile(per_warp=16, max_warps=8, device="cpu") as prof:
+    recorded = ptx()
+rec = prof.recordings[0]
+json.dump({"before": before, "recorded": recorded, "closed": rec.closed,
+           "sites": [s.to_dict() for s in rec.sites.values()]}, open(sys.argv[1], "w"))
+"""
+
+
+@pytest.fixture(scope="module")
+def compiled(tmp_path_factory):
+    out = tmp_path_factory.mktemp("regions")
+    env = dict(os.environ, CUTE_DSL_ARCH="sm_90a", CUTE_DSL_KEEP="ptx", CUTE_DSL_DUMP_DIR=str(out))
+    env["PYTHONPATH"] = str(ROOT) + os.pathsep + env.get("PYTHONPATH", "")
+    result = out / "result.json"
+    script = out / "regions_kernel.py"  # the DSL compiles from a kernel's source file
+    script.write_text(CHILD)
+    proc = subprocess.run([sys.executable, str(script), str(result)], cwd=ROOT, env=env,
+                          capture_output=True, text=True, timeout=600)
+    if proc.returncode != 0:
+        pytest.fail(f"compile failed:\n{proc.stdout[-3000:]}\n{proc.stderr[-6000:]}")
+    return json.loads(result.read_text())
+
+
+def test_outside_the_block_a_region_emits_nothing(compiled):
+    assert "%globaltimer" not in compiled["before"]
+    assert "st.global.v2" not in compiled["before"]
+
+
+def test_inside_the_block_the_region_and_the_mark_record(compiled):
+    sites = {s["name"]: s for s in compiled["sites"]}
+    assert sites["body"]["op"] == "region" and sites["body"]["kind"] == "work"
+    assert sites["done"]["op"] == "mark" and sites["done"]["kind"] == "signal"
+    ptx = compiled["recorded"]
+    # the region: a timer read before the loop and a START + SPAN pair after it; the mark:
+    # one word; then the slice's close
+    assert ptx.count("%globaltimer_lo") == 3
+    assert ptx.count("st.global.v2.u32") == 3
+    assert compiled["closed"] and ".local" not in ptx
