@@ -19,29 +19,15 @@ ROOT = Path(__file__).resolve().parents[1]
 
 CHILD = r"""
 import json, os, sys
-import cutlass, cutlass.cute as cute
+import cutlass.cute as cute
 from cutlass import Int32
 import cute_prof
-from cute_prof.device.autoprof import mark, region
-
-@cute.kernel
-def kernel(x: cute.Tensor, n: Int32):
-    tidx, _, _ = cute.arch.thread_idx()
-    acc = Int32(0)
-    with region("body", payload=n):
-        for i in cutlass.range(n):
-            acc = acc + i * tidx
-    mark("done")
-    x[tidx] = acc
-
-@cute.jit
-def launch(x: cute.Tensor, n: Int32):
-    kernel(x, n).launch(grid=[1, 1, 1], block=[32, 1, 1])
+from tests.zero_edit_region_kernel import launch
 
 def ptx():
     import torch
     from cutlass.cute.runtime import from_dlpack
-    x = from_dlpack(torch.zeros(32, dtype=torch.int32))
+    x = from_dlpack(torch.zeros(64, dtype=torch.int32))
     text = cute.compile(launch, x, Int32(4)).__ptx__
     return open(text).read() if os.path.exists(text[:512]) else text
 
@@ -60,9 +46,7 @@ def compiled(tmp_path_factory):
     env = dict(os.environ, CUTE_DSL_ARCH="sm_90a", CUTE_DSL_KEEP="ptx", CUTE_DSL_DUMP_DIR=str(out))
     env["PYTHONPATH"] = str(ROOT) + os.pathsep + env.get("PYTHONPATH", "")
     result = out / "result.json"
-    script = out / "regions_kernel.py"  # the DSL compiles from a kernel's source file
-    script.write_text(CHILD)
-    proc = subprocess.run([sys.executable, str(script), str(result)], cwd=ROOT, env=env,
+    proc = subprocess.run([sys.executable, "-c", CHILD, str(result)], cwd=ROOT, env=env,
                           capture_output=True, text=True, timeout=600)
     if proc.returncode != 0:
         pytest.fail(f"compile failed:\n{proc.stdout[-3000:]}\n{proc.stderr[-6000:]}")
