@@ -109,3 +109,39 @@ def test_predict_what_if_interval_and_not_modelled():
     assert p["modelled"] and lo <= p["predicted_change"] <= hi and lo < hi
     assert predict_what_if(data, {"depth": {"nope": 2}})["modelled"] is False
     assert "no model term" in predict_what_if(data, {"overlap": False})["reason"]
+
+
+def test_unobserved_latency_interval_reaches_the_unblocked_bound():
+    """A consumer that starts after its first item arrived never waits on its ring: the
+    latency is not observed (the replay gives it 0), only bounded by the unblocked waits'
+    end - produce. The interval must reach the prediction at that bound and hold the exact
+    answer at the true latency."""
+    work, produce, latency, iters, depth = 1000, 100, 800, 24, 4
+    regions = simulate(depth, work, produce, latency, iters)
+    # the consumer begins 2000 ns late: every wait finds its item there
+    late = 2000
+    spans = {t: list(v) for t, v in regions.items()}
+    c_end, released = late, []
+    spans["w_f"], spans["c"] = [], []
+    for k in range(iters):
+        arrival = spans["w_e"][k][1] + latency
+        assert arrival <= c_end  # never blocked (the producer keeps far enough ahead)
+        spans["w_f"].append((c_end, c_end))
+        spans["c"].append((c_end, c_end + work))
+        c_end += work
+    # the producer's acquires follow the consumer's releases (depth 4, work-bound)
+    data = match_records(make_trace([(sm, spans) for sm in range(8)]),
+                         load_pipeline(spec_dict(depth)))
+    sample, source = latency_sample(data, region="w_f")
+    assert np.all(sample == 0) and "not observed" in source
+    p = predict_what_if(data, {"depth": {"ring": 1}})
+    bound = p["detail"]["latency_unobserved_bound_ns"]["w_f"]
+    # bound = the smallest end - produce of an unblocked wait (item 0: 2000 - 0) + one tick
+    assert bound == pytest.approx(late + timer_step(data))
+    at_bound = what_if(data, depth={"ring": 1}, latency={"w_f": bound})["predicted_change"]
+    lo, hi = p["interval"]
+    assert p["predicted_change"] == pytest.approx(0.0, abs=1e-9)
+    assert hi == pytest.approx(at_bound) and hi > 0.5
+    # the exact ring of depth 1 at the true latency: one item per L + W
+    exact = (span(simulate(1, work, produce, latency, iters)) - span(spans) + late) / span(spans)
+    assert lo <= exact <= hi

@@ -28,7 +28,7 @@ BLOCKED_MARGIN_NS = 64.0
 
 __all__ = ["PipelineData", "Schedule", "match_records", "replay", "critical_path",
            "blockers", "ring_occupancy", "initiation_interval", "what_if", "latency_sample",
-           "timer_step", "predict_what_if", "analyze_pipeline", "perfetto_outputs", "format_pipeline_report"]
+           "timer_step", "predict_what_if", "never_blocked", "analyze_pipeline", "perfetto_outputs", "format_pipeline_report"]
 
 # loaded latency: at least this many observations of one kind before it is used
 MIN_LATENCY_SAMPLE = 8
@@ -672,7 +672,8 @@ def latency_sample(data: PipelineData, terms=None, *, region: str) -> tuple[np.n
     rel = spec.regions[i].relations.get("consumes")
     if rel is None:
         raise ProfileBufferError(f"{region!r} is not a consumes wait")
-    events, latency = (terms if terms is not None else _infer_terms(data))[:2]
+    terms = terms if terms is not None else _infer_terms(data)
+    events, latency = terms[:2]
     produced = events[rel.resource][0]
     prev = data.unit_prev if data.unit_prev is not None else np.full(data.shape[0], -1)
     if rel.distance == 0:
@@ -680,6 +681,9 @@ def latency_sample(data: PipelineData, terms=None, *, region: str) -> tuple[np.n
         first = data.end[:, 0, i] - produced[:, 0]
         if loaded.sum() >= MIN_LATENCY_SAMPLE:
             return first[loaded], "first item of units started under load"
+    if never_blocked(data, terms, i):
+        return latency[:, i].copy(), ("no wait blocked: latency not observed (0 in the "
+                                      "replay; the interval reaches the unblocked waits' bound)")
     return latency[:, i].copy(), "blocked waits (capped by unblocked ones), per unit"
 
 
@@ -798,17 +802,42 @@ def predict_what_if(data: PipelineData, change: dict, *, terms=None,
                                                  f"not have: {sorted(missing)}"}
     terms = terms if terms is not None else _infer_terms(data)
     tick = timer_step(data)
+    # a consumes wait that never blocked in the base has no observed latency (the replay
+    # gives it 0, the least it can be): only the unblocked waits' bound says how long it
+    # can be, so the interval reaches the prediction at that bound
+    named = set(change.get("latency") or {})
+    unobserved = {} if first_load is not None and len(first_load) >= MIN_LATENCY_SAMPLE else {
+        r.tag: float(np.quantile(bound, interval[1])) + tick
+        for i, r in enumerate(data.spec.regions)
+        if "consumes" in r.relations and r.tag not in named and never_blocked(data, terms, i)
+        and (bound := _steady_bound(data, terms, i)).size}
     try:
         with warnings.catch_warnings():  # a deadlocked ring replays nan events first
             warnings.simplefilter("ignore", RuntimeWarning)
             runs = [what_if(data, terms=terms, loaded_latency=True, latency_quantile=q,
                             latency_shift_ns=shift, first_load=first_load, **change)
                     for q, shift in ((0.5, 0.0), (interval[0], -tick), (interval[1], tick))]
+            if unobserved:
+                upper = {**change, "latency": {**(change.get("latency") or {}), **unobserved}}
+                runs.append(what_if(data, terms=terms, loaded_latency=True,
+                                    latency_quantile=interval[1], latency_shift_ns=tick,
+                                    first_load=first_load, **upper))
     except ProfileBufferError as err:
         return {"modelled": False, "reason": str(err)}
     changes = [w["predicted_change"] for w in runs] + list(runs[0]["half_changes"])
+    detail = {**runs[0], "latency_unobserved_bound_ns": unobserved}
     return {"modelled": True, "predicted_change": changes[0],
-            "interval": (min(changes), max(changes)), "detail": runs[0]}
+            "interval": (min(changes), max(changes)), "detail": detail}
+
+
+def never_blocked(data: PipelineData, terms, i: int) -> bool:
+    """True when no instance of wait ``i`` in the trace was blocked by its dependency (every
+    one lasted no longer than its unblocked cost + the margin): its latency is not observed,
+    only bounded from above by the unblocked waits (end - event)."""
+    dep = terms[3][:, :, i]
+    s, e = data.start[:, :, i], data.end[:, :, i]
+    blocked = (e - s > terms[2][i] + BLOCKED_MARGIN_NS) & ~np.isnan(dep) & (e >= dep)
+    return not bool(blocked.any())
 
 
 # ---------------------------------------------------------------------------- report
