@@ -16,6 +16,8 @@ PARTS = [
          "CPU", "bench/results/analysis_speed/analysis_scale.md"),
     Part("whatif", "bench/parts/whatif_scale.py", "the pipeline model with one what-if on ~5 M records",
          "CPU", "bench/results/analysis_speed/whatif_scale.txt"),
+    Part("zero-edit", "bench/parts/zero_edit_scale.py", "the derived model of a whole zero-edit trace (FA4, 3.5 M records)",
+         "CPU", "bench/results/analysis_speed/zero_edit_scale.txt"),
 ]
 
 if __name__ == "__main__":

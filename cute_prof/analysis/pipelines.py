@@ -307,10 +307,11 @@ def _issue_points(trace: Trace, sites: dict[int, dict], meta) -> tuple[Trace, di
     names = list(trace.tag_names)
     new_sites = dict(sites)
     extra = []
+    recorded = np.bincount(ev["tag"].astype(np.int64), minlength=len(names) + 1) > 0
     for p in meta["pipelines"]:
         index = int(p["index"])
         ops = {s["op"]: t for t, s in sites.items() if s.get("pipeline") == index
-               and (ev["tag"] == t).any()}
+               and t < recorded.size and recorded[t]}
         if "producer_acquire" not in ops or "producer_commit" in ops:
             continue
         rows = ev[ev["tag"] == ops["producer_acquire"]]
@@ -487,8 +488,10 @@ def derive_pipeline(trace: Trace) -> DerivedPipeline:
                       for t in loop if op_of[t] == "producer_commit"}
     regions = []
     for role, tags_here in role_tags.items():
-        position = {t: float(np.nanmedian(since_anchor[(o_tag == t) & inside]))
-                    if ((o_tag == t) & inside).any() else 0.0 for t in tags_here}
+        position = {}
+        for t in tags_here:
+            here = since_anchor[(o_tag == t) & inside]
+            position[t] = float(np.nanmedian(here)) if here.size else 0.0
         follows_consumes = False
         for t in sorted(tags_here, key=lambda t: (t != anchors[role], position[t])):
             kind, relation = _RELATION_OF_OP[op_of[t]]
