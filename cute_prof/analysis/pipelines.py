@@ -528,20 +528,26 @@ def derive_pipeline(trace: Trace) -> DerivedPipeline:
 
 def _slots_by_signature(pair_tid, pair_tag, loop, stride) -> dict[tuple, list[int]]:
     """Warp slots grouped by the set of loop sites they call (each slot: its most common set
-    over the CTAs)."""
+    over the CTAs). Vectorised: a warp's set is a bit mask over the loop's sites."""
+    loop = sorted(loop)
+    if len(loop) > 62:
+        raise ProfileBufferError(f"{len(loop)} pipeline call sites in the loop: the derived "
+                                 "model handles up to 62 (pass a spec)")
     in_loop = np.isin(pair_tag, loop)
-    sig_of_tid: dict[int, set] = {}
-    for t_id, t_tag in zip(pair_tid[in_loop].tolist(), pair_tag[in_loop].tolist()):
-        sig_of_tid.setdefault(t_id, set()).add(t_tag)
-    votes: dict[int, dict[tuple, int]] = {}
-    for t_id, sig in sig_of_tid.items():
-        key = tuple(sorted(sig))
-        votes.setdefault(t_id % stride, {}).setdefault(key, 0)
-        votes[t_id % stride][key] += 1
+    tids = pair_tid[in_loop]
+    bits = np.left_shift(1, np.searchsorted(loop, pair_tag[in_loop])).astype(np.int64)
+    warps, inverse = np.unique(tids, return_inverse=True)
+    mask = np.zeros(warps.size, dtype=np.int64)
+    np.bitwise_or.at(mask, inverse.reshape(-1), bits)
+    slot = warps % stride
+    pairs, votes = np.unique(np.stack([slot, mask], 1), axis=0, return_counts=True)
+    # per slot, the mask with the most votes (ties: the smallest mask)
+    order = np.lexsort((pairs[:, 1], -votes, pairs[:, 0]))
+    first = np.r_[True, pairs[order][1:, 0] != pairs[order][:-1, 0]]
     by_signature: dict[tuple, list[int]] = {}
-    for slot_id in sorted(votes):
-        sig = max(votes[slot_id].items(), key=lambda kv: kv[1])[0]
-        by_signature.setdefault(sig, []).append(slot_id)
+    for slot_id, bitmask in pairs[order][first].tolist():
+        sig = tuple(t for i, t in enumerate(loop) if bitmask >> i & 1)
+        by_signature.setdefault(sig, []).append(int(slot_id))
     return by_signature
 
 
