@@ -28,7 +28,6 @@ import ast
 import contextlib
 import dataclasses
 import linecache
-import os
 import sys
 import threading
 from typing import Any, Callable
@@ -42,7 +41,7 @@ from .. import layout
 from ..errors import ProfileBufferError
 from ..tags import TagTable
 from .ptx import trace_time_int
-from .scope import on_kernel_end, user_location
+from .scope import is_library_file, on_kernel_end, user_location
 from .slices import SliceHeader, SliceRecorder
 
 # method name -> what its call records
@@ -314,7 +313,8 @@ def _creation_site() -> tuple[str | None, str]:
     """(variable name, file:line) of the user statement that called a pipeline create();
     a helper that ``return``s the new pipeline is followed to its caller's assignment."""
     frame = sys._getframe(2)
-    while frame is not None and (frame.f_code.co_name == "create" or _is_library(frame)):
+    while frame is not None and (frame.f_code.co_name == "create"
+                                 or is_library_file(frame.f_code.co_filename)):
         frame = frame.f_back
     if frame is None:
         return None, "<unknown>"
@@ -328,14 +328,6 @@ def _creation_site() -> tuple[str | None, str]:
             break
         frame = frame.f_back
     return None, where
-
-
-_HERE = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
-
-
-def _is_library(frame) -> bool:
-    name = os.path.abspath(frame.f_code.co_filename)
-    return name.startswith(_HERE) or os.sep + "cutlass" + os.sep in name
 
 
 def _pipeline_info(pipeline) -> PipelineInfo:

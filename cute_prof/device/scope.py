@@ -32,11 +32,17 @@ _kernel_end_callbacks: list = []
 _TOP_OPS = ("cuda.kernel", "func.func", "gpu.func", "llvm.func", "gpu.module", "builtin.module")
 
 
+def is_library_file(filename: str) -> bool:
+    """Whether code in ``filename`` belongs to cute_prof or the CUTLASS DSL (not the user's)."""
+    name = os.path.abspath(filename)
+    return name.startswith(_PACKAGE_DIR) or os.sep + "cutlass" + os.sep in name \
+        or "<" in filename
+
+
 def user_location() -> str:
     """file:line of the innermost caller outside cute_prof and the DSL (for messages)."""
     for frame in reversed(traceback.extract_stack()[:-1]):
-        name = os.path.abspath(frame.filename)
-        if not name.startswith(_PACKAGE_DIR) and "cutlass" not in name and "<" not in frame.filename:
+        if not is_library_file(frame.filename):
             return f"{frame.filename}:{frame.lineno}"
     return "<unknown>"
 
