@@ -54,6 +54,8 @@ import numpy as np
 ROOT = Path(__file__).resolve().parents[1]
 sys.path.insert(0, str(ROOT))
 sys.path.insert(0, str(ROOT / "tests"))
+sys.path.insert(0, str(ROOT / "bench"))
+from tools.machine import cpu_model  # noqa: E402
 
 from cute_prof import ProfileBufferError, decode_buffer, layout  # noqa: E402
 from cute_prof.analysis import summarize  # noqa: E402
@@ -432,17 +434,6 @@ def _work(cases: range) -> tuple[collections.Counter, collections.Counter, dict,
     return outcomes, problems, examples, slowest
 
 
-def _cpu_model() -> str:
-    try:
-        with open("/proc/cpuinfo") as handle:
-            for line in handle:
-                if line.startswith("model name"):
-                    return line.split(":", 1)[1].strip()
-    except OSError:
-        pass
-    return platform.processor() or platform.machine()
-
-
 def _commit() -> str:
     import subprocess
 
@@ -539,7 +530,7 @@ def main(argv=None) -> int:
     result = {
         "command": "python bench/fuzz.py " + " ".join(argv if argv is not None else sys.argv[1:]),
         "date": datetime.datetime.now(datetime.timezone.utc).isoformat(timespec="seconds"),
-        "machine": f"{_cpu_model()}, {os.cpu_count()} cores, "
+        "machine": f"{cpu_model()}, {os.cpu_count()} cores, "
                    f"Python {platform.python_version()}, numpy {np.__version__}",
         "commit": _commit(),
         "cases": sum(outcomes.values()),

@@ -33,6 +33,8 @@ import numpy as np
 
 ROOT = Path(__file__).resolve().parents[2]
 sys.path.insert(0, str(ROOT))
+sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
+from tools.machine import cpu_model  # noqa: E402
 
 from cute_prof import layout  # noqa: E402
 
@@ -173,17 +175,6 @@ def stage_breakdown(records: int, repeat: int) -> dict:
         timed("floor: read the buffer once (sum of the words)", buf.sum)
         timed("floor: allocate and fill the Trace's bytes once (memset)", write_floor)
     return {name: round(statistics.median(times[1:]), 4) for name, times in stages.items()}
-
-
-def cpu_model() -> str:
-    try:
-        with open("/proc/cpuinfo") as handle:
-            for line in handle:
-                if line.startswith("model name"):
-                    return line.split(":", 1)[1].strip()
-    except OSError:
-        pass
-    return platform.processor() or platform.machine()
 
 
 def main(argv=None) -> int:

@@ -24,6 +24,8 @@ from pathlib import Path
 import numpy as np
 
 sys.path.insert(0, str(Path(__file__).resolve().parents[2]))
+sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
+from tools.machine import cpu_model  # noqa: E402
 
 import cute_prof  # noqa: E402
 from cute_prof import layout  # noqa: E402
@@ -89,17 +91,6 @@ def timed(fn, repeat: int) -> tuple[float, object]:
         result = fn()
         times.append(time.perf_counter() - start)
     return statistics.median(times), result
-
-
-def cpu_model() -> str:
-    try:
-        with open("/proc/cpuinfo") as handle:
-            for line in handle:
-                if line.startswith("model name"):
-                    return line.split(":", 1)[1].strip()
-    except OSError:
-        pass
-    return platform.processor() or platform.machine()
 
 
 def main(argv=None) -> int:
