@@ -39,23 +39,12 @@ from cute_prof.analysis.critical_path import (  # noqa: E402
     latency_sample, match_records, predict_what_if, timer_step)
 from cute_prof.analysis.model import PipelineSpec, load_pipeline  # noqa: E402
 from cute_prof.analysis.pipelines import derive_pipeline  # noqa: E402
-from cute_prof.trace import EVENT_DTYPE, Trace  # noqa: E402
+from cute_prof.trace import Trace  # noqa: E402
 
 sys.path.insert(0, str(ROOT / "bench"))
 from tools.columns import load_columns  # noqa: E402
 
 COMMAND = "python bench/whatif_check.py GPU_OUT"
-
-
-def load_trace(path: Path) -> Trace:
-    """A trace saved by ``bench/whatif_gpu.py`` (compressed columns + meta JSON)."""
-    z = np.load(path, allow_pickle=False)
-    meta = json.loads(str(z["meta"]))
-    ev = np.zeros(z["start_ns"].size, dtype=EVENT_DTYPE)
-    for col in ("start_ns", "dur_ns", "tag", "tid", "payload", "sm"):
-        ev[col] = z[col]
-    return Trace(events=ev, tag_names=tuple(meta["tag_names"]), capacity=ev.size,
-                 attempted=meta["attempted"], overflow=0, incomplete=0, metadata=meta)
 
 
 def spec_file(name: str) -> Callable[[Trace], PipelineSpec]:
@@ -114,7 +103,7 @@ ENTRIES = [
           timings_ns=1e6, base_trace="zero-edit"),
     # history: level-2 (hand-placed probes) bases with hand-written specs; their probes sit
     # on a shallow ring's recurrence (README), so they predict the traced kernel
-    Entry("ws_gemm 4096^3 (2x1 cluster, 4 stages)", "gemm", "trace_base.npz", load_trace,
+    Entry("ws_gemm 4096^3 (2x1 cluster, 4 stages)", "gemm", "trace_base.npz", load_columns,
           spec_file("ws_gemm_pipeline.json"), "base",
           {"stages3": {"depth": {"smem_ab": 3}}, "stages2": {"depth": {"smem_ab": 2}},
            "cluster1x1": {"shared_by": {"smem_ab": 1}}}, timings_key="times",

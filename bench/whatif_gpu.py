@@ -26,8 +26,10 @@ import numpy as np
 
 ROOT = Path(__file__).resolve().parents[1]
 sys.path.insert(0, str(ROOT))
+sys.path.insert(0, str(ROOT / "bench"))
 
 import torch  # noqa: E402
+from tools.columns import save_columns  # noqa: E402
 
 VARIANTS = {  # name -> GemmConfig overrides; "base" is the default (4 stages, 2x1 cluster)
     "base": {},
@@ -96,23 +98,13 @@ def main(argv=None) -> int:
                 runner.prepare(a, b, c, prof.tensor, max_events, 2)()
         trace = prof.trace
         ev = trace.events
-        t_min = int(ev["start_ns"].min())
-        np.savez_compressed(
-            out / f"trace_{name}.npz", start_ns=ev["start_ns"] - t_min,
-            dur_ns=ev["dur_ns"].astype(np.int32), tag=ev["tag"].astype(np.int16),
-            tid=ev["tid"], payload=ev["payload"], sm=ev["sm"],
-            meta=np.array(json.dumps({
-                "tag_names": list(trace.tag_names), "attempted": int(trace.attempted),
-                "expected": int(exp["total"]), "mnk": [m, n, k], "t0_ns": t_min,
-                "stages": runner.gemm.num_stages, "device": dev,
-                "cluster": [runner.gemm.cfg.cluster_m, runner.gemm.cfg.cluster_n]})))
+        save_columns(out / f"trace_{name}.npz", trace, expected=int(exp["total"]),
+                     mnk=[m, n, k], stages=runner.gemm.num_stages, device=dev,
+                     cluster=[runner.gemm.cfg.cluster_m, runner.gemm.cfg.cluster_n])
         log(f"{name}: level-2 trace {len(ev)} records (expected {exp['total']}), "
             f"{time.time() - t0:.1f}s")
 
     if args.zero_edit:  # the same kernels at level 0, recorded by autoprofile()
-        sys.path.insert(0, str(ROOT / "bench"))
-        from tools.columns import save_columns
-
         for name, over in VARIANTS.items():
             t0 = time.time()
             runner = W.CompiledWsGemm(W.GemmConfig(**over, persistent=args.persistent))
