@@ -4,10 +4,8 @@
 # to its own folder, archived into $OUT/<part>.tar (the device tool returns at most 8 files).
 # Needs .gpu/ (../shared/gpu/make-bundle.sh) and .whl/ (requirements-fa4.txt's wheels).
 set -uo pipefail
-python3 -m pip install -q --no-index --no-deps --no-compile --no-cache-dir --upgrade --target /tmp/site .whl/*.whl || exit 1
-export PYTHONPATH=/tmp/site PYTHONUNBUFFERED=1
-source .gpu/setup.sh
-FINAL=${OUT:-/tmp/out}; mkdir -p "$FINAL"
+source bench/tools/gpu_env.sh || exit 1
+FINAL=$OUT
 nvidia-smi --query-gpu=name,driver_version --format=csv,noheader | tee "$FINAL/device.txt"
 part() {  # part NAME COMMAND...: run with OUT=/tmp/parts/NAME, archive the folder
   local name=$1; shift

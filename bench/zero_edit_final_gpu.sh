@@ -2,10 +2,7 @@
 # One device call: the zero-edit GPU tests (ws_gemm, FA4, quack), the FA4 example (trace,
 # picture, analysis) and the quack example. Needs .gpu/ and .whl/ (requirements-fa4.txt).
 set -uo pipefail
-python3 -m pip install -q --no-index --no-deps --no-compile --no-cache-dir --upgrade --target /tmp/site .whl/*.whl || exit 1
-export PYTHONPATH=/tmp/site PYTHONUNBUFFERED=1 QUACK_CACHE_ENABLED=0
-source .gpu/setup.sh
-OUT=${OUT:-/tmp/out}; mkdir -p "$OUT"
+source bench/tools/gpu_env.sh || exit 1
 nvidia-smi --query-gpu=name,driver_version --format=csv,noheader | tee "$OUT/device.txt"
 python -m pytest -q -rA tests/gpu/test_autoprof_gpu.py tests/gpu/test_autoprof_quack_gpu.py 2>&1 | tee "$OUT/gpu_tests.log" | tail -12
 python examples/flash_attention.py 2>&1 | grep -v "Warning\|exe_args\|warn_once\|SmemAllocator" | tee "$OUT/fa4_example_output.txt" | tail -30

@@ -2,10 +2,7 @@
 # One device call: zero-edit GPU tests, the FA4 example (traces, picture) and the cost bench.
 # Needs .gpu/ (../shared/gpu/make-bundle.sh) and .whl/ (the wheels in requirements-fa4.txt).
 set -uo pipefail
-python3 -m pip install -q --no-index --no-deps --no-compile --no-cache-dir --upgrade --target /tmp/site .whl/*.whl || exit 1
-export PYTHONPATH=/tmp/site
-source .gpu/setup.sh
-OUT=${OUT:-/tmp/out}; mkdir -p "$OUT"
+source bench/tools/gpu_env.sh || exit 1
 nvidia-smi --query-gpu=name,driver_version --format=csv,noheader | tee "$OUT/device.txt"
 python -m pytest -q -x tests/gpu/test_autoprof_gpu.py 2>&1 | tee "$OUT/tests.log" | tail -25
 python examples/flash_attention.py 2>&1 | tee "$OUT/fa4.log" | tail -60

@@ -18,14 +18,11 @@ from __future__ import annotations
 
 import argparse
 import contextlib
-import glob
 import json
 import os
 import re
 import statistics
-import subprocess
 import sys
-import tempfile
 import time
 from pathlib import Path
 
@@ -160,35 +157,25 @@ VARIANTS = {"zero_edit": contextlib.nullcontext,
             "clock64_timer": lambda: clock_timer(True)}
 
 
-def resource_usage(folder: str) -> dict:
-    """Registers and spill bytes of the FA4 kernel in the cubins kept under ``folder``."""
-    out = {}
-    for cubin in glob.glob(os.path.join(folder, "**", "*.cubin"), recursive=True):
-        text = subprocess.run(["cuobjdump", "-res-usage", cubin], capture_output=True, text=True).stdout
-        for line in text.splitlines():
-            if "REG:" in line:
-                fields = dict(part.split(":", 1) for part in line.split() if ":" in part)
-                out[os.path.basename(cubin)] = {k: fields.get(k) for k in ("REG", "STACK", "LOCAL", "SHARED")}
-    return out
-
-
 def main(argv=None) -> int:
     ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     ap.add_argument("--rounds", type=int, default=20)
     ap.add_argument("--json")
     ap.add_argument("--variants", default=",".join(VARIANTS))
+    ap.add_argument("--shape", default="4,4096,16,128", help="batch,seqlen,heads,dim")
+    ap.add_argument("--once", action="store_true",
+                    help="compile and launch each of --variants once (\"plain\" allowed), no "
+                    "timing: for ptxas and Nsight Compute (bench/zero_edit_ptxas.sh, _ncu.sh)")
     args = ap.parse_args(argv)
     import torch
     from flash_attn.cute import interface as fa
 
     from examples.flash_attention import inputs
 
-    q, k, v = inputs(4, 4096, 16, 128)
-    calls, usage = {}, {}
+    q, k, v = inputs(*(int(x) for x in args.shape.split(",")))
+    calls = {}
 
     def compile_into(cache_name, context):
-        folder = tempfile.mkdtemp(prefix=f"keep_{cache_name}_")
-        os.environ["CUTE_DSL_KEEP"], os.environ["CUTE_DSL_DUMP_DIR"] = "cubin", folder
         cache = {}
         fa._flash_attn_fwd.compile_cache = cache
         with context():
@@ -198,15 +185,19 @@ def main(argv=None) -> int:
                 with cute_prof.autoprofile(per_warp=4096):
                     fa._flash_attn_fwd(q, k, v)
         torch.cuda.synchronize()
-        usage[cache_name] = resource_usage(folder)
 
         def run():
             fa._flash_attn_fwd.compile_cache = cache
             fa._flash_attn_fwd(q, k, v)
         calls[cache_name] = run
 
+    names = args.variants.split(",")
+    if args.once:
+        for name in names:
+            compile_into(name, VARIANTS.get(name, contextlib.nullcontext))
+        return 0
     compile_into("plain", contextlib.nullcontext)
-    for name in args.variants.split(","):
+    for name in names:
         compile_into(name, VARIANTS[name])
     times = time_shuffled(calls, rounds=args.rounds, warmup=5)
     base = times["plain"]
@@ -214,14 +205,13 @@ def main(argv=None) -> int:
     for name, values in times.items():
         ratio = statistics.median(v / b for v, b in zip(values, base))
         rows[name] = {"median_us": 1e3 * statistics.median(values), "x_plain": ratio}
-        print(f"{name:<12} {rows[name]['median_us']:>9.1f} us  x{ratio:.4f}  {usage.get(name)}")
+        print(f"{name:<20} {rows[name]['median_us']:>9.1f} us  x{ratio:.4f}")
     if args.json:
         Path(args.json).write_text(json.dumps({
             "device": torch.cuda.get_device_name(), "date": time.strftime("%Y-%m-%d"),
             "command": "python bench/zero_edit_probe.py " + " ".join(argv or sys.argv[1:]),
-            "rows": rows, "usage": usage}, indent=1))
+            "rows": rows}, indent=1))
     return 0
-
 
 if __name__ == "__main__":
     raise SystemExit(main())
