@@ -37,8 +37,8 @@ sys.path.insert(0, str(ROOT))
 
 import cute_prof  # noqa: E402
 from cute_prof.analysis.critical_path import analyze_pipeline, format_pipeline_report  # noqa: E402
-from cute_prof.analysis.pipelines import (derive_pipeline, format_wait_breakdown,  # noqa: E402
-                                          wait_breakdown)
+from cute_prof.analysis.pipelines import (derive_pipeline, format_recording,  # noqa: E402
+                                          format_wait_breakdown, wait_breakdown)
 
 FA4_VERSION = "4.0.0b36"
 
@@ -142,17 +142,10 @@ def main(argv=None) -> int:
         out, prof = profile_forward(q, k, v, causal=causal)
         error = float((out.float() - reference(q, k, v, causal).float()).abs().max())
         trace = prof.trace()
-        meta = trace.metadata
         print(f"\n== FA4 forward, {mask} mask, b={args.batch} s={args.seqlen} h={args.heads} "
               f"d={args.dim}: max |out - SDPA| = {error:.2e}")
         print(f"kernel {prof.kernels[0][:60]}...")
-        print(f"{len(trace):,} events from {meta['slices_opened']:,} warps; overflow "
-              f"{trace.overflow}, unclosed {meta['slices_unclosed_warps']}, diverged "
-              f"{meta['slices_diverged_warps']}")
-        print("pipelines: " + ", ".join(f"{p['name']} ({p['cls']}, {p['stages']} stages)"
-                                        for p in meta["autoprof"]["pipelines"]))
-        print("roles: " + ", ".join(f"{name} = warps {slots}" for name, slots in
-                                    meta["autoprof"]["roles"]["roles"].items()))
+        print(format_recording(trace))
         print("complete:", completeness(trace))
         print(format_wait_breakdown(wait_breakdown(trace)))
         # the pipeline model from FA4's own pipeline objects: where the critical path runs

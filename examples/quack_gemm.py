@@ -39,7 +39,8 @@ sys.path.insert(0, str(ROOT))
 import cute_prof  # noqa: E402
 from cute_prof.analysis.critical_path import analyze_pipeline, format_pipeline_report  # noqa: E402
 from cute_prof.analysis.pipelines import (call_balance, derive_pipeline,  # noqa: E402
-                                          format_wait_breakdown, wait_breakdown)
+                                          format_recording, format_wait_breakdown,
+                                          wait_breakdown)
 
 QUACK_VERSION = "0.6.5"
 
@@ -70,13 +71,7 @@ def main(argv=None) -> int:
     print(f"== quack GEMM {m}x{n}x{k} bf16, {args.schedule} ({config.tile_m}x{config.tile_n} "
           f"tiles): max |out - torch| / sqrt(k) = {error:.2e}")
     print(f"kernels recorded: {[name[:70] for name in prof.kernels]}")
-    print(f"{len(trace):,} events from {meta['slices_opened']:,} warps; overflow "
-          f"{trace.overflow}, unclosed {meta['slices_unclosed_warps']}, diverged "
-          f"{meta['slices_diverged_warps']}")
-    print("pipelines: " + ", ".join(f"{p['name']} ({p['cls']}, {p['stages']} stages)"
-                                    for p in meta["autoprof"]["pipelines"]))
-    print("roles: " + ", ".join(f"{name} = warps {slots}" for name, slots in
-                                meta["autoprof"]["roles"]["roles"].items()))
+    print(format_recording(trace))
     balance = call_balance(trace)
     for row in balance:
         print("calls:", row)

@@ -207,3 +207,15 @@ def test_a_ring_only_some_consumer_warps_use_is_set_aside():
     assert derived.spec.roles.roles["consumer"] == list(CONSUMER_WARPS)
     assert "pv.producer_acquire" in derived.skipped and "only some of the warps" in \
         derived.skipped["pv.producer_acquire"]
+
+
+def test_format_recording_names_losses_pipelines_and_roles():
+    from cute_prof.analysis.pipelines import format_recording
+
+    trace = software_pipelined()
+    meta = {**trace.metadata, "slices_opened": 27, "slices_unclosed_warps": 1,
+            "slices_diverged_warps": 0}
+    import dataclasses
+    text = format_recording(dataclasses.replace(trace, metadata=meta))
+    assert f"{len(trace):,} events from 27 warps" in text and "unclosed 1" in text
+    assert "pk (PipelineTmaAsync, 2 stages)" in text and "consumer wg1-2 = warps [4, 5, 6, 7, 8, 9, 10, 11]" in text

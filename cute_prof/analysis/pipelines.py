@@ -21,7 +21,8 @@ from ..trace import Trace
 from .roles import RoleSpec
 
 __all__ = ["finish_zero_edit_trace", "wait_breakdown", "format_wait_breakdown",
-           "zero_edit_roles", "DerivedPipeline", "derive_pipeline", "call_balance"]
+           "zero_edit_roles", "DerivedPipeline", "derive_pipeline", "call_balance",
+           "format_recording"]
 
 PRODUCER_OPS = ("producer_acquire", "producer_commit")
 CONSUMER_OPS = ("consumer_wait", "consumer_release")
@@ -131,6 +132,20 @@ def finish_zero_edit_trace(trace: Trace) -> Trace:
         trace, events=ev, tag_names=tuple(names),
         track_names=spec.track_names(np.unique(ev["tid"])),
         metadata={**trace.metadata, "autoprof": meta})
+
+
+def format_recording(trace: Trace) -> str:
+    """What a zero-edit launch recorded, in three lines: records and losses, the kernel's
+    pipeline objects, the warps' roles."""
+    meta, auto = trace.metadata, _meta(trace)
+    return "\n".join([
+        f"{len(trace):,} events from {meta['slices_opened']:,} warps; overflow "
+        f"{trace.overflow}, unclosed {meta['slices_unclosed_warps']}, diverged "
+        f"{meta['slices_diverged_warps']}",
+        "pipelines: " + ", ".join(f"{p['name']} ({p['cls']}, {p['stages']} stages)"
+                                  for p in auto["pipelines"]),
+        "roles: " + ", ".join(f"{name} = warps {slots}"
+                              for name, slots in auto["roles"]["roles"].items())])
 
 
 # --------------------------------------------------------------------- wait breakdown
