@@ -6,19 +6,14 @@ memory survives: the recorder's cursor lives in registers."""
 
 from __future__ import annotations
 
-import json
-import os
 import re
-import subprocess
-import sys
-from pathlib import Path
 
 import pytest
+from sm90_child import compile_in_child
 
 pytest.importorskip("cutlass")
 pytest.importorskip("torch")
 
-ROOT = Path(__file__).resolve().parents[1]
 
 CHILD = r"""
 import json, os, sys, torch
@@ -49,15 +44,7 @@ json.dump({"before": before, "recorded": recorded, "after": after,
 
 @pytest.fixture(scope="module")
 def compiled(tmp_path_factory):
-    out = tmp_path_factory.mktemp("autoprof")
-    env = dict(os.environ, CUTE_DSL_ARCH="sm_90a", CUTE_DSL_KEEP="ptx", CUTE_DSL_DUMP_DIR=str(out))
-    env["PYTHONPATH"] = str(ROOT) + os.pathsep + env.get("PYTHONPATH", "")
-    result = out / "result.json"
-    proc = subprocess.run([sys.executable, "-c", CHILD, str(result)], cwd=ROOT, env=env,
-                          capture_output=True, text=True, timeout=900)
-    if proc.returncode != 0:
-        pytest.fail(f"compile failed:\n{proc.stdout[-3000:]}\n{proc.stderr[-6000:]}")
-    return json.loads(result.read_text())
+    return compile_in_child(tmp_path_factory.mktemp("autoprof"), CHILD, timeout=900)
 
 
 def test_ptx_outside_the_block_is_byte_identical(compiled):

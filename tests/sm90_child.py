@@ -1,0 +1,27 @@
+"""Compile in a child process for sm_90a on a CPU box, with the PTX kept: zero-edit mode's
+tests compile the same kernel inside and outside ``autoprofile()`` in a fresh interpreter."""
+
+from __future__ import annotations
+
+import json
+import os
+import subprocess
+import sys
+from pathlib import Path
+
+import pytest
+
+ROOT = Path(__file__).resolve().parents[1]
+
+
+def compile_in_child(out: Path, child: str, *, timeout: int = 900) -> dict:
+    """Run ``child`` (Python source that writes JSON to ``sys.argv[1]``) and return that JSON;
+    a failed compile fails the test with the child's output."""
+    env = dict(os.environ, CUTE_DSL_ARCH="sm_90a", CUTE_DSL_KEEP="ptx", CUTE_DSL_DUMP_DIR=str(out))
+    env["PYTHONPATH"] = str(ROOT) + os.pathsep + env.get("PYTHONPATH", "")
+    result = out / "result.json"
+    proc = subprocess.run([sys.executable, "-c", child, str(result)], cwd=ROOT, env=env,
+                          capture_output=True, text=True, timeout=timeout)
+    if proc.returncode != 0:
+        pytest.fail(f"compile failed:\n{proc.stdout[-3000:]}\n{proc.stderr[-6000:]}")
+    return json.loads(result.read_text())
