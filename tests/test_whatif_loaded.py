@@ -9,9 +9,8 @@ import pytest
 from cute_prof.analysis.critical_path import (
     latency_sample, match_records, predict_what_if, timer_step, what_if)
 from cute_prof.analysis.model import load_pipeline
-from cute_prof.trace import EVENT_DTYPE, Trace
 
-from test_pipeline_model import TAGS, spec_dict
+from test_pipeline_model import TAGS, make_trace, spec_dict
 
 
 def simulate(depth, work, produce, latency, iters, start=0.0):
@@ -30,22 +29,6 @@ def simulate(depth, work, produce, latency, iters, start=0.0):
         c_end = wf_end + work
         released.append(c_end)
     return spans
-
-
-def make_trace(ctas):
-    rows = []
-    for cta, (sm, regions) in enumerate(ctas):
-        for tag, spans in regions.items():
-            slot = 0 if tag in ("w_e", "p") else 1
-            for k, (s, e) in enumerate(spans):
-                rows.append((s, e - s, TAGS.index(tag), cta * 2 + slot, k, sm))
-    arr = np.array(rows, dtype=np.int64)
-    ev = np.zeros(len(rows), dtype=EVENT_DTYPE)
-    for j, col in enumerate(("start_ns", "dur_ns", "tag", "tid", "payload", "sm")):
-        ev[col] = arr[:, j]
-    ev = ev[np.argsort(ev["start_ns"], kind="stable")]
-    return Trace(events=ev, tag_names=TAGS, capacity=len(ev), attempted=len(ev), overflow=0,
-                 incomplete=0)
 
 
 def span(spans):
