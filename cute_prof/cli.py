@@ -212,8 +212,17 @@ def _cmd_analyze(args, progress: _Progress) -> int:
         return _cmd_analyze_pipeline(args, progress)
     spec = _role_spec(args)
     trace = _load(args, progress)
-    if spec is None and (trace.metadata or {}).get("autoprof", {}).get("pipelines"):
-        return _cmd_analyze_pipeline(args, progress, trace=trace)
+    if spec is None and (trace.metadata or {}).get("autoprof", {}).get("roles"):
+        from .analysis.pipelines import zero_edit_roles
+
+        try:  # a zero-edit trace: the pipeline model from the kernel's own pipelines
+            return _cmd_analyze_pipeline(args, progress, trace=trace)
+        except ProfileBufferError as err:
+            if args.depth or args.faster:
+                raise
+            # a schedule the derived model does not cover: still who waited on what
+            print(f"no derived pipeline model: {err}", file=sys.stderr)
+            spec = zero_edit_roles(trace)
     if args.depth or args.faster:
         raise ProfileBufferError("--depth and --faster are what-ifs of a pipeline model: "
                                  "pass --pipeline SPEC.json (or a zero-edit trace)")

@@ -219,3 +219,23 @@ def test_format_recording_names_losses_pipelines_and_roles():
     text = format_recording(dataclasses.replace(trace, metadata=meta))
     assert f"{len(trace):,} events from 27 warps" in text and "unclosed 1" in text
     assert "pk (PipelineTmaAsync, 2 stages)" in text and "consumer wg1-2 = warps [4, 5, 6, 7, 8, 9, 10, 11]" in text
+
+
+def test_cli_analyze_falls_back_to_the_role_split_when_no_model_derives(tmp_path, capsys):
+    """A ping-pong ring has no derived model; analyze still says who waited on what, with
+    the zero-edit roles, and why there is no pipeline model."""
+    import cute_prof
+    from cute_prof.cli import main
+
+    rows = []
+    for c in range(2):
+        for j in range(8):
+            rows += [(c, 0, 0, 0, c * 10**5 + j * 100, 10), (c, 0, 1, 0, c * 10**5 + j * 100 + 20, 0)]
+            for w in ((4, 5, 6, 7) if j % 2 == 0 else (8, 9, 10, 11)):
+                rows += [(c, w, 4, 0, c * 10**5 + j * 100 + 30, 5),
+                         (c, w, 6, 0, c * 10**5 + j * 100 + 80, 0)]
+    path = cute_prof.save_trace(tmp_path / "pingpong.npz", finish_zero_edit_trace(_raw_trace(rows)))
+    assert main(["-q", "analyze", str(path)]) == 0
+    out, err = capsys.readouterr()
+    assert "ping-pong" in err and "consumer wg1" in out
+    assert main(["-q", "analyze", str(path), "--depth", "pk=1"]) == 2  # a what-if needs a model
