@@ -178,8 +178,8 @@ def test_a_ring_without_commits_gets_its_issue_points():
                           np.sort(acquires["start_ns"] + acquires["dur_ns"]))
 
 
-def test_a_ping_pong_ring_is_refused_with_the_reason():
-    """Two consumer warpgroups taking the ring's items in turn: not a shared ring."""
+def ping_pong_rows():
+    """Two consumer warpgroups take the ring's items in turn (a ping-pong GEMM)."""
     rows = []
     for c in range(2):
         for j in range(8):
@@ -187,8 +187,13 @@ def test_a_ping_pong_ring_is_refused_with_the_reason():
             for w in ((4, 5, 6, 7) if j % 2 == 0 else (8, 9, 10, 11)):
                 rows += [(c, w, 4, 0, c * 10**5 + j * 100 + 30, 5),
                          (c, w, 6, 0, c * 10**5 + j * 100 + 80, 0)]
+    return rows
+
+
+def test_a_ping_pong_ring_is_refused_with_the_reason():
+    """Two consumer warpgroups taking the ring's items in turn: not a shared ring."""
     with pytest.raises(ProfileBufferError, match="ping-pong"):
-        derive_pipeline(finish_zero_edit_trace(_raw_trace(rows)))
+        derive_pipeline(finish_zero_edit_trace(_raw_trace(ping_pong_rows())))
 
 
 def test_a_ring_only_some_consumer_warps_use_is_set_aside():
@@ -227,14 +232,8 @@ def test_cli_analyze_falls_back_to_the_role_split_when_no_model_derives(tmp_path
     import cute_prof
     from cute_prof.cli import main
 
-    rows = []
-    for c in range(2):
-        for j in range(8):
-            rows += [(c, 0, 0, 0, c * 10**5 + j * 100, 10), (c, 0, 1, 0, c * 10**5 + j * 100 + 20, 0)]
-            for w in ((4, 5, 6, 7) if j % 2 == 0 else (8, 9, 10, 11)):
-                rows += [(c, w, 4, 0, c * 10**5 + j * 100 + 30, 5),
-                         (c, w, 6, 0, c * 10**5 + j * 100 + 80, 0)]
-    path = cute_prof.save_trace(tmp_path / "pingpong.npz", finish_zero_edit_trace(_raw_trace(rows)))
+    path = cute_prof.save_trace(tmp_path / "pingpong.npz",
+                                finish_zero_edit_trace(_raw_trace(ping_pong_rows())))
     assert main(["-q", "analyze", str(path)]) == 0
     out, err = capsys.readouterr()
     assert "ping-pong" in err and "consumer wg1" in out
