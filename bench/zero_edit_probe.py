@@ -74,12 +74,26 @@ def clock_timer(register64: bool = False):
 
 @contextlib.contextmanager
 def record_asm(*, drop_stores: bool = False, drop_clobber: bool = False,
-               predicate_off: bool = False, drop_start_word: bool = False):
-    """Rewrite the records' inline PTX (not the slice's open and close)."""
+               predicate_off: bool = False, drop_start_word: bool = False,
+               keep_timer: bool = False, constant_timer: bool = False,
+               untimed_instants: bool = False):
+    """Rewrite the records' inline PTX (not the slice's open and close).
+
+    ``keep_timer`` (with ``drop_stores``) folds each timer read into the record's storing
+    predicate, so ptxas must keep the reads although nothing is stored; ``constant_timer``
+    stores the words with a constant instead of the timer (no timer read at all);
+    ``untimed_instants`` does that for the one-word instants only."""
     original = slices.inline_asm
 
     def patched(result_types, operands, text, constraints, **kwargs):
         if "%globaltimer_lo" in text and "st.global.u64" not in text:
+            instant = "st.global.v2" in text and ".pred p0" not in text
+            if constant_timer or (untimed_instants and instant):
+                text = re.sub(r"mov\.u32 (\S+), %globaltimer_lo;", r"mov.u32 \1, 0;", text)
+            if keep_timer and "st.global.v2" in text:
+                lines = text.splitlines()
+                lines.insert(len(lines) - 1, "setp.ne.and.u32 $0, lo, 1, $0;")
+                text = "\n".join(lines)
             if drop_stores:
                 text = "\n".join(line for line in text.splitlines() if "st.global.v2" not in line)
             if predicate_off and "st.global.v2" in text:  # the store issues; no lane writes
@@ -145,6 +159,140 @@ def local_stage():
         device_autoprof._open, slices.inline_asm = original_open, original_asm
 
 
+@contextlib.contextmanager
+def record_only(*kinds: str, barriers: bool = True):
+    """Record only calls of these kinds ("wait", "signal"); none at all with no kinds (the
+    slice is still opened and closed)."""
+    original = device_autoprof._record_call
+    original_barriers = device_autoprof._patch_barriers
+
+    def selected(tag_of, payload_of, call):
+        state = device_autoprof._tracing_here()
+        if state is not None and tag_of(state.recording)[1] not in kinds:
+            if state.recorder is None:
+                device_autoprof._open(state)
+            return call()
+        return original(tag_of, payload_of, call)
+
+    device_autoprof._record_call = selected
+    if not barriers:
+        device_autoprof._patch_barriers = lambda: None
+    try:
+        yield
+    finally:
+        device_autoprof._record_call = original
+        device_autoprof._patch_barriers = original_barriers
+
+
+@contextlib.contextmanager
+def immediate_stores():
+    """The record path before deferred stores: a wait's start read before the call, its
+    end read after it and both words stored there; a signal's instant read and stored
+    after the call."""
+    from cute_prof import layout
+
+    original = device_autoprof._record_call
+
+    def immediate(tag_of, payload_of, call):
+        state = device_autoprof._tracing_here()
+        if state is None:
+            return call()
+        tag, kind = tag_of(state.recording)
+        payload = payload_of()
+        with device_autoprof._outermost():
+            if state.recorder is None:
+                device_autoprof._open(state)
+            if kind == "wait":
+                start = state.recorder.now()
+                result = call()
+                with device_autoprof._recorder(state) as rec:
+                    rec.span(start, tag, payload=payload)
+            else:
+                result = call()
+                with device_autoprof._recorder(state) as rec:
+                    rec.instant(tag, payload=payload & layout.MAX_SLICE_PAYLOAD
+                                if isinstance(payload, int) else payload)
+        return result
+
+    device_autoprof._record_call = immediate
+    try:
+        yield
+    finally:
+        device_autoprof._record_call = original
+
+
+@contextlib.contextmanager
+def pipelines_only():
+    """Named barriers (``cute.arch.barrier`` / ``barrier_arrive``) are not recorded."""
+    original = device_autoprof._patch_barriers
+    device_autoprof._patch_barriers = lambda: None
+    try:
+        yield
+    finally:
+        device_autoprof._patch_barriers = original
+
+
+@contextlib.contextmanager
+def all_lanes_store():
+    """Every lane of a warp stores the record (the same word to the same address, one
+    transaction) instead of lane 0 alone: does a store that only one lane makes cost more
+    than one the whole warp makes?"""
+    original = slices._OPEN_LINES
+    slices._OPEN_LINES = tuple(line.replace("setp.eq.and.u32 l0, lane, 0, ok;",
+                                            "setp.lt.and.u32 l0, lane, 32, ok;")
+                               for line in original)
+    try:
+        yield
+    finally:
+        slices._OPEN_LINES = original
+
+
+@contextlib.contextmanager
+def shared_stage():
+    """Records go to a 64-record ring in static shared memory (all warps of a CTA share it,
+    so its contents are garbage) instead of global memory: a shared store completes in the
+    SM, a global one only when L2 acknowledges it. Do the kernel's release-ordered arrives
+    and barriers wait for the records' global stores?"""
+    from cutlass import Int64
+    from cutlass import cute
+    from cutlass._mlir import ir
+    from cutlass._mlir.dialects import llvm
+    from cutlass.cutlass_dsl import T
+
+    original_open, original_asm = device_autoprof._open, slices.inline_asm
+    scratch = {}
+
+    def open_with_scratch(state):
+        original_open(state)
+        entry = state.kernel_op.regions[0].blocks[0]
+        with ir.InsertionPoint.at_block_begin(entry):
+            ring = cute.arch.alloc_smem(Int64, 64, alignment=16)
+            scratch["address"] = ring.toint().ir_value()
+
+    def patched(result_types, operands, text, constraints, **kwargs):
+        if "%globaltimer_lo" in text and "st.global.v2" in text and "address" in scratch:
+            operands = list(operands) + [scratch["address"]]
+            index = len(operands)  # the one output is $0
+            cons = constraints.split(",")
+            cons.insert(len(cons) - 1, "r" if "32" in str(scratch["address"].type) else "l")
+            constraints = ",".join(cons)
+            lines = text.splitlines()
+            lines.insert(1, ".reg .u32 sa, so;")
+            first = next(i for i, line in enumerate(lines) if "st.global.v2" in line)
+            wide = "64" in str(scratch["address"].type)
+            base = [f"cvt.u32.u64 sa, ${index};"] if wide else [f"mov.u32 sa, ${index};"]
+            lines[first:first] = [*base, "and.b32 so, $1, 504;", "add.u32 sa, sa, so;"]
+            text = "\n".join(lines).replace("st.global.v2.u32 [a+-8]", "st.shared.v2.u32 [sa]")
+            text = text.replace("st.global.v2.u32 [a]", "st.shared.v2.u32 [sa+8]")
+        return original_asm(result_types, operands, text, constraints, **kwargs)
+
+    device_autoprof._open, slices.inline_asm = open_with_scratch, patched
+    try:
+        yield
+    finally:
+        device_autoprof._open, slices.inline_asm = original_open, original_asm
+
+
 # name -> what the recorder emits (each but "zero_edit" is an experiment: its trace is not valid)
 VARIANTS = {"zero_edit": contextlib.nullcontext,
             "waits_only": waits_only,
@@ -153,6 +301,17 @@ VARIANTS = {"zero_edit": contextlib.nullcontext,
             "one_store_per_region": lambda: record_asm(drop_start_word=True),
             "no_clobber": lambda: record_asm(drop_clobber=True),
             "local_stage": local_stage,
+            "shared_stage": shared_stage,
+            "all_lanes_store": all_lanes_store,
+            "timer_only": lambda: record_asm(drop_stores=True, keep_timer=True),
+            "store_only": lambda: record_asm(constant_timer=True),
+            "untimed_instants": lambda: record_asm(untimed_instants=True),
+            "pipelines_only": pipelines_only,
+            "immediate_stores": immediate_stores,
+            "no_records": lambda: record_only(),
+            "waits_recorded": lambda: record_only("wait"),
+            "pipeline_waits_recorded": lambda: record_only("wait", barriers=False),
+            "signals_recorded": lambda: record_only("signal"),
             "clock_timer": clock_timer,
             "clock64_timer": lambda: clock_timer(True)}
 
@@ -179,7 +338,7 @@ def main(argv=None) -> int:
         cache = {}
         fa._flash_attn_fwd.compile_cache = cache
         with context():
-            if cache_name == "plain":
+            if cache_name.startswith("plain"):  # "plain_again": a second plain build
                 fa._flash_attn_fwd(q, k, v)
             else:
                 with cute_prof.autoprofile(per_warp=4096):
@@ -198,7 +357,8 @@ def main(argv=None) -> int:
         return 0
     compile_into("plain", contextlib.nullcontext)
     for name in names:
-        compile_into(name, VARIANTS[name])
+        compile_into(name, VARIANTS.get(name, contextlib.nullcontext) if name.startswith("plain")
+                     else VARIANTS[name])
     times = time_shuffled(calls, rounds=args.rounds, warmup=5)
     base = times["plain"]
     rows = {}
