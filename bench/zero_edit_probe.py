@@ -9,7 +9,14 @@ arrives record nothing), ``no_store`` (a record's PTX without its stores), ``sto
 (a region's START word not stored), ``no_clobber`` (the records' PTX without its memory
 clobber), ``local_stage`` (records to a ring in local memory instead of global),
 ``clock_timer`` / ``clock64_timer`` (``%clock`` / ``%clock64`` read instead of
-``%globaltimer_lo``). Results and what they say: ``bench/results/zero_edit_h100/README.md``.
+``%globaltimer_lo``), ``shared_stage`` (records to a ring in static shared memory),
+``all_lanes_store`` (every lane stores, not lane 0 alone), ``store_only`` (the words stored
+with a constant instead of a timer read), ``untimed_instants`` (the same for the one-word
+instants only), ``pipelines_only`` (named barriers not recorded), ``no_records`` /
+``waits_recorded`` / ``pipeline_waits_recorded`` / ``signals_recorded`` (only those calls
+recorded; none at all: the slice is still opened and closed), ``plain_again`` (a second plain
+build: the timing's null result). Results and what they say:
+``bench/results/zero_edit_h100/README.md``.
 
     python bench/zero_edit_probe.py --rounds 20 --json $OUT/probe.json
 """
@@ -185,43 +192,6 @@ def record_only(*kinds: str, barriers: bool = True):
 
 
 @contextlib.contextmanager
-def immediate_stores():
-    """The record path before deferred stores: a wait's start read before the call, its
-    end read after it and both words stored there; a signal's instant read and stored
-    after the call."""
-    from cute_prof import layout
-
-    original = device_autoprof._record_call
-
-    def immediate(tag_of, payload_of, call):
-        state = device_autoprof._tracing_here()
-        if state is None:
-            return call()
-        tag, kind = tag_of(state.recording)
-        payload = payload_of()
-        with device_autoprof._outermost():
-            if state.recorder is None:
-                device_autoprof._open(state)
-            if kind == "wait":
-                start = state.recorder.now()
-                result = call()
-                with device_autoprof._recorder(state) as rec:
-                    rec.span(start, tag, payload=payload)
-            else:
-                result = call()
-                with device_autoprof._recorder(state) as rec:
-                    rec.instant(tag, payload=payload & layout.MAX_SLICE_PAYLOAD
-                                if isinstance(payload, int) else payload)
-        return result
-
-    device_autoprof._record_call = immediate
-    try:
-        yield
-    finally:
-        device_autoprof._record_call = original
-
-
-@contextlib.contextmanager
 def pipelines_only():
     """Named barriers (``cute.arch.barrier`` / ``barrier_arrive``) are not recorded."""
     original = device_autoprof._patch_barriers
@@ -307,7 +277,6 @@ VARIANTS = {"zero_edit": contextlib.nullcontext,
             "store_only": lambda: record_asm(constant_timer=True),
             "untimed_instants": lambda: record_asm(untimed_instants=True),
             "pipelines_only": pipelines_only,
-            "immediate_stores": immediate_stores,
             "no_records": lambda: record_only(),
             "waits_recorded": lambda: record_only("wait"),
             "pipeline_waits_recorded": lambda: record_only("wait", barriers=False),

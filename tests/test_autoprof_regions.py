@@ -50,9 +50,8 @@ def test_inside_the_block_the_region_and_the_mark_record(compiled):
     assert sites["body"]["op"] == "region" and sites["body"]["kind"] == "work"
     assert sites["done"]["op"] == "mark" and sites["done"]["kind"] == "signal"
     ptx = compiled["recorded"]
-    # timer reads: the region's start (before the loop) and end, the mark's time; each of
-    # the three stores the warp's previous record (two predicated words): the region's
-    # start (nothing yet), the mark (the region) and the close (the mark)
+    # the region: a timer read before the loop and a START + SPAN pair after it; the mark:
+    # one word; then the slice's close
     assert ptx.count("%globaltimer_lo") == 3
-    assert ptx.count("st.global.v2.u32") == 6
+    assert ptx.count("st.global.v2.u32") == 3
     assert compiled["closed"] and ".local" not in ptx

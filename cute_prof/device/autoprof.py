@@ -42,7 +42,7 @@ from ..errors import ProfileBufferError
 from ..tags import TagTable
 from .ptx import trace_time_int
 from .scope import is_library_file, on_kernel_end, user_location
-from .slices import PendingRecord, SliceHeader, SliceRecorder
+from .slices import SliceHeader, SliceRecorder
 
 # method name -> what its call records
 PIPELINE_WAITS = ("producer_acquire", "consumer_wait", "producer_tail")
@@ -131,7 +131,6 @@ class _Tracing:
         self.recorder: SliceRecorder | None = None
         self.cursor_slot = None
         self.storing_slot = None
-        self.pending_slots: list = []  # the warp's last record, stored at its next call
 
 
 _lock = threading.RLock()
@@ -243,32 +242,12 @@ def _open(state: _Tracing) -> None:
         pointer = llvm.PointerType.get()
         state.cursor_slot = llvm.alloca(pointer, one, T.i32(), alignment=4)
         state.storing_slot = llvm.alloca(pointer, one, T.bool(), alignment=1)
-        state.pending_slots = [llvm.alloca(pointer, one, T.i32(), alignment=4)
-                               for _ in PendingRecord.FIELDS]
         header = SliceHeader(Int64(layout.SLICES_MAGIC), Int64(dims))
         recorder = SliceRecorder(address, _cta_linear_index(), ordered=False, header=header)
         cursor, storing = recorder.cursor_state()
         llvm.store(cursor.ir_value(), state.cursor_slot)
         llvm.store(storing.ir_value(), state.storing_slot)
-        _keep_pending(state, PendingRecord.none())
     state.recorder = recorder
-
-
-def _keep_pending(state: _Tracing, pending: PendingRecord) -> None:
-    for value, slot in zip(pending.values(), state.pending_slots):
-        llvm.store(value.ir_value(), slot)
-
-
-def _pending(state: _Tracing) -> PendingRecord:
-    return PendingRecord(*(Int32(llvm.load(T.i32(), slot)) for slot in state.pending_slots))
-
-
-def _time_and_store_pending(state: _Tracing):
-    """Before a call: the timer (the call's start, or its instant's time), then the warp's
-    previous record's stores, which can then sit nowhere but between the two."""
-    if state.recorder is None:
-        _open(state)
-    return state.recorder.store_pending(_pending(state))
 
 
 @contextlib.contextmanager
@@ -300,7 +279,6 @@ def _kernel_end() -> None:
     if state.recorder is None:
         return
     with _recorder(state) as rec:
-        rec.store_pending(_pending(state), read_timer=False)
         rec.close()
     state.recording.closed = True
 
@@ -380,21 +358,19 @@ def _record_call(tag_of: Callable[[KernelRecording], tuple[int, str]], payload_o
     tag, kind = tag_of(state.recording)
     payload = payload_of()
     with _outermost():
-        start = _time_and_store_pending(state)
-        result = call()
-        _defer(state, start, tag, kind, payload)
-    return result
-
-
-def _defer(state: _Tracing, start, tag: int, kind: str, payload) -> None:
-    """After a call: its record's words, kept until the warp's next call (or its end)."""
-    with _recorder(state) as rec:
         if kind == "wait":
-            pending = rec.defer_span(start, tag, payload=payload)
+            if state.recorder is None:
+                _open(state)
+            start = state.recorder.now()  # reads the timer only: the cursor stays put
+            result = call()
+            with _recorder(state) as rec:
+                rec.span(start, tag, payload=payload)
         else:
-            pending = rec.defer_instant(start, tag, payload=payload & layout.MAX_SLICE_PAYLOAD
-                                        if isinstance(payload, int) else payload)
-    _keep_pending(state, pending)
+            result = call()
+            with _recorder(state) as rec:
+                rec.instant(tag, payload=payload & layout.MAX_SLICE_PAYLOAD
+                            if isinstance(payload, int) else payload)
+    return result
 
 
 def _pipeline_method(original, op: str, kind: str):
@@ -621,7 +597,9 @@ class region:
     def __enter__(self):
         self._state = _tracing_here()
         if self._state is not None:
-            self._start = _time_and_store_pending(self._state)
+            if self._state.recorder is None:
+                _open(self._state)
+            self._start = self._state.recorder.now()
         return self
 
     def __exit__(self, *exc):
@@ -629,7 +607,8 @@ class region:
         if state is None or exc[0] is not None:
             return False
         tag = state.recording.site(self.tag, "region", "work", None)
-        _defer(state, self._start, tag, "wait", self.payload)
+        with _recorder(state) as rec:
+            rec.span(self._start, tag, payload=self.payload)
         return False
 
 
@@ -642,4 +621,6 @@ def mark(tag: str, *, payload=0) -> None:
     if state is None:
         return
     site = state.recording.site(tag, "mark", "signal", None)
-    _defer(state, _time_and_store_pending(state), site, "signal", payload)
+    with _recorder(state) as rec:
+        rec.instant(site, payload=payload & layout.MAX_SLICE_PAYLOAD
+                    if isinstance(payload, int) else payload)

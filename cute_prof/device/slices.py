@@ -102,27 +102,6 @@ class _SliceConstants:
         self.start, self.high, self.end, self.state, self.opened = start, high, end, state, opened
 
 
-class PendingRecord:
-    """A record whose words are computed but not yet stored (:meth:`SliceRecorder.defer_span`,
-    :meth:`~SliceRecorder.defer_instant`): two words (low and high halves each), the cursor
-    that addresses the first, and which of the two to store (bit 0 first, bit 1 second)."""
-
-    FIELDS = ("first_low", "first_high", "second_low", "second_high", "cursor", "flags")
-
-    def __init__(self, first_low, first_high, second_low, second_high, cursor, flags):
-        self.first_low, self.first_high = Int32(first_low), Int32(first_high)
-        self.second_low, self.second_high = Int32(second_low), Int32(second_high)
-        self.cursor, self.flags = Int32(cursor), Int32(flags)
-
-    @classmethod
-    def none(cls) -> "PendingRecord":
-        """Nothing to store (a warp's first call)."""
-        return cls(0, 0, 0, 0, 0, 0)
-
-    def values(self) -> tuple:
-        return tuple(getattr(self, name) for name in self.FIELDS)
-
-
 class SliceHeader:
     """A slices buffer's header words, loaded ahead of :class:`SliceRecorder`'s open (see
     :func:`prefetch_header`)."""
@@ -327,95 +306,6 @@ class SliceRecorder:
         ]
         self._update("\n".join(lines), operands, cons, advance=16)
 
-    # ---------------------------------------------------------------- deferred stores
-    # Zero-edit recording sits inside kernels tuned instruction by instruction (FA4's
-    # consumer warpgroups issue a wgmma batch between two pipeline calls). A record stored
-    # where it is made leaves ptxas free to slot its store and word moves between that
-    # batch's wgmma instructions, and a timer read after a signal (which ptxas never moves
-    # anything across) pulls the kernel's next wgmma wait ahead of the softmax it should
-    # overlap. Deferred records avoid both: every call reads the timer once, *before* the
-    # call, and stores the warp's previous record right after that read, where nothing can
-    # be scheduled around it; the record made after the call only computes its words.
-    def defer_span(self, start, tag, *, payload=0) -> "PendingRecord":
-        """The region [``start``, now] as a START and a SPAN record at the cursor, returned
-        instead of stored (see :meth:`store_pending`); the cursor advances as for :meth:`span`."""
-        tag, payload = resolve_tag(tag), trace_time_int(payload)
-        if isinstance(payload, int) and not 0 <= payload <= layout.MAX_SLICE_REGION_PAYLOAD:
-            raise ProfileBufferError(
-                f"payload {payload} does not fit 32 bits (0..{layout.MAX_SLICE_REGION_PAYLOAD})")
-        cursor, storing = self._state
-        check_state_reachable(cursor, "SliceRecorder")
-        operands = [cursor.ir_value(), storing.ir_value(), self._const.end.ir_value()]
-        cons = ["=b", "=r", "=r", "=r", "=r", "r", "b", "r"]  # $5 cursor, $6 storing, $7 end
-        lines = ["{", ".reg .pred p0, p1;", ".reg .u32 hi, shi, c1, f;",
-                 *_high_word_lines(tag, payload, layout.SLICE_KIND_SPAN, operands, cons,
-                                   start_word="shi", outputs=5),
-                 *self._timer_lines("$1"),
-                 "setp.lt.and.u32 p0, $5, $7, $6;",
-                 "add.u32 c1, $5, 8;",
-                 "setp.lt.and.u32 p1, c1, $7, $6;",
-                 "selp.u32 f, 1, 0, p0;",
-                 "@p1 or.b32 f, f, 2;",
-                 "mov.pred $0, p1;",
-                 "mov.u32 $2, shi;", "mov.u32 $3, hi;", "mov.u32 $4, f;", "}"]
-        struct = llvm.StructType.get_literal([T.bool()] + [T.i32()] * 4)
-        res = inline_asm(struct, operands, "\n".join(lines), ",".join(cons) + ",~{memory}")
-        storing_after, end, start_high, high, flags = (
-            llvm.extractvalue(t, res, [i]) for i, t in enumerate([T.bool()] + [T.i32()] * 4))
-        self._state = (cursor + 16, Boolean(storing_after))
-        return PendingRecord(_low_word(start), Int32(start_high), Int32(end), Int32(high),
-                             cursor, Int32(flags))
-
-    def defer_instant(self, at, tag, *, payload=0) -> "PendingRecord":
-        """An instant at ``at`` (a :meth:`now` timestamp), returned instead of stored."""
-        tag, payload = resolve_tag(tag), trace_time_int(payload)
-        if isinstance(payload, int) and not 0 <= payload <= layout.MAX_SLICE_PAYLOAD:
-            raise ProfileBufferError(
-                f"payload {payload} does not fit the slices format's 13 bits "
-                f"(0..{layout.MAX_SLICE_PAYLOAD}); use the staged path for wider payloads")
-        cursor, storing = self._state
-        check_state_reachable(cursor, "SliceRecorder")
-        operands = [cursor.ir_value(), storing.ir_value(), self._const.end.ir_value()]
-        cons = ["=b", "=r", "=r", "r", "b", "r"]  # $3 cursor, $4 storing, $5 end
-        lines = ["{", ".reg .pred p0;", ".reg .u32 hi;",
-                 *_high_word_lines(tag, payload, layout.SLICE_KIND_INSTANT, operands, cons,
-                                   outputs=3),
-                 "setp.lt.and.u32 p0, $3, $5, $4;",
-                 "mov.pred $0, p0;",
-                 "selp.u32 $2, 1, 0, p0;",
-                 "mov.u32 $1, hi;", "}"]
-        struct = llvm.StructType.get_literal([T.bool(), T.i32(), T.i32()])
-        res = inline_asm(struct, operands, "\n".join(lines), ",".join(cons) + ",~{memory}")
-        storing_after, high, flags = (llvm.extractvalue(t, res, [i])
-                                      for i, t in enumerate([T.bool(), T.i32(), T.i32()]))
-        self._state = (cursor + 8, Boolean(storing_after))
-        zero = Int32(0)
-        return PendingRecord(_low_word(at), Int32(high), zero, zero, cursor, Int32(flags))
-
-    def store_pending(self, pending: "PendingRecord", *, read_timer: bool = True):
-        """Read the timer, then store ``pending`` (a record from :meth:`defer_span` or
-        :meth:`defer_instant`, or :meth:`PendingRecord.none`): returns the time read (an
-        Int32 for the next deferred record's start), or None with ``read_timer=False``."""
-        if not self.enabled:
-            return Int32(0) if read_timer else None
-        operands = [v.ir_value() for v in (pending.first_low, pending.first_high, pending.second_low,
-                                           pending.second_high, pending.cursor, pending.flags)]
-        operands.append(self._const.high.ir_value())
-        first = 1 if read_timer else 0  # operand numbers start after the output
-        ops = [f"${first + i}" for i in range(7)]
-        lines = ["{", ".reg .pred pa, pb;", ".reg .u32 f;", ".reg .u64 a;"]
-        if read_timer:
-            lines += self._timer_lines("$0")
-        lines += [f"and.b32 f, {ops[5]}, 1;", "setp.ne.u32 pa, f, 0;",
-                  f"and.b32 f, {ops[5]}, 2;", "setp.ne.u32 pb, f, 0;",
-                  f"mov.b64 a, {{{ops[4]}, {ops[6]}}};",
-                  f"@pa st.global.v2.u32 [a], {{{ops[0]}, {ops[1]}}};",
-                  f"@pb st.global.v2.u32 [a+8], {{{ops[2]}, {ops[3]}}};", "}"]
-        cons = (["=r"] if read_timer else []) + ["r"] * 7
-        res = inline_asm(T.i32() if read_timer else None, operands, "\n".join(lines),
-                         ",".join(cons) + ",~{memory}")
-        return Int32(res) if read_timer else None
-
     def begin(self):
         """A boundary: the next ``end()`` measures from here (no event of its own)."""
         if self.enabled:
@@ -484,17 +374,16 @@ class SliceRecorder:
         inline_asm(None, operands, text, "r,r,r,l,r,r,~{memory}")
 
 
-def _high_word_lines(tag, payload, kind, operands: list, cons: list, *, start_word=None,
-                     outputs: int = 1) -> list:
+def _high_word_lines(tag, payload, kind, operands: list, cons: list, *, start_word=None) -> list:
     """PTX setting ``hi``, a record's high word (and ``start_word``, its START record's, when
     given): one immediate when the tag and payload are known while tracing, else packed on
-    the device from two operands appended to ``operands`` (numbered after ``outputs``)."""
+    the device from two operands appended to ``operands``."""
     if isinstance(tag, int) and isinstance(payload, int):
         lines = [f"mov.u32 hi, {layout.slice_record_high(tag, kind=kind, payload=payload)};"]
         if start_word:
             lines.append(f"mov.u32 {start_word}, {layout.slice_start_high(payload)};")
         return lines
-    t_op, p_op = f"${len(operands) + outputs}", f"${len(operands) + outputs + 1}"
+    t_op, p_op = f"${len(operands) + 1}", f"${len(operands) + 2}"  # after the one output
     operands += [Int32(tag).ir_value(), Int32(payload).ir_value()]
     cons += ["r", "r"]
     lines = [
