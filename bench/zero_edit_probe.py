@@ -13,8 +13,9 @@ clobber), ``local_stage`` (records to a ring in local memory instead of global),
 ``all_lanes_store`` (every lane stores, not lane 0 alone), ``store_only`` (the words stored
 with a constant instead of a timer read), ``untimed_instants`` (the same for the one-word
 instants only), ``pipelines_only`` (named barriers not recorded), ``no_records`` /
-``waits_recorded`` / ``pipeline_waits_recorded`` / ``signals_recorded`` (only those calls
-recorded; none at all: the slice is still opened and closed), ``plain_again`` (a second plain
+``pipeline_waits_recorded`` / ``signals_recorded`` (only those calls
+recorded; none at all: the slice is still opened and closed; ``waits_recorded`` in
+``probe_kinds.json`` is ``waits_only``), ``plain_again`` (a second plain
 build: the timing's null result). Results and what they say:
 ``bench/results/zero_edit_h100/README.md``.
 
@@ -42,23 +43,6 @@ from tools.cupti import time_shuffled  # noqa: E402
 import cute_prof  # noqa: E402
 from cute_prof.device import autoprof as device_autoprof  # noqa: E402
 from cute_prof.device import slices  # noqa: E402
-
-
-@contextlib.contextmanager
-def waits_only():
-    original = device_autoprof._record_call
-
-    def record_waits(tag_of, payload_of, call):
-        state = device_autoprof._tracing_here()
-        if state is not None and tag_of(state.recording)[1] != "wait":
-            return call()
-        return original(tag_of, payload_of, call)
-
-    device_autoprof._record_call = record_waits
-    try:
-        yield
-    finally:
-        device_autoprof._record_call = original
 
 
 @contextlib.contextmanager
@@ -124,49 +108,6 @@ def record_asm(*, drop_stores: bool = False, drop_clobber: bool = False,
 
 
 @contextlib.contextmanager
-def local_stage():
-    """Records go to a 64-record ring in the recording thread's local memory (a stack array
-    made at the kernel's entry) instead of global memory: is it the global stores that the
-    kernel's release-ordered arrives and barriers wait for?"""
-    from cutlass import Int32
-    from cutlass._mlir import ir
-    from cutlass._mlir.dialects import llvm
-    from cutlass.cutlass_dsl import T
-
-    original_open, original_asm = device_autoprof._open, slices.inline_asm
-    scratch = {}
-
-    def open_with_scratch(state):
-        original_open(state)
-        entry = state.kernel_op.regions[0].blocks[0]
-        with ir.InsertionPoint.at_block_begin(entry):
-            ring = llvm.alloca(llvm.PointerType.get(), Int32(64).ir_value(), T.i64(), alignment=16)
-            scratch["address"] = llvm.ptrtoint(T.i64(), ring)
-
-    def patched(result_types, operands, text, constraints, **kwargs):
-        if "%globaltimer_lo" in text and "st.global.v2" in text and "address" in scratch:
-            operands = list(operands) + [scratch["address"]]
-            index = len(operands)  # the one output is $0
-            cons = constraints.split(",")
-            cons.insert(len(cons) - 1, "l")  # before the memory clobber
-            constraints = ",".join(cons)
-            lines = text.splitlines()
-            lines.insert(1, ".reg .u64 la, lo64; .reg .u32 o;")
-            first = next(i for i, line in enumerate(lines) if "st.global.v2" in line)
-            lines[first:first] = [f"cvta.to.local.u64 la, ${index};", "and.b32 o, $1, 504;",
-                                  "cvt.u64.u32 lo64, o;", "add.u64 la, la, lo64;"]
-            text = "\n".join(lines).replace("st.global.v2.u32 [a+-8]", "st.local.v2.u32 [la]")
-            text = text.replace("st.global.v2.u32 [a]", "st.local.v2.u32 [la+8]")
-        return original_asm(result_types, operands, text, constraints, **kwargs)
-
-    device_autoprof._open, slices.inline_asm = open_with_scratch, patched
-    try:
-        yield
-    finally:
-        device_autoprof._open, slices.inline_asm = original_open, original_asm
-
-
-@contextlib.contextmanager
 def record_only(*kinds: str, barriers: bool = True):
     """Record only calls of these kinds ("wait", "signal"); none at all with no kinds (the
     slice is still opened and closed)."""
@@ -192,17 +133,6 @@ def record_only(*kinds: str, barriers: bool = True):
 
 
 @contextlib.contextmanager
-def pipelines_only():
-    """Named barriers (``cute.arch.barrier`` / ``barrier_arrive``) are not recorded."""
-    original = device_autoprof._patch_barriers
-    device_autoprof._patch_barriers = lambda: None
-    try:
-        yield
-    finally:
-        device_autoprof._patch_barriers = original
-
-
-@contextlib.contextmanager
 def all_lanes_store():
     """Every lane of a warp stores the record (the same word to the same address, one
     transaction) instead of lane 0 alone: does a store that only one lane makes cost more
@@ -218,13 +148,13 @@ def all_lanes_store():
 
 
 @contextlib.contextmanager
-def shared_stage():
-    """Records go to a 64-record ring in static shared memory (all warps of a CTA share it,
-    so its contents are garbage) instead of global memory: a shared store completes in the
-    SM, a global one only when L2 acknowledges it. Do the kernel's release-ordered arrives
-    and barriers wait for the records' global stores?"""
-    from cutlass import Int64
-    from cutlass import cute
+def scratch_ring(space: str):
+    """Records go to a 64-record ring in the recording thread's ``local`` memory (a stack
+    array made at the kernel's entry) or in static ``shared`` memory (one per CTA, so its
+    contents are garbage) instead of global memory. A local or shared store completes in the
+    SM, a global one only when L2 acknowledges it: do the kernel's release-ordered arrives and
+    barriers wait for the records' global stores?"""
+    from cutlass import Int32, Int64, cute
     from cutlass._mlir import ir
     from cutlass._mlir.dialects import llvm
     from cutlass.cutlass_dsl import T
@@ -236,24 +166,31 @@ def shared_stage():
         original_open(state)
         entry = state.kernel_op.regions[0].blocks[0]
         with ir.InsertionPoint.at_block_begin(entry):
-            ring = cute.arch.alloc_smem(Int64, 64, alignment=16)
-            scratch["address"] = ring.toint().ir_value()
+            if space == "local":
+                ring = llvm.alloca(llvm.PointerType.get(), Int32(64).ir_value(), T.i64(), alignment=16)
+                scratch["address"] = llvm.ptrtoint(T.i64(), ring)  # generic: cvta below
+            else:
+                scratch["address"] = cute.arch.alloc_smem(Int64, 64, alignment=16).toint().ir_value()
 
     def patched(result_types, operands, text, constraints, **kwargs):
         if "%globaltimer_lo" in text and "st.global.v2" in text and "address" in scratch:
             operands = list(operands) + [scratch["address"]]
             index = len(operands)  # the one output is $0
             cons = constraints.split(",")
-            cons.insert(len(cons) - 1, "r" if "32" in str(scratch["address"].type) else "l")
+            cons.insert(len(cons) - 1, "l" if space == "local" else "r")  # before the clobber
             constraints = ",".join(cons)
+            if space == "local":
+                address = [".reg .u64 ra, o64; .reg .u32 o;", f"cvta.to.local.u64 ra, ${index};",
+                           "and.b32 o, $1, 504;", "cvt.u64.u32 o64, o;", "add.u64 ra, ra, o64;"]
+            else:
+                address = [".reg .u32 ra, o;", f"mov.u32 ra, ${index};", "and.b32 o, $1, 504;",
+                           "add.u32 ra, ra, o;"]
             lines = text.splitlines()
-            lines.insert(1, ".reg .u32 sa, so;")
+            lines.insert(1, address[0])
             first = next(i for i, line in enumerate(lines) if "st.global.v2" in line)
-            wide = "64" in str(scratch["address"].type)
-            base = [f"cvt.u32.u64 sa, ${index};"] if wide else [f"mov.u32 sa, ${index};"]
-            lines[first:first] = [*base, "and.b32 so, $1, 504;", "add.u32 sa, sa, so;"]
-            text = "\n".join(lines).replace("st.global.v2.u32 [a+-8]", "st.shared.v2.u32 [sa]")
-            text = text.replace("st.global.v2.u32 [a]", "st.shared.v2.u32 [sa+8]")
+            lines[first:first] = address[1:]
+            text = "\n".join(lines).replace("st.global.v2.u32 [a+-8]", f"st.{space}.v2.u32 [ra]")
+            text = text.replace("st.global.v2.u32 [a]", f"st.{space}.v2.u32 [ra+8]")
         return original_asm(result_types, operands, text, constraints, **kwargs)
 
     device_autoprof._open, slices.inline_asm = open_with_scratch, patched
@@ -265,20 +202,19 @@ def shared_stage():
 
 # name -> what the recorder emits (each but "zero_edit" is an experiment: its trace is not valid)
 VARIANTS = {"zero_edit": contextlib.nullcontext,
-            "waits_only": waits_only,
+            "waits_only": lambda: record_only("wait"),
             "no_store": lambda: record_asm(drop_stores=True),
             "store_never": lambda: record_asm(predicate_off=True),
             "one_store_per_region": lambda: record_asm(drop_start_word=True),
             "no_clobber": lambda: record_asm(drop_clobber=True),
-            "local_stage": local_stage,
-            "shared_stage": shared_stage,
+            "local_stage": lambda: scratch_ring("local"),
+            "shared_stage": lambda: scratch_ring("shared"),
             "all_lanes_store": all_lanes_store,
             "timer_only": lambda: record_asm(drop_stores=True, keep_timer=True),
             "store_only": lambda: record_asm(constant_timer=True),
             "untimed_instants": lambda: record_asm(untimed_instants=True),
-            "pipelines_only": pipelines_only,
+            "pipelines_only": lambda: record_only("wait", "signal", barriers=False),
             "no_records": lambda: record_only(),
-            "waits_recorded": lambda: record_only("wait"),
             "pipeline_waits_recorded": lambda: record_only("wait", barriers=False),
             "signals_recorded": lambda: record_only("signal"),
             "clock_timer": clock_timer,
