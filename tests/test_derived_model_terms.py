@@ -6,10 +6,12 @@ its latency."""
 
 from __future__ import annotations
 
+import dataclasses
+
 import numpy as np
 
 from cute_prof.analysis.critical_path import (_infer_terms, _steady_bound, blockers,
-                                              match_records, what_if)
+                                              match_records, perfetto_outputs, what_if)
 from cute_prof.analysis.pipelines import derive_pipeline, finish_zero_edit_trace
 from test_derived_pipeline import CONSUMER_WARPS, _raw_trace
 
@@ -88,3 +90,31 @@ def test_loaded_latency_is_the_first_load_capped_by_the_steady_bound():
     low = np.full(first.size, 120.0)
     assert what_if(data, loaded_latency=True, first_load=low)["latency_ns"][
         "pk.consumer_wait"] == 120.0
+
+
+def _shifted(trace, origin):
+    events = trace.events.copy()
+    events["start_ns"] += origin
+    return dataclasses.replace(trace, events=events)
+
+
+def test_globaltimer_scale_timestamps_keep_every_nanosecond():
+    """%globaltimer reads ~1.8e18 ns; a float64 of that resolves 256 ns. The model must
+    see the same durations as the trace shifted to zero (it once saw 256 ns steps)."""
+    origin = 1_795_523_011_643_144_160
+    near_zero = derive_pipeline(gemm_like(ctas=12))
+    far = derive_pipeline(_shifted(gemm_like(ctas=12), origin))
+    assert far.first_load_latency()[0].tolist() == near_zero.first_load_latency()[0].tolist()
+    data0 = match_records(near_zero.trace, near_zero.spec)
+    data1 = match_records(far.trace, far.spec)
+    assert data1.origin_ns - data0.origin_ns == origin
+    np.testing.assert_array_equal(data1.end - data1.start, data0.end - data0.start)
+    i = [r.tag for r in far.spec.regions].index("pk.consumer_wait")
+    assert _steady_bound(data1, _infer_terms(data1), i).tolist() == [STEADY_SLACK] * 12
+    change = {"scale": {"pk.consumer_release": 1.5}}
+    assert what_if(data1, **change)["predicted_change"] == \
+        what_if(data0, **change)["predicted_change"]
+    # times handed to the exporters are absolute again
+    _, counters0, _ = perfetto_outputs(near_zero.trace, near_zero.spec)
+    _, counters1, _ = perfetto_outputs(far.trace, far.spec)
+    np.testing.assert_array_equal(counters1[0]["ts"] - counters0[0]["ts"], origin)

@@ -56,6 +56,9 @@ class PipelineData:
     # A persistent CTA carries its rings from tile to tile: the first waits of a tile
     # depend on the previous tile's items
     unit_prev: np.ndarray | None = None
+    # every time above is ns after this timestamp (the trace's first start): %globaltimer
+    # reads ~1.8e18 ns, where a float64 resolves only 256 ns, so the arrays hold offsets
+    origin_ns: int = 0
 
     @property
     def shape(self):
@@ -119,7 +122,8 @@ def match_records(trace: Trace, spec: PipelineSpec) -> PipelineData:
     expected = np.repeat(tracks[:, step_role][:, None, :], iters, axis=1).reshape(-1)
     missing_cells = counts < expected
     extra += int(np.maximum(counts - expected, 0).sum())
-    starts = ev["start_ns"][rows].astype(np.float64)
+    origin = int(ev["start_ns"].min()) if ev.shape[0] else 0
+    starts = (ev["start_ns"][rows] - origin).astype(np.float64)
     ends = starts + ev["dur_ns"][rows]
     start = np.full(size, -np.inf)
     end = np.full(size, -np.inf)
@@ -138,8 +142,8 @@ def match_records(trace: Trace, spec: PipelineSpec) -> PipelineData:
     g_first = np.full(g_uni.size, np.inf)
     g_last = np.full(g_uni.size, -np.inf)
     g_sm = np.zeros(g_uni.size, dtype=np.int64)
-    np.minimum.at(g_first, g_inv, ev["start_ns"].astype(np.float64))
-    np.maximum.at(g_last, g_inv, (ev["start_ns"] + ev["dur_ns"]).astype(np.float64))
+    np.minimum.at(g_first, g_inv, (ev["start_ns"] - origin).astype(np.float64))
+    np.maximum.at(g_last, g_inv, (ev["start_ns"] - origin + ev["dur_ns"]).astype(np.float64))
     g_sm[g_inv] = ev["sm"]
     gi = np.searchsorted(g_uni, unit_group)
     # a persistent CTA runs its tiles one after another: each tile spans its own records,
@@ -165,7 +169,7 @@ def match_records(trace: Trace, spec: PipelineSpec) -> PipelineData:
         unit_sm=g_sm[gi][good], unit_first=unit_first[good], unit_last=unit_last[good],
         missing=int(missing_cells.sum()), extra=extra,
         dropped_units=np.stack([unit_group[bad_unit], unit_tile[bad_unit]], 1),
-        unit_prev=unit_prev)
+        unit_prev=unit_prev, origin_ns=origin)
 
 
 # ---------------------------------------------------------------------------- model terms
@@ -652,7 +656,8 @@ def _kernel_time_of(data: PipelineData, unit_delta: np.ndarray, keep: np.ndarray
                        row=data.row[keep], unit_group=data.unit_group[keep],
                        unit_tile=data.unit_tile[keep], unit_sm=data.unit_sm[keep],
                        unit_first=data.unit_first[keep], unit_last=data.unit_last[keep],
-                       missing=0, extra=0, dropped_units=data.dropped_units)
+                       missing=0, extra=0, dropped_units=data.dropped_units,
+                       origin_ns=data.origin_ns)
     return _kernel_time(sub, unit_delta[keep])
 
 
@@ -930,7 +935,8 @@ def perfetto_outputs(trace: Trace, spec: PipelineSpec, *, max_units: int = 16):
             sel = u == unit
             counters.append({"name": f"{res.name} slots held (unit {int(data.unit_group[unit])}"
                                      f" tile {int(data.unit_tile[unit])})",
-                             "ts": t[sel].astype(np.int64), "value": occ[sel].astype(np.float64),
+                             "ts": t[sel].astype(np.int64) + data.origin_ns,
+                             "value": occ[sel].astype(np.float64),
                              "tid": int(data.unit_group[unit] * stride + list(first_role)[0])})
     critical_rows = np.unique(data.row[on_path & (data.row >= 0)])
     return flows, counters, critical_rows

@@ -259,8 +259,9 @@ class DerivedPipeline:
         waits, issues = op_tags(("consumer_wait",)), op_tags(("producer_commit",))
         tag = ev["tag"].astype(np.int64)
         cta = ev["tid"].astype(np.int64) // stride
-        ends = (ev["start_ns"] + ev["dur_ns"]).astype(np.float64)
-        starts = ev["start_ns"].astype(np.float64)
+        origin = int(ev["start_ns"].min())  # float64 offsets (absolute ns: 256 ns steps)
+        ends = (ev["start_ns"] - origin + ev["dur_ns"]).astype(np.float64)
+        starts = (ev["start_ns"] - origin).astype(np.float64)
         ctas, inv = np.unique(cta, return_inverse=True)
         last = np.full(ctas.size, -np.inf)
         np.maximum.at(last, inv, ends)
@@ -491,7 +492,7 @@ def derive_pipeline(trace: Trace) -> DerivedPipeline:
     inside = (iteration >= lo) & (iteration <= hi)
     new_ev["payload"][order] = np.where(inside, iteration - lo, ordinal)
     # program order inside an iteration: where each site's calls sit after the anchor
-    starts = ev["start_ns"][order].astype(np.float64)
+    starts = (ev["start_ns"][order] - ev["start_ns"][order].min()).astype(np.float64)
     latest_anchor = np.maximum.accumulate(np.where(is_anchor, np.arange(order.size), -1))
     since_anchor = np.where(latest_anchor >= 0, starts - starts[np.maximum(latest_anchor, 0)],
                             np.nan)
