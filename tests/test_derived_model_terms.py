@@ -11,7 +11,8 @@ import dataclasses
 import numpy as np
 
 from cute_prof.analysis.critical_path import (_infer_terms, _steady_bound, blockers,
-                                              match_records, perfetto_outputs, what_if)
+                                              match_records, perfetto_outputs, replay,
+                                              what_if)
 from cute_prof.analysis.pipelines import derive_pipeline, finish_zero_edit_trace
 from test_derived_pipeline import CONSUMER_WARPS, _raw_trace
 
@@ -118,3 +119,60 @@ def test_globaltimer_scale_timestamps_keep_every_nanosecond():
     _, counters0, _ = perfetto_outputs(near_zero.trace, near_zero.spec)
     _, counters1, _ = perfetto_outputs(far.trace, far.spec)
     np.testing.assert_array_equal(counters1[0]["ts"] - counters0[0]["ts"], origin)
+
+
+MMA_NS = 600  # one k-tile's wgmma on the tensor pipe
+RELEASE_MIN_NS = 100  # wait end -> issue, wait_group(1) on a finished wgmma, arrive
+
+
+def mma_bound(ctas=2, iters=30, depth=4):
+    """ws_gemm's consumer, simulated: per k-tile it waits for the data (32 or 96 ns when
+    they are there), issues the wgmma, waits for the previous one (wait_group(1)) and
+    releases the previous k-tile. The tensor pipe runs one wgmma at a time (MMA_NS each);
+    every sixth k-tile the producer stalls 1.5 us before its acquire, so some iterations
+    wait for data and the others for the pipe."""
+    rows = []
+    for c in range(ctas):
+        t0 = c * 10 * iters * MMA_NS
+        freed = {}  # item -> its release time
+        release, mma_end, wait_start, acquire_start = [], -np.inf, t0 + 1400, t0
+        for k in range(iters):
+            acquire_end = max(acquire_start + 40, freed.get(k - depth, -np.inf) + 50)
+            rows += [(c, 0, 0, 0, acquire_start, acquire_end - acquire_start),
+                     (c, 0, 1, 0, acquire_end, 0)]
+            acquire_start = acquire_end + (1500 if k % 6 == 2 else 40)
+            wait_end = max(wait_start + (96 if k % 2 else 32), acquire_end + 900)
+            released = max(wait_end + RELEASE_MIN_NS, mma_end)  # item k - 1
+            mma_end = max(wait_end, mma_end) + MMA_NS
+            release.append((wait_start, wait_end, released))
+            freed[k - 1] = released
+            wait_start = released + 32
+        release.append((None, None, mma_end))  # the last k-tile, after wait_group(0)
+        for w in CONSUMER_WARPS:
+            for k in range(iters):
+                start, end, released = release[k]
+                rows.append((c, w, 4, 0, start, end - start))
+                if k:  # nothing to release before the first k-tile
+                    rows.append((c, w, 6, 0, released, 0))
+            rows.append((c, w, 6, 0, release[iters][2], 0))
+    return finish_zero_edit_trace(_raw_trace(rows, stages=(depth, 2, 1)))
+
+
+def test_an_async_job_the_release_waits_for_keeps_the_engine_period():
+    """The release of k-tile k - 1 waits for the wgmma issued one iteration earlier, which
+    started once issued and the pipe was free: the replay of the base reproduces every
+    release, whether it waited for data or for the pipe (counting only the wait's cost from
+    its start made the base replay too fast where a wait took longer than its shortest)."""
+    derived = derive_pipeline(mma_bound())
+    data = match_records(derived.trace, derived.spec)
+    schedule = replay(data)
+    tags = [r.tag for r in derived.spec.regions]
+    i, wait = tags.index("pk.consumer_release"), tags.index("pk.consumer_wait")
+    # the release region ends where the next wait starts (32 ns after the release): every
+    # iteration's period is the measured one, 600 ns or longer where the data came late
+    replayed = np.diff(schedule.end[:, 1:-1, i], axis=1)
+    measured = np.diff(data.start[:, 2:, wait], axis=1)
+    assert (measured > MMA_NS + 100).any() and (measured == MMA_NS).mean() > 0.5
+    np.testing.assert_array_equal(replayed[measured == MMA_NS], MMA_NS)
+    # where the data came late the replay is off by one 32 ns wait cost at most
+    np.testing.assert_allclose(replayed, measured, atol=32)

@@ -351,6 +351,38 @@ def _infer_terms(data: PipelineData):
     return events, latency, cost, dep_all, peer_all
 
 
+def _async_jobs(data: PipelineData, dur: np.ndarray, floor: np.ndarray) -> dict:
+    """Per asynchronous work region that releases an item of an earlier iteration (ws_gemm:
+    issue the k-tile's wgmma, ``wait_group(1)``, release k-tile k - 1): (U, K) the engine
+    time of the job issued in each iteration. The job issued at iteration k (at the wait's
+    end W_k) starts when it is issued and the previous job is done, and ends where the
+    release of iteration k + 1 ends if that release waited for it (lasted longer than its
+    shortest instance): its time is R_{k+1} - max(W_k, end of job k - 1). Iterations whose
+    release did not wait take the unit's median (the job ended somewhere before)."""
+    spec = data.spec
+    prev, _ = _role_sequences(spec)
+    out = {}
+    for i, r in enumerate(spec.regions):
+        rel = r.relations.get("releases")
+        if not (r.asynchronous and rel is not None and rel.distance >= 1 and prev[i] >= 0
+                and spec.regions[prev[i]].kind == "wait"):
+            continue
+        issued = data.end[:, :, prev[i]]
+        released = issued + dur[:, :, i]
+        waited = dur[:, :, i] > floor[i] + BLOCKED_MARGIN_NS
+        started = np.where(waited, released, issued)  # previous job's end, else the issue
+        job = np.full(issued.shape, np.nan)
+        job[:, :-1] = np.where(waited[:, 1:], released[:, 1:] - started[:, :-1], np.nan)
+        job = np.where(job >= 0, job, np.nan)
+        with warnings.catch_warnings():
+            warnings.simplefilter("ignore", RuntimeWarning)
+            per_unit = np.nanmedian(job, axis=1)
+        fallback = np.nanmedian(job) if np.isfinite(job).any() else 0.0
+        per_unit = np.where(np.isnan(per_unit), fallback, per_unit)
+        out[i] = np.where(np.isnan(job), per_unit[:, None], job)
+    return out
+
+
 def replay(data: PipelineData, spec: PipelineSpec | None = None, *,
            scale: dict[str, float] | None = None, terms=None) -> Schedule:
     """Re-schedule the measured work durations under ``spec`` (default: the data's own);
@@ -372,6 +404,8 @@ def replay(data: PipelineData, spec: PipelineSpec | None = None, *,
     prev, role_last = _role_sequences(spec)
     order = spec.step_order()
     floor = dur.reshape(-1, n).min(0)  # shortest measured duration of each work region
+    jobs = _async_jobs(data, dur, floor)
+    job_end = {i: np.full(units, -np.inf) for i in jobs}
     start = np.full(data.shape, np.nan)
     end = np.full(data.shape, np.nan)
     dep_all = np.full(data.shape, np.nan)
@@ -425,7 +459,12 @@ def replay(data: PipelineData, spec: PipelineSpec | None = None, *,
                 dep_all[:, k, i], peer_all[:, k, i], blocked[:, k, i] = dep, peer, is_dep
             else:
                 end[:, k, i] = begin + dur[:, k, i]
-                if r.asynchronous and prev[i] >= 0 and spec.regions[prev[i]].kind == "wait":
+                if i in jobs:
+                    # the release waits for the job issued one iteration earlier; this
+                    # iteration's job starts once it is issued and the engine is free
+                    end[:, k, i] = np.maximum(begin + floor[i], job_end[i])
+                    job_end[i] = np.maximum(begin, job_end[i]) + jobs[i][:, k]
+                elif r.asynchronous and prev[i] >= 0 and spec.regions[prev[i]].kind == "wait":
                     w = prev[i]
                     end[:, k, i] = np.maximum(begin + floor[i],
                                               start[:, k, w] + cost[w] + dur[:, k, i])
