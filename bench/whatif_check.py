@@ -70,6 +70,9 @@ class Entry:
     derived: bool = False
     timings_ns: float = 1.0  # ns per unit of the timings file
     base_trace: str = ""  # what the base trace is, for the table
+    # the variants' own traces (``{variant}`` is the timings key), read only for the
+    # diagnostic "traced" column: the change of the recorded kernel, one launch each
+    variant_trace: str | None = None
 
 
 def derived_spec(trace: Trace) -> PipelineSpec:
@@ -85,22 +88,22 @@ ENTRIES = [
     # zero-edit bases (only the pipeline calls recorded; the spec is derived from them)
     Entry("ws_gemm 4096^3 (2x1 cluster, 4 stages)", "gemm_ze", "trace_ze_base.npz", load_columns,
           derived_spec, "base", GEMM_CHANGES, timings_key="times", wait=None, derived=True,
-          base_trace="zero-edit"),
+          base_trace="zero-edit", variant_trace="trace_ze_{variant}.npz"),
     Entry("persistent ws_gemm 4096x4096x1024", "persistent_ze", "trace_ze_base.npz", load_columns,
           derived_spec, "base", GEMM_CHANGES, timings_key="times", wait=None, derived=True,
-          base_trace="zero-edit"),
+          base_trace="zero-edit", variant_trace="trace_ze_{variant}.npz"),
     Entry("FA4 fwd b4 s4096 h16 d128 bf16", "fa4", "trace_base.npz", load_columns, derived_spec,
           "base", {"stages1": {"depth": {"pipeline_k": 1, "pipeline_v": 1}},
                    "stages3": {"depth": {"pipeline_k": 3, "pipeline_v": 3}},
                    "overlap_off": NOT_A_RING, "pv_ss": NOT_A_RING},
           timings="fa4_timings.json", timings_key="times_ms", wait=None, derived=True,
-          timings_ns=1e6, base_trace="zero-edit"),
+          timings_ns=1e6, base_trace="zero-edit", variant_trace="trace_{variant}.npz"),
     # one partial wave (128 CTAs on 132 SMs): no CTA starts under load
     Entry("FA4 fwd b1 s1024 h16 d128 bf16", "fa4_small", "trace_base.npz", load_columns,
           derived_spec, "base", {"stages1": {"depth": {"pipeline_k": 1, "pipeline_v": 1}},
                                  "stages3": {"depth": {"pipeline_k": 3, "pipeline_v": 3}}},
           timings="fa4_timings.json", timings_key="times_ms", wait=None, derived=True,
-          timings_ns=1e6, base_trace="zero-edit"),
+          timings_ns=1e6, base_trace="zero-edit", variant_trace="trace_{variant}.npz"),
     # history: level-2 (hand-placed probes) bases with hand-written specs; their probes sit
     # on a shallow ring's recurrence (README), so they predict the traced kernel
     Entry("ws_gemm 4096^3 (2x1 cluster, 4 stages)", "gemm", "trace_base.npz", load_columns,
@@ -135,6 +138,27 @@ def spearman(x, y) -> float:
     return float(np.corrcoef(rx, ry)[0, 1])
 
 
+def trace_span(trace: Trace) -> float:
+    ev = trace.events
+    return float((ev["start_ns"] + ev["dur_ns"]).max() - ev["start_ns"].min())
+
+
+def traced_change(folder: Path, entry: Entry, variant: str, base: Trace) -> float | str:
+    """The change of the recorded kernel: the variant's own trace span against the base
+    trace's (one launch each). Diagnosis only (how much of an error is the recorder's own
+    cost on the changed recurrence); no prediction reads it. A variant trace that lost
+    records (its buffer overflowed) spans less than its kernel: not used."""
+    if entry.variant_trace is None:
+        return "-"
+    path = folder / entry.variant_trace.format(variant=variant)
+    if not path.exists():
+        return "-"
+    trace = entry.load(path)
+    if trace.overflow or len(trace.events) < 0.9 * len(base.events):
+        return "partial trace"
+    return trace_span(trace) / trace_span(base) - 1
+
+
 def folder_of(root: Path, entry: Entry) -> Path | None:
     for candidate in (root / entry.folder, root):
         if (candidate / entry.trace).exists():
@@ -149,7 +173,7 @@ def check_entry(root: Path, entry: Entry) -> tuple[list[dict], dict]:
     timings = json.loads((folder / entry.timings).read_text())
     if entry.timings_key:
         timings = timings[entry.timings_key]
-    trace = entry.load(folder / entry.trace)
+    trace = raw = entry.load(folder / entry.trace)
     t0 = time.perf_counter()
     first_load = None
     if entry.derived:
@@ -174,7 +198,8 @@ def check_entry(root: Path, entry: Entry) -> tuple[list[dict], dict]:
     for name, change in entry.variants.items():
         measured = (statistics.median(timings[name]) - base) / base if timings.get(name) else None
         row = {"kernel": entry.kernel, "base_trace": entry.base_trace, "what_if": name,
-               "change": change, "measured": measured}
+               "change": change, "measured": measured,
+               "traced": traced_change(folder, entry, name, raw)}
         pred = (predict_what_if(data, change, first_load=first_load) if isinstance(change, dict)
                 else {"modelled": False, "reason": change})
         row["modelled"] = pred["modelled"]
@@ -207,6 +232,11 @@ def pct(v):
     return "-" if v is None else f"{v * 100:+.2f}%"
 
 
+def traced_txt(row: dict) -> str:
+    value = row.get("traced", "-")
+    return value if isinstance(value, str) else pct(value)
+
+
 def table(rows: list[dict], infos: list[dict], root: Path) -> str:
     done = [r for r in rows if r.get("modelled") and r.get("measured") is not None]
     rho = spearman([r["predicted"] for r in done], [r["measured"] for r in done])
@@ -229,7 +259,10 @@ def table(rows: list[dict], infos: list[dict], root: Path) -> str:
              "with the latency's 25th/75th percentile, each moved by one timer tick, and the "
              "change predicted from each half of the SMs alone (per-CTA variation); a consumes wait "
              "that never blocked in the base (latency not observed) also the prediction at the "
-             "unblocked waits' bound. launch noise: half the base launches' IQR, relative.", ""]
+             "unblocked waits' bound. launch noise: half the base launches' IQR, relative. "
+             "traced (diagnosis, not a model input): the variant's own zero-edit trace span "
+             "against the base trace's, one launch each: the change of the recorded kernel, "
+             "whose recurrences carry the recorder's cost.", ""]
     for i in infos:
         if "skipped" in i:
             lines.append(f"- {i['kernel']} ({i.get('base_trace', '')} base): skipped "
@@ -244,8 +277,8 @@ def table(rows: list[dict], infos: list[dict], root: Path) -> str:
                      f"{lat[0.5]:.0f}, p75 {lat[0.75]:.0f} ns, timer step "
                      f"{i['timer_step_ns']:.0f} ns")
     lines += ["", "| kernel | base trace | what-if | predicted | interval | measured | "
-              "error (pp) | inside interval | inside +- launch noise |",
-              "|---|---|---|---:|---|---:|---:|---|---|"]
+              "error (pp) | inside interval | inside +- launch noise | traced |",
+              "|---|---|---|---:|---|---:|---:|---|---|---:|"]
     for r in rows:
         if r["modelled"]:
             lo, hi = r["interval"]
@@ -256,11 +289,11 @@ def table(rows: list[dict], infos: list[dict], root: Path) -> str:
             lines.append(f"| {r['kernel']} | {r['base_trace']} | {r['what_if']} "
                          f"{json.dumps(r['change'])} | "
                          f"{pct(r['predicted'])} | [{pct(lo)}, {pct(hi)}] | {pct(r['measured'])} "
-                         f"| {err} | {inside} | {noisy} |")
+                         f"| {err} | {inside} | {noisy} | {traced_txt(r)} |")
         else:
             lines.append(f"| {r['kernel']} | {r['base_trace']} | {r['what_if']} | not modelled: "
                          f"{r['reason']} | - | "
-                         f"{pct(r['measured'])} | - | - | - |")
+                         f"{pct(r['measured'])} | - | - | - | {traced_txt(r)} |")
     within = sum(abs(r["error_pp"]) <= 3 for r in done)
     inside = sum(r.get("inside", False) for r in done)
     noisy = sum(r.get("inside_with_noise", False) for r in done)
