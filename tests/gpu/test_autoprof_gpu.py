@@ -20,6 +20,15 @@ from examples import ws_gemm as W  # noqa: E402
 
 
 
+def _assert_spans_inside_one_launch(trace, limit_ns=1_000_000):
+    """Every record is a span of one launch of a kernel that runs for tens of us: no negative
+    duration, first start to last end well under a millisecond. (A record path that read a
+    start after its end once passed every count check with 2^32 ns spans.)"""
+    ev = trace.events
+    assert (ev["dur_ns"] >= 0).all()
+    assert (ev["start_ns"] + ev["dur_ns"]).max() - ev["start_ns"].min() < limit_ns
+
+
 def _per_warp_counts(trace, name):
     tag = trace.tag_names.index(name)
     tids, counts = np.unique(trace.events["tid"][trace.events["tag"] == tag], return_counts=True)
@@ -41,6 +50,7 @@ def test_ws_gemm_level0_records_every_pipeline_call(mnk):
     meta = trace.metadata
     assert trace.overflow == 0 and meta["slices_unclosed_warps"] == 0
     assert meta["slices_diverged_warps"] == 0
+    _assert_spans_inside_one_launch(trace)
     waits = _per_warp_counts(trace, "ab_pipe.consumer_wait")
     releases = _per_warp_counts(trace, "ab_pipe.consumer_release")
     acquires = _per_warp_counts(trace, "ab_pipe.producer_acquire")
@@ -85,6 +95,7 @@ def test_flash_attention_forward_zero_edit(causal):
     torch.testing.assert_close(out.float(), reference(q, k, v, causal).float(), atol=2e-2, rtol=0)
     trace = prof.trace()
     assert trace.overflow == 0 and trace.metadata["slices_unclosed_warps"] == 0
+    _assert_spans_inside_one_launch(trace)
     check = completeness(trace)
     assert check["mismatched_ctas"] == 0 and check["pipeline_k_waits"] > 0
     roles = trace.metadata["autoprof"]["roles"]["roles"]
