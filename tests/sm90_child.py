@@ -14,14 +14,17 @@ import pytest
 ROOT = Path(__file__).resolve().parents[1]
 
 
-def compile_in_child(out: Path, child: str, *, timeout: int = 900) -> dict:
+def compile_in_child(out: Path, child: str, *, timeout: int = 900,
+                     python_flags: tuple[str, ...] = (), path: tuple[Path, ...] = ()) -> dict:
     """Run ``child`` (Python source that writes JSON to ``sys.argv[1]``) and return that JSON;
-    a failed compile fails the test with the child's output."""
+    a failed compile fails the test with the child's output. ``python_flags``: options for
+    the child's interpreter; ``path``: more folders for its PYTHONPATH (after the repo)."""
     env = dict(os.environ, CUTE_DSL_ARCH="sm_90a", CUTE_DSL_KEEP="ptx", CUTE_DSL_DUMP_DIR=str(out))
-    env["PYTHONPATH"] = str(ROOT) + os.pathsep + env.get("PYTHONPATH", "")
+    env["PYTHONPATH"] = os.pathsep.join(p for p in [str(ROOT), *map(str, path),
+                                                    env.get("PYTHONPATH", "")] if p)
     result = out / "result.json"
-    proc = subprocess.run([sys.executable, "-c", child, str(result)], cwd=ROOT, env=env,
-                          capture_output=True, text=True, timeout=timeout)
+    proc = subprocess.run([sys.executable, *python_flags, "-c", child, str(result)], cwd=ROOT,
+                          env=env, capture_output=True, text=True, timeout=timeout)
     if proc.returncode != 0:
         pytest.fail(f"compile failed:\n{proc.stdout[-3000:]}\n{proc.stderr[-6000:]}")
     return json.loads(result.read_text())
