@@ -10,9 +10,9 @@ import dataclasses
 
 import numpy as np
 
-from cute_prof.analysis.critical_path import (_infer_terms, _steady_bound, blockers,
-                                              match_records, perfetto_outputs, replay,
-                                              what_if)
+from cute_prof.analysis.critical_path import (_infer_terms, _steady_bound, analyze_pipeline,
+                                              blockers, match_records, perfetto_outputs,
+                                              replay, what_if)
 from cute_prof.analysis.pipelines import derive_pipeline, finish_zero_edit_trace
 from test_derived_pipeline import CONSUMER_WARPS, _raw_trace
 
@@ -126,14 +126,18 @@ RELEASE_MIN_NS = 100  # wait end -> issue, wait_group(1) on a finished wgmma, ar
 
 
 def mma_bound(ctas=2, iters=30, depth=4):
-    """ws_gemm's consumer, simulated: per k-tile it waits for the data (32 or 96 ns when
+    return mma_bound_ragged([iters] * ctas, depth=depth)
+
+
+def mma_bound_ragged(iterations, depth=4):
+    """ws_gemm's consumer, simulated (``iterations``: k-tiles of each CTA): per k-tile it waits for the data (32 or 96 ns when
     they are there), issues the wgmma, waits for the previous one (wait_group(1)) and
     releases the previous k-tile. The tensor pipe runs one wgmma at a time (MMA_NS each);
     every sixth k-tile the producer stalls 1.5 us before its acquire, so some iterations
     wait for data and the others for the pipe."""
     rows = []
-    for c in range(ctas):
-        t0 = c * 10 * iters * MMA_NS
+    for c, iters in enumerate(iterations):
+        t0 = c * 10 * max(iterations) * MMA_NS
         freed = {}  # item -> its release time
         release, mma_end, wait_start, acquire_start = [], -np.inf, t0 + 1400, t0
         for k in range(iters):
@@ -176,3 +180,39 @@ def test_an_async_job_the_release_waits_for_keeps_the_engine_period():
     np.testing.assert_array_equal(replayed[measured == MMA_NS], MMA_NS)
     # where the data came late the replay is off by one 32 ns wait cost at most
     np.testing.assert_allclose(replayed, measured, atol=32)
+
+
+def test_ctas_that_ran_fewer_iterations_stay_in_the_model():
+    """A causal mask gives FA4's CTAs fewer K/V blocks than the longest (a persistent CTA
+    fewer tiles): their later cells are absent, not missing. Every CTA stays in the model,
+    its replay keeps its measured periods, and every figure of the analysis is a number."""
+    derived = derive_pipeline(mma_bound_ragged([30, 18, 9]))
+    data = match_records(derived.trace, derived.spec)
+    assert data.shape[0] == 3 and data.dropped_units.shape[0] == 0 and data.missing == 0
+    assert np.diff(data.iterations).tolist() == [-12, -9]
+    assert np.isnan(data.start[~data.valid]).all() and np.isfinite(data.start[data.valid]).all()
+    schedule = replay(data)
+    tags = [r.tag for r in derived.spec.regions]
+    i, wait = tags.index("pk.consumer_release"), tags.index("pk.consumer_wait")
+    for unit, ran in enumerate(data.iterations):
+        replayed = np.diff(schedule.end[unit, 1:ran - 1, i])
+        measured = np.diff(data.start[unit, 2:ran, wait])
+        np.testing.assert_allclose(replayed, measured, atol=32)
+    report = analyze_pipeline(derived.trace, derived.spec, what_ifs=[{"depth": {"pk": 2}}])
+    assert report["units"] == 3 and report["units_dropped"] == 0
+    assert abs(sum(report["critical_path_share"].values()) - 1) < 1e-9
+    assert all(np.isfinite(o["mean"]) and o["peak"] <= 4 for o in report["occupancy"])
+    assert all(np.isfinite(v) for v in report["initiation_interval"]["measured_ns"].values())
+    assert report["what_if"][0]["predicted_change"] > 0  # two slots for a 4-deep loop
+    waits = {b["region"]: b for b in report["blockers"]}
+    assert waits["pk.consumer_wait"]["instances"] == int(data.iterations.sum())
+
+
+def test_a_trace_that_lost_records_still_drops_short_units():
+    """Where records were lost, a unit that stops early may be a cut one: it is dropped and
+    counted, as before."""
+    trace = mma_bound_ragged([30, 18, 9])
+    trace = dataclasses.replace(trace, overflow=5)
+    derived = derive_pipeline(trace)
+    data = match_records(derived.trace, derived.spec)
+    assert data.shape[0] == 1 and data.dropped_units.shape[0] == 2 and data.iterations is None

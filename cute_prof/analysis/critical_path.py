@@ -59,10 +59,21 @@ class PipelineData:
     # every time above is ns after this timestamp (the trace's first start): %globaltimer
     # reads ~1.8e18 ns, where a float64 resolves only 256 ns, so the arrays hold offsets
     origin_ns: int = 0
+    # (units,) iterations each unit ran (a causal mask, a persistent CTA with fewer tiles:
+    # fewer than the longest); its cells past them are nan. None: every unit ran them all
+    iterations: np.ndarray | None = None
 
     @property
     def shape(self):
         return self.start.shape
+
+    @property
+    def valid(self) -> np.ndarray:
+        """(units, iterations) True where the unit ran that iteration."""
+        units, iters, _ = self.start.shape
+        if self.iterations is None:
+            return np.ones((units, iters), dtype=bool)
+        return np.arange(iters)[None, :] < self.iterations[:, None]
 
 
 def _mmax(a, axis):
@@ -119,7 +130,18 @@ def match_records(trace: Trace, spec: PipelineSpec) -> PipelineData:
     pair = np.unique(unit * tid_span + tid_rows)  # distinct (unit, tid)
     tracks = np.zeros((units, len(roles.role_names)), dtype=np.int64)
     np.add.at(tracks, (pair // tid_span, roles.role_of(pair % tid_span)), 1)
-    expected = np.repeat(tracks[:, step_role][:, None, :], iters, axis=1).reshape(-1)
+    expected = np.repeat(tracks[:, step_role][:, None, :], iters, axis=1)
+    # a unit whose records stop at an iteration ran fewer iterations (FA4's causal CTAs):
+    # its later cells are absent, not missing. Only in a trace that lost no record: where
+    # records were lost, a short unit may be a cut one and is dropped as before
+    ran = np.full(units, -1, dtype=np.int64)
+    np.maximum.at(ran, unit, k)
+    ran += 1
+    if trace.overflow or trace.incomplete:
+        ran[:] = iters
+    absent = np.arange(iters)[None, :] >= ran[:, None]
+    expected[absent] = 0
+    expected = expected.reshape(-1)
     missing_cells = counts < expected
     extra += int(np.maximum(counts - expected, 0).sum())
     origin = int(ev["start_ns"].min()) if ev.shape[0] else 0
@@ -135,6 +157,9 @@ def match_records(trace: Trace, spec: PipelineSpec) -> PipelineData:
     row[cell[order][last]] = rows[order][last]
     bad_unit = missing_cells.reshape(units, -1).any(1)
     good = ~bad_unit
+    gap = np.repeat(absent[:, :, None], n, axis=2).reshape(-1)
+    start[gap] = np.nan
+    end[gap] = np.nan
     ntiles = int(tile.max(initial=0)) + 1
     unit_group, unit_tile = ukeys // ntiles, ukeys % ntiles
     # per group: SM, first start and last end of all its records (phases, epilogue included)
@@ -169,7 +194,8 @@ def match_records(trace: Trace, spec: PipelineSpec) -> PipelineData:
         unit_sm=g_sm[gi][good], unit_first=unit_first[good], unit_last=unit_last[good],
         missing=int(missing_cells.sum()), extra=extra,
         dropped_units=np.stack([unit_group[bad_unit], unit_tile[bad_unit]], 1),
-        unit_prev=unit_prev, origin_ns=origin)
+        unit_prev=unit_prev, origin_ns=origin,
+        iterations=ran[good] if (ran[good] < iters).any() else None)
 
 
 # ---------------------------------------------------------------------------- model terms
@@ -212,8 +238,10 @@ def _work_durations(data: PipelineData) -> np.ndarray:
         else:
             first = [j for j, q in enumerate(spec.regions) if q.role == r.role][0]
             finish = np.concatenate([data.start[:, 1:, first], data.end[:, -1:, i]], axis=1)
+            # the last iteration a unit ran (fewer than the longest) keeps its recorded end
+            finish = np.where(np.isnan(finish), data.end[:, :, i], finish)
         dur[:, :, i] = np.maximum(finish - begin, 0.0)
-    return dur
+    return np.nan_to_num(dur, nan=0.0)  # iterations a unit did not run: no work
 
 
 def _event_times(spec: PipelineSpec, start: np.ndarray, end: np.ndarray) -> dict:
@@ -233,6 +261,12 @@ def _event_times(spec: PipelineSpec, start: np.ndarray, end: np.ndarray) -> dict
                     rel[:, :iters - d] = when[:, d:]
                 # the last iteration releases what is still held at its end
                 rel[:, max(iters - d, 0):] = end[:, -1:, i]
+                ran = np.isfinite(start[:, :, i])
+                if not ran.all():  # a unit that ran fewer iterations: at its own last one
+                    with warnings.catch_warnings():
+                        warnings.simplefilter("ignore", RuntimeWarning)
+                        last = np.nanmax(np.where(ran, end[:, :, i], np.nan), axis=1)
+                    rel = np.where(np.isnan(rel) & ran, last[:, None], rel)
         out[res.name] = (prod, rel)
     return out
 
@@ -334,7 +368,7 @@ def _infer_terms(data: PipelineData):
         s, e = data.start[:, :, i], data.end[:, :, i]
         # the fastest instance is the cost of an unblocked wait; one that lasted clearly
         # longer (two 32 ns timer ticks) ended when its event arrived: end = event + latency
-        cost[i] = float(np.min(e - s))
+        cost[i] = float(np.nanmin(e - s))
         late = (e - s > cost[i] + BLOCKED_MARGIN_NS) & ~np.isnan(dep) & (e >= dep)
         lat = np.where(late, e - dep, np.nan)
         per_unit = _mmax(lat, axis=1)
@@ -367,9 +401,9 @@ def _async_jobs(data: PipelineData, dur: np.ndarray, floor: np.ndarray) -> dict:
         if not (r.asynchronous and rel is not None and rel.distance >= 1 and prev[i] >= 0
                 and spec.regions[prev[i]].kind == "wait"):
             continue
-        issued = data.end[:, :, prev[i]]
+        issued = data.end[:, :, prev[i]]  # nan where the unit did not run the iteration
         released = issued + dur[:, :, i]
-        waited = dur[:, :, i] > floor[i] + BLOCKED_MARGIN_NS
+        waited = (dur[:, :, i] > floor[i] + BLOCKED_MARGIN_NS) & ~np.isnan(issued)
         started = np.where(waited, released, issued)  # previous job's end, else the issue
         job = np.full(issued.shape, np.nan)
         job[:, :-1] = np.where(waited[:, 1:], released[:, 1:] - started[:, :-1], np.nan)
@@ -403,7 +437,8 @@ def replay(data: PipelineData, spec: PipelineSpec | None = None, *,
         dur[:, :, tags.index(tag)] *= float(factor)
     prev, role_last = _role_sequences(spec)
     order = spec.step_order()
-    floor = dur.reshape(-1, n).min(0)  # shortest measured duration of each work region
+    ran = data.valid  # (U, K): the iterations each unit ran (the others pass through, empty)
+    floor = dur[ran].min(0)  # shortest measured duration of each work region
     jobs = _async_jobs(data, dur, floor)
     job_end = {i: np.full(units, -np.inf) for i in jobs}
     start = np.full(data.shape, np.nan)
@@ -417,6 +452,7 @@ def replay(data: PipelineData, spec: PipelineSpec | None = None, *,
                 if r.shared_by > 1}
     arange = np.arange(units)
     for k in range(iters):
+        here = ran[:, k]
         for i in order:
             r = spec.regions[i]
             if prev[i] >= 0:
@@ -446,28 +482,30 @@ def replay(data: PipelineData, spec: PipelineSpec | None = None, *,
                             first = np.full(cl.max() + 1, units)
                             np.minimum.at(first, cl, np.where(dep == gmax[cl], arange, units))
                             dep, peer = gmax[cl], first[cl]
-                if np.isnan(dep).any() and ("acquires" in r.relations and j >= 0
-                                            or "consumes" in r.relations
-                                            and k - rl.distance >= 0):
+                if (np.isnan(dep) & here).any() and ("acquires" in r.relations and j >= 0
+                                                     or "consumes" in r.relations
+                                                     and k - rl.distance >= 0):
                     raise ProfileBufferError(
                         f"the pipeline cannot run: {r.tag} at iteration {k} waits on an event "
                         f"that comes later in the same iteration (ring too shallow: deadlock)")
                 arm = dep + latency[:, i]
                 own = begin + cost[i]
-                is_dep = np.nan_to_num(arm, nan=-np.inf) > own
-                end[:, k, i] = np.where(is_dep, arm, own)
+                is_dep = (np.nan_to_num(arm, nan=-np.inf) > own) & here
+                end[:, k, i] = np.where(is_dep, arm, np.where(here, own, begin))
                 dep_all[:, k, i], peer_all[:, k, i], blocked[:, k, i] = dep, peer, is_dep
             else:
                 end[:, k, i] = begin + dur[:, k, i]
                 if i in jobs:
                     # the release waits for the job issued one iteration earlier; this
                     # iteration's job starts once it is issued and the engine is free
-                    end[:, k, i] = np.maximum(begin + floor[i], job_end[i])
-                    job_end[i] = np.maximum(begin, job_end[i]) + jobs[i][:, k]
+                    end[:, k, i] = np.where(here, np.maximum(begin + floor[i], job_end[i]),
+                                            begin)
+                    job_end[i] = np.where(here, np.maximum(begin, job_end[i]) + jobs[i][:, k],
+                                          job_end[i])
                 elif r.asynchronous and prev[i] >= 0 and spec.regions[prev[i]].kind == "wait":
                     w = prev[i]
-                    end[:, k, i] = np.maximum(begin + floor[i],
-                                              start[:, k, w] + cost[w] + dur[:, k, i])
+                    end[:, k, i] = np.where(here, np.maximum(
+                        begin + floor[i], start[:, k, w] + cost[w] + dur[:, k, i]), begin)
                 if "produces" in r.relations:
                     prod[r.relations["produces"].resource][:, k] = begin
                 if "releases" in r.relations:
@@ -571,7 +609,8 @@ def blockers(data: PipelineData, terms=None) -> list[dict]:
         out.append({
             "region": r.tag, "role": r.role, "resource": r.relations[rel_name].resource,
             "blocked_by": f"{source.role}:{source.tag}",
-            "instances": int(valid.size), "blocked": int(blocked.sum()),
+            "instances": int(np.isfinite(data.start[:, :, i]).sum()),
+            "blocked": int(blocked.sum()),
             "blocked_fraction": float(blocked.sum() / max(valid.size, 1)),
             "median_margin_ns": float(np.median(margin[blocked])) if blocked.any() else 0.0,
             "median_slack_ns": float(np.median(-margin[valid & ~blocked]))
@@ -614,7 +653,7 @@ def ring_occupancy(data: PipelineData, *, resource: str):
     order = np.lexsort((v.ravel(), t.ravel(), u.ravel()))
     t, v, u = t.ravel()[order], v.ravel()[order], u.ravel()[order]
     occ = np.cumsum(v)  # every unit returns to 0, so a global running sum stays per unit
-    span = np.r_[np.diff(t), 0.0]
+    span = np.nan_to_num(np.r_[np.diff(t), 0.0])  # items of iterations a unit did not run
     span[np.r_[u[1:] != u[:-1], True]] = 0.0
     total = np.bincount(u, span, minlength=units)
     stats = {
@@ -643,8 +682,8 @@ def initiation_interval(data: PipelineData, terms=None) -> dict:
         idx = [i for i, r in enumerate(spec.regions) if r.role == role]
         busy = dur[:, lo:hi, idx].sum(-1) + sum(cost[i] for i in idx
                                                  if spec.regions[i].kind == "wait")
-        per_role[role] = float(np.median(busy))
-        measured[role] = float(np.median(np.diff(data.start[:, lo:hi, idx[0]], axis=1)))
+        per_role[role] = float(np.nanmedian(np.where(data.valid[:, lo:hi], busy, np.nan)))
+        measured[role] = float(np.nanmedian(np.diff(data.start[:, lo:hi, idx[0]], axis=1)))
     rec = {}
     for res in spec.resources:
         acq = [i for i, r in enumerate(spec.regions)
@@ -653,7 +692,7 @@ def initiation_interval(data: PipelineData, terms=None) -> dict:
             continue
         _, released = events[res.name]
         hold = released + latency[:, acq[0]][:, None] - data.end[:, :, acq[0]]
-        rec[res.name] = float(np.median(hold[:, lo:hi]) / res.depth)
+        rec[res.name] = float(np.nanmedian(hold[:, lo:hi]) / res.depth)
     return {"measured_ns": measured, "resource_bound_ns": per_role,
             "recurrence_bound_ns": rec,
             "bound_ns": max([*per_role.values(), *rec.values()])}
@@ -696,7 +735,8 @@ def _kernel_time_of(data: PipelineData, unit_delta: np.ndarray, keep: np.ndarray
                        unit_tile=data.unit_tile[keep], unit_sm=data.unit_sm[keep],
                        unit_first=data.unit_first[keep], unit_last=data.unit_last[keep],
                        missing=0, extra=0, dropped_units=data.dropped_units,
-                       origin_ns=data.origin_ns)
+                       origin_ns=data.origin_ns,
+                       iterations=None if data.iterations is None else data.iterations[keep])
     return _kernel_time(sub, unit_delta[keep])
 
 
