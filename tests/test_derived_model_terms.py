@@ -206,6 +206,8 @@ def test_ctas_that_ran_fewer_iterations_stay_in_the_model():
     assert report["what_if"][0]["predicted_change"] > 0  # two slots for a 4-deep loop
     waits = {b["region"]: b for b in report["blockers"]}
     assert waits["pk.consumer_wait"]["instances"] == int(data.iterations.sum())
+    assert all(np.isfinite(b["median_slack_ns"]) and np.isfinite(b["median_margin_ns"])
+               and 0 <= b["blocked_fraction"] <= 1 for b in report["blockers"])
 
 
 def test_a_trace_that_lost_records_still_drops_short_units():

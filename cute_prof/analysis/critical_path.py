@@ -599,7 +599,8 @@ def blockers(data: PipelineData, terms=None) -> list[dict]:
             continue
         arm = dep[:, :, i] + latency[:, i][:, None]
         own = data.start[:, :, i] + cost[i]
-        valid = ~np.isnan(arm)
+        ran = ~np.isnan(own)  # the iterations each unit ran
+        valid = ~np.isnan(arm) & ran
         margin = np.where(valid, arm - own, np.nan)
         blocked = valid & (margin > 0)
         rel_name = "consumes" if "consumes" in r.relations else "acquires"
@@ -609,9 +610,9 @@ def blockers(data: PipelineData, terms=None) -> list[dict]:
         out.append({
             "region": r.tag, "role": r.role, "resource": r.relations[rel_name].resource,
             "blocked_by": f"{source.role}:{source.tag}",
-            "instances": int(np.isfinite(data.start[:, :, i]).sum()),
+            "instances": int(ran.sum()),
             "blocked": int(blocked.sum()),
-            "blocked_fraction": float(blocked.sum() / max(valid.size, 1)),
+            "blocked_fraction": float(blocked.sum() / max(ran.sum(), 1)),
             "median_margin_ns": float(np.median(margin[blocked])) if blocked.any() else 0.0,
             "median_slack_ns": float(np.median(-margin[valid & ~blocked]))
             if (valid & ~blocked).any() else 0.0,
