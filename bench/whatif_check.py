@@ -38,7 +38,7 @@ from cute_prof import storage  # noqa: E402
 from cute_prof.analysis.critical_path import (  # noqa: E402
     latency_sample, match_records, predict_what_if, timer_step)
 from cute_prof.analysis.model import PipelineSpec, load_pipeline  # noqa: E402
-from cute_prof.analysis.pipelines import derive_pipeline  # noqa: E402
+from cute_prof.analysis.pipelines import derive_pipeline, record_cost_ns  # noqa: E402
 from cute_prof.trace import Trace  # noqa: E402
 
 sys.path.insert(0, str(ROOT / "bench"))
@@ -176,7 +176,9 @@ def check_entry(root: Path, entry: Entry) -> tuple[list[dict], dict]:
     trace = raw = entry.load(folder / entry.trace)
     t0 = time.perf_counter()
     first_load = None
+    record_ns = 0.0  # level-2 bases: their probes are the kernel the model sees
     if entry.derived:
+        record_ns = record_cost_ns(trace)
         derived = derive_pipeline(trace)
         trace, spec = derived.trace, derived.spec
         first_load, first_source = derived.first_load_latency()
@@ -200,7 +202,8 @@ def check_entry(root: Path, entry: Entry) -> tuple[list[dict], dict]:
         row = {"kernel": entry.kernel, "base_trace": entry.base_trace, "what_if": name,
                "change": change, "measured": measured,
                "traced": traced_change(folder, entry, name, raw)}
-        pred = (predict_what_if(data, change, first_load=first_load) if isinstance(change, dict)
+        pred = (predict_what_if(data, change, first_load=first_load, record_ns=record_ns)
+                if isinstance(change, dict)
                 else {"modelled": False, "reason": change})
         row["modelled"] = pred["modelled"]
         if pred["modelled"]:
@@ -224,7 +227,7 @@ def check_entry(root: Path, entry: Entry) -> tuple[list[dict], dict]:
             "launches": len(timings[entry.base]), "analysis_s": time.perf_counter() - t0,
             "latency_source": source,
             "latency_ns": {q: float(np.quantile(sample, q)) for q in (0.05, 0.25, 0.5, 0.75)},
-            "timer_step_ns": timer_step(data)}
+            "timer_step_ns": timer_step(data), "record_ns": record_ns}
     return rows, info
 
 
@@ -259,7 +262,10 @@ def table(rows: list[dict], infos: list[dict], root: Path) -> str:
              "with the latency's 25th/75th percentile, each moved by one timer tick, and the "
              "change predicted from each half of the SMs alone (per-CTA variation); a consumes wait "
              "that never blocked in the base (latency not observed) also the prediction at the "
-             "unblocked waits' bound. launch noise: half the base launches' IQR, relative. "
+             "unblocked waits' bound. Zero-edit bases predict the kernel without recording: each "
+             "replayed work region loses two records' own time (one record: the 5th percentile "
+             "of a warp's instant -> next-record gaps in the base). "
+             "launch noise: half the base launches' IQR, relative. "
              "traced (diagnosis, not a model input): the variant's own zero-edit trace span "
              "against the base trace's, one launch each: the change of the recorded kernel, "
              "whose recurrences carry the recorder's cost.", ""]
@@ -275,7 +281,9 @@ def table(rows: list[dict], infos: list[dict], root: Path) -> str:
                      f"({i['launches']} launches), analysis {i['analysis_s']:.2f} s; {i['wait']} latency "
                      f"({i['latency_source']}): p5 {lat[0.05]:.0f}, p25 {lat[0.25]:.0f}, median "
                      f"{lat[0.5]:.0f}, p75 {lat[0.75]:.0f} ns, timer step "
-                     f"{i['timer_step_ns']:.0f} ns")
+                     f"{i['timer_step_ns']:.0f} ns"
+                     + (f", one record {i['record_ns']:.0f} ns (removed from the replayed "
+                        "work)" if i.get("record_ns") else ""))
     lines += ["", "| kernel | base trace | what-if | predicted | interval | measured | "
               "error (pp) | inside interval | inside +- launch noise | traced |",
               "|---|---|---|---:|---|---:|---:|---|---|---:|"]

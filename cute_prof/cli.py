@@ -499,10 +499,13 @@ def _cmd_analyze_pipeline(args, progress: _Progress, *, trace=None) -> int:
     if trace is None:
         trace = _load(args, progress)
     if spec is None:
-        from .analysis.pipelines import derive_pipeline
+        from .analysis.pipelines import derive_pipeline, record_cost_ns
 
         progress("deriving the pipeline model from the kernel's pipeline objects")
         derived = derive_pipeline(trace)
+        # what-ifs of the kernel without its recording (each work region: two records less)
+        record_ns = record_cost_ns(trace)
+        what_ifs = [{**w, "record_ns": record_ns} for w in what_ifs]
         trace, spec = derived.trace, derived.spec
     progress("analysing the pipeline")
     report = analyze_pipeline(trace, spec, what_ifs=what_ifs)

@@ -218,3 +218,58 @@ def test_a_trace_that_lost_records_still_drops_short_units():
     derived = derive_pipeline(trace)
     data = match_records(derived.trace, derived.spec)
     assert data.shape[0] == 1 and data.dropped_units.shape[0] == 2 and data.iterations is None
+
+
+def test_a_release_happens_at_its_record_not_at_the_end_of_its_region():
+    """The consumer releases k-tile k - 1 32 ns before its next wait; the producer's acquire
+    waits for that release. Replayed at the region's end, every acquire came 32 ns late and
+    the ring's recurrence drifted; at the record's own place it keeps the measured one."""
+    derived = derive_pipeline(mma_bound())
+    data = match_records(derived.trace, derived.spec)
+    schedule = replay(data)
+    a = [r.tag for r in derived.spec.regions].index("pk.producer_acquire")
+    np.testing.assert_allclose(np.diff(schedule.end[:, 4:-2, a], axis=1),
+                               np.diff(data.end[:, 4:-2, a], axis=1), atol=1e-6)
+
+
+def test_consecutive_work_regions_do_not_count_time_twice():
+    """FA4's consumer releases K, then V: the V release region starts where the K release
+    region ended (at the V release's record), not back at the K release's record, which
+    counted K release -> V release twice and made a replayed iteration longer than the
+    measured one."""
+    from test_derived_pipeline import software_pipelined
+
+    from cute_prof.analysis.critical_path import _work_spans
+    derived = derive_pipeline(software_pipelined(blocks=8))
+    data = match_records(derived.trace, derived.spec)
+    _, dur = _work_spans(data)
+    consumer = [i for i, r in enumerate(derived.spec.regions) if r.role == "consumer"]
+    waits = sum(data.end[:, :, i] - data.start[:, :, i] for i in consumer
+                if derived.spec.regions[i].kind == "wait")
+    busy = dur[:, :, consumer].sum(-1) + waits
+    period = np.diff(data.start[:, :, consumer[0]], axis=1)
+    assert (busy[:, 1:-1] <= period[:, 1:] + 1e-9).all()
+
+
+def test_one_records_time_is_read_from_back_to_back_records():
+    """In the simulated ws_gemm a consumer's release record is followed 32 ns later by its
+    next wait's record (nothing else in between): that is one record's own time."""
+    from cute_prof.analysis.pipelines import record_cost_ns
+    assert record_cost_ns(mma_bound()) == 32.0
+    assert record_cost_ns(gemm_like()) > 32.0  # there, work lies between every two records
+
+
+def test_the_unrecorded_replay_takes_two_records_off_each_work_region():
+    from cute_prof.analysis.critical_path import _work_spans
+    derived = derive_pipeline(mma_bound())
+    data = match_records(derived.trace, derived.spec)
+    _, measured = _work_spans(data)
+    c = 32.0
+    recorded, unrecorded = replay(data), replay(data, record_ns=c)
+    i = [r.tag for r in derived.spec.regions].index("pk.producer_commit")  # synchronous
+    np.testing.assert_allclose(unrecorded.end[:, :, i] - unrecorded.start[:, :, i],
+                               np.maximum(measured[:, :, i] - 2 * c, 0))
+    np.testing.assert_allclose(recorded.end[:, :, i] - recorded.start[:, :, i], measured[:, :, i])
+    # a ring too shallow for the loop: its round trip loses those records, the loop speeds up
+    slow = what_if(data, depth={"pk": 2})["predicted_change"]
+    assert 0 < what_if(data, depth={"pk": 2}, record_ns=c)["predicted_change"] < slow

@@ -216,19 +216,24 @@ def _role_sequences(spec: PipelineSpec):
     return prev, role_last
 
 
-def _work_durations(data: PipelineData) -> np.ndarray:
-    """Work region durations by the gap rule: from the end of the role's previous region to
-    the start of its next one (async work like wgmma ends where the next wait begins); the
-    role's very last region keeps its recorded end."""
+def _work_spans(data: PipelineData) -> tuple[np.ndarray, np.ndarray]:
+    """(begin, duration) of every work region by the gap rule: from the end of the role's
+    previous region to the start of its next one (async work like wgmma ends where the next
+    wait begins); after another work region, from this region's own record (where the
+    previous one ended: no time counted twice); the role's very last region keeps its
+    recorded end. Iterations a unit did not run: nan begin, no work."""
     spec = data.spec
-    units, iters, n = data.shape
     prev, role_last = _role_sequences(spec)
     dur = np.zeros(data.shape)
+    begins = np.full(data.shape, np.nan)
     nxt = {int(p): i for i, p in enumerate(prev) if p >= 0}
     for i, r in enumerate(spec.regions):
         if r.kind != "work":
             continue
-        if prev[i] >= 0:
+        before = prev[i] if prev[i] >= 0 else role_last[i]
+        if spec.regions[before].kind == "work":
+            begin = data.start[:, :, i]
+        elif prev[i] >= 0:
             begin = data.end[:, :, prev[i]]
         else:
             first_begin = data.start[:, :1, i]
@@ -241,7 +246,12 @@ def _work_durations(data: PipelineData) -> np.ndarray:
             # the last iteration a unit ran (fewer than the longest) keeps its recorded end
             finish = np.where(np.isnan(finish), data.end[:, :, i], finish)
         dur[:, :, i] = np.maximum(finish - begin, 0.0)
-    return np.nan_to_num(dur, nan=0.0)  # iterations a unit did not run: no work
+        begins[:, :, i] = begin
+    return begins, np.nan_to_num(dur, nan=0.0)
+
+
+def _work_durations(data: PipelineData) -> np.ndarray:
+    return _work_spans(data)[1]
 
 
 def _event_times(spec: PipelineSpec, start: np.ndarray, end: np.ndarray) -> dict:
@@ -418,16 +428,30 @@ def _async_jobs(data: PipelineData, dur: np.ndarray, floor: np.ndarray) -> dict:
 
 
 def replay(data: PipelineData, spec: PipelineSpec | None = None, *,
-           scale: dict[str, float] | None = None, terms=None) -> Schedule:
+           scale: dict[str, float] | None = None, terms=None,
+           record_ns: float = 0.0) -> Schedule:
     """Re-schedule the measured work durations under ``spec`` (default: the data's own);
-    ``scale``: tag -> factor on that work region's durations (0.8 = 20% faster)."""
+    ``scale``: tag -> factor on that work region's durations (0.8 = 20% faster).
+    ``record_ns``: one record's own time (``pipelines.record_cost_ns``); a work region
+    spans two stamps' worth of recording (from the record before it, past its own, to the
+    read of the next), so each loses twice that: the replay of the kernel unrecorded."""
     base = data.spec
     spec = base if spec is None else spec
     if [r.tag for r in spec.regions] != [r.tag for r in base.regions]:
         raise ProfileBufferError("a what-if pipeline must keep the measured regions")
     units, iters, n = data.shape
     _, latency, cost, _, _ = terms if terms is not None else _infer_terms(data)
-    dur = _work_durations(data)
+    measured_begin, measured_dur = _work_spans(data)
+    dur = np.maximum(measured_dur - 2.0 * record_ns, 0.0)
+    # where in its region each release happens: its record's stamp, as far from the region's
+    # start (from its end, for a release that waits for an async job) as measured
+    release_at = {}
+    for i, r in enumerate(spec.regions):
+        if "releases" in r.relations and r.kind == "work":
+            stamp = data.start[:, :, i] if r.relations["releases"].at == "start" \
+                else data.end[:, :, i]
+            offset = np.clip(np.nan_to_num(stamp - measured_begin[:, :, i]), 0.0, None)
+            release_at[i] = (offset, np.maximum(measured_dur[:, :, i] - offset, 0.0))
     for tag, factor in (scale or {}).items():
         tags = [r.tag for r in spec.regions]
         if tag not in tags:
@@ -511,8 +535,13 @@ def replay(data: PipelineData, spec: PipelineSpec | None = None, *,
                 if "releases" in r.relations:
                     rl = r.relations["releases"]
                     if k - rl.distance >= 0:
-                        # the replayed work ends where the role's next region begins
-                        when = begin if rl.at == "start" else end[:, k, i]
+                        length = end[:, k, i] - begin
+                        if i in release_at and i in jobs:  # after the job: from the end
+                            when = end[:, k, i] - np.minimum(release_at[i][1][:, k], length)
+                        elif i in release_at:
+                            when = begin + np.minimum(release_at[i][0][:, k], length)
+                        else:
+                            when = begin if rl.at == "start" else end[:, k, i]
                         rel[rl.resource][:, k - rl.distance] = when
                     if k == iters - 1:
                         lo = max(iters - rl.distance, 0)
@@ -788,7 +817,8 @@ def _with_latency(terms, column: int, value: float):
 def what_if(data: PipelineData, *, depth: dict | None = None, shared_by: dict | None = None,
             scale: dict | None = None, latency: dict | None = None, terms=None,
             loaded_latency: bool = False, latency_quantile: float = 0.5,
-            latency_shift_ns: float = 0.0, first_load: np.ndarray | None = None) -> dict:
+            latency_shift_ns: float = 0.0, first_load: np.ndarray | None = None,
+            record_ns: float = 0.0) -> dict:
     """Predicted kernel-time change of a changed pipeline (ring depths, sharing, a region
     faster), from the replay of the change against the replay of the base. ``latency``:
     wait tag -> ns, replacing the inferred latency of that wait's event (when the trace
@@ -831,7 +861,7 @@ def what_if(data: PipelineData, *, depth: dict | None = None, shared_by: dict | 
                     low = np.quantile(sample, UNQUEUED_QUANTILE)
                 loaded[i] = (float(at) + latency_shift_ns, float(low))
                 terms = _with_latency(terms, i, loaded[i][0])
-    base = replay(data, terms=terms)
+    base = replay(data, terms=terms, record_ns=record_ns)
     changed_spec = data.spec.with_changes(depth=depth, shared_by=shared_by)
     base_end = np.nanmax(base.end.reshape(base.end.shape[0], -1), 1)
     changed_terms, ratio = terms, 1.0
@@ -839,7 +869,8 @@ def what_if(data: PipelineData, *, depth: dict | None = None, shared_by: dict | 
         for i, (at_base, unqueued) in loaded.items():
             value = unqueued + max(at_base - unqueued, 0.0) / max(ratio, 1e-6)
             changed_terms = _with_latency(changed_terms, i, value)
-        changed = replay(data, changed_spec, scale=scale, terms=changed_terms)
+        changed = replay(data, changed_spec, scale=scale, terms=changed_terms,
+                         record_ns=record_ns)
         new_end = np.nanmax(changed.end.reshape(changed.end.shape[0], -1), 1)
         measured, predicted = _kernel_time(data, new_end - base_end)
         previous, ratio = ratio, predicted / measured
@@ -868,7 +899,7 @@ def what_if(data: PipelineData, *, depth: dict | None = None, shared_by: dict | 
 
 def predict_what_if(data: PipelineData, change: dict, *, terms=None,
                     interval: tuple[float, float] = (0.25, 0.75),
-                    first_load: np.ndarray | None = None) -> dict:
+                    first_load: np.ndarray | None = None, record_ns: float = 0.0) -> dict:
     """One what-if with its uncertainty from the base trace's own spread: the prediction
     at the median loaded latency, and the interval spanned by the latency quantiles
     ``interval`` (per-unit and per-load variation of the base), each widened by one tick
@@ -900,13 +931,14 @@ def predict_what_if(data: PipelineData, change: dict, *, terms=None,
         with warnings.catch_warnings():  # a deadlocked ring replays nan events first
             warnings.simplefilter("ignore", RuntimeWarning)
             runs = [what_if(data, terms=terms, loaded_latency=True, latency_quantile=q,
-                            latency_shift_ns=shift, first_load=first_load, **change)
+                            latency_shift_ns=shift, first_load=first_load,
+                            record_ns=record_ns, **change)
                     for q, shift in ((0.5, 0.0), (interval[0], -tick), (interval[1], tick))]
             if unobserved:
                 upper = {**change, "latency": {**(change.get("latency") or {}), **unobserved}}
                 runs.append(what_if(data, terms=terms, loaded_latency=True,
                                     latency_quantile=interval[1], latency_shift_ns=tick,
-                                    first_load=first_load, **upper))
+                                    first_load=first_load, record_ns=record_ns, **upper))
     except ProfileBufferError as err:
         return {"modelled": False, "reason": str(err)}
     changes = [w["predicted_change"] for w in runs] + list(runs[0]["half_changes"])

@@ -134,6 +134,28 @@ def finish_zero_edit_trace(trace: Trace) -> Trace:
         metadata={**trace.metadata, "autoprof": meta})
 
 
+# the quantile of a warp's instant -> next-record gaps taken as one record's own time: the
+# low end is where nothing but the record and the loop's branch lies between the two stamps
+RECORD_GAP_QUANTILE = 0.05
+
+
+def record_cost_ns(trace: Trace) -> float:
+    """The time one zero-edit record adds to its warp (timer read, store, cursor step), from
+    the trace itself: between an instant's stamp and the warp's next stamp lie the instant's
+    store, whatever the kernel does, and the next record's timer read; where the kernel does
+    nothing in between (a producer's commit, then its next acquire) the gap is one record's
+    own time. The what-if model removes it from the work it replays, to predict the kernel
+    without recording."""
+    ev = trace.events
+    if ev.shape[0] < 2:
+        return 0.0
+    order = np.lexsort((ev["start_ns"], ev["tid"]))
+    tid, start, dur = ev["tid"][order], ev["start_ns"][order], ev["dur_ns"][order]
+    instant_then_record = (dur[:-1] == 0) & (tid[1:] == tid[:-1])
+    gaps = (start[1:] - start[:-1])[instant_then_record]
+    return float(np.quantile(gaps, RECORD_GAP_QUANTILE)) if gaps.size else 0.0
+
+
 def format_recording(trace: Trace) -> str:
     """What a zero-edit launch recorded, in three lines: records and losses, the kernel's
     pipeline objects, the warps' roles."""
