@@ -26,7 +26,7 @@ import statistics
 import sys
 import time
 from collections.abc import Callable
-from dataclasses import dataclass, field
+from dataclasses import dataclass, field, replace
 from pathlib import Path
 
 import numpy as np
@@ -154,9 +154,15 @@ def traced_change(folder: Path, entry: Entry, variant: str, base: Trace) -> floa
     if not path.exists():
         return "-"
     trace = entry.load(path)
-    if trace.overflow or len(trace.events) < 0.9 * len(base.events):
-        return "partial trace"
-    return trace_span(trace) / trace_span(base) - 1
+    if trace.overflow:
+        return "records lost"
+    # a variant trace cut to some SMs' CTAs (fa4_whatif_gpu.py --sms) against the base's
+    # CTAs on the same SMs: each SM runs CTAs from the launch's start to its end
+    sms = np.unique(trace.events["sm"])
+    base_events = base.events[np.isin(base.events["sm"], sms)]
+    if base_events.shape[0] == 0:
+        return "no common SM"
+    return trace_span(trace) / trace_span(replace(base, events=base_events)) - 1
 
 
 def folder_of(root: Path, entry: Entry) -> Path | None:
