@@ -273,3 +273,13 @@ def test_the_unrecorded_replay_takes_two_records_off_each_work_region():
     # a ring too shallow for the loop: its round trip loses those records, the loop speeds up
     slow = what_if(data, depth={"pk": 2})["predicted_change"]
     assert 0 < what_if(data, depth={"pk": 2}, record_ns=c)["predicted_change"] < slow
+
+
+def test_a_faster_async_job_shortens_the_engine_bound_loop():
+    """Between its producer's stalls the simulated loop is bound by its wgmma: 20% faster
+    wgmma, a faster kernel (the release region's work is its job on the tensor pipe; scaling
+    only the region's own time changed nothing)."""
+    derived = derive_pipeline(mma_bound())
+    data = match_records(derived.trace, derived.spec)
+    change = what_if(data, scale={"pk.consumer_release": 0.8})["predicted_change"]
+    assert -0.2 < change < -0.01

@@ -442,6 +442,9 @@ def replay(data: PipelineData, spec: PipelineSpec | None = None, *,
     units, iters, n = data.shape
     _, latency, cost, _, _ = terms if terms is not None else _infer_terms(data)
     measured_begin, measured_dur = _work_spans(data)
+    ran = data.valid  # (U, K): the iterations each unit ran (the others pass through, empty)
+    # an async job's engine time is the kernel's own, recording or not
+    jobs = _async_jobs(data, measured_dur, measured_dur[ran].min(0))
     dur = np.maximum(measured_dur - 2.0 * record_ns, 0.0)
     # where in its region each release happens: its record's stamp, as far from the region's
     # start (from its end, for a release that waits for an async job) as measured
@@ -459,11 +462,11 @@ def replay(data: PipelineData, spec: PipelineSpec | None = None, *,
         if spec.regions[tags.index(tag)].kind != "work":
             raise ProfileBufferError(f"only work regions can be made faster, {tag!r} is a wait")
         dur[:, :, tags.index(tag)] *= float(factor)
+        if tags.index(tag) in jobs:  # the region's work is its async job
+            jobs[tags.index(tag)] = jobs[tags.index(tag)] * float(factor)
     prev, role_last = _role_sequences(spec)
     order = spec.step_order()
-    ran = data.valid  # (U, K): the iterations each unit ran (the others pass through, empty)
     floor = dur[ran].min(0)  # shortest measured duration of each work region
-    jobs = _async_jobs(data, dur, floor)
     job_end = {i: np.full(units, -np.inf) for i in jobs}
     start = np.full(data.shape, np.nan)
     end = np.full(data.shape, np.nan)
