@@ -37,9 +37,9 @@ def _raw_trace(rows, stages=(2, 2, 1)):
                  attempted=len(rows), overflow=0, incomplete=0, metadata=meta)
 
 
-def software_pipelined(ctas: int = 3, blocks: int = 6, step: int = 1000):
+def software_pipelined(ctas: int = 3, blocks: int = 6, step: int = 1000, k_wait=lambda j: 20):
     """Calls as FA4 makes them: the producer loads K(j) then V(j-1); the consumers wait for
-    Q once, K(j), then V(j-1), and release both."""
+    Q once, K(j), then V(j-1), and release both. ``k_wait(j)``: how long K(j)'s wait takes."""
     rows = []
     for c in range(ctas):
         t0 = c * 100 * step
@@ -55,7 +55,7 @@ def software_pipelined(ctas: int = 3, blocks: int = 6, step: int = 1000):
             for j in range(blocks + 1):
                 at = t0 + j * step + 300 + lag
                 if j < blocks:
-                    rows.append((c, w, 4, 0, at, 20))
+                    rows.append((c, w, 4, 0, at, k_wait(j)))
                 if j >= 1:
                     rows.append((c, w, 5, 0, at + 400, 20))
                 if j < blocks:

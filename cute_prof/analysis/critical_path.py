@@ -427,6 +427,43 @@ def _async_jobs(data: PipelineData, dur: np.ndarray, floor: np.ndarray) -> dict:
     return out
 
 
+def _unblocked_wait_times(data: PipelineData, cost: np.ndarray) -> np.ndarray:
+    """(U, K, n) how long each wait takes when its event is already there: as measured
+    where the base's wait was not blocked (a try_wait that succeeds at once, its timer
+    reads; 32 ns in one instance, 96 in the next), else the region's median unblocked time.
+    The shortest instance alone (``cost``) made every replayed iteration shorter than the
+    measured one by the waits' spread."""
+    own = np.zeros(data.shape)
+    for i, r in enumerate(data.spec.regions):
+        if r.kind != "wait":
+            continue
+        took = data.end[:, :, i] - data.start[:, :, i]
+        free = took <= cost[i] + BLOCKED_MARGIN_NS
+        typical = float(np.median(took[free])) if free.any() else float(cost[i])
+        own[:, :, i] = np.where(free, took, typical)
+    return own
+
+
+def _wait_leads(data: PipelineData, record_ns: float = 0.0) -> dict:
+    """Per wait region that follows another wait (FA4: V's wait after K's): (U, K) the time
+    between the two, which no region holds (the QK GEMM's issue, the records' own stores),
+    so that the replay keeps it; less one record's own time without recording."""
+    spec = data.spec
+    prev, role_last = _role_sequences(spec)
+    out = {}
+    for i, r in enumerate(spec.regions):
+        before = prev[i] if prev[i] >= 0 else role_last[i]
+        if r.kind != "wait" or spec.regions[before].kind != "wait":
+            continue
+        if prev[i] >= 0:
+            previous_end = data.end[:, :, before]
+        else:  # the role's first region: after the last one of the iteration before
+            previous_end = np.concatenate([data.start[:, :1, i], data.end[:, :-1, before]], 1)
+        gap = np.nan_to_num(data.start[:, :, i] - previous_end, nan=0.0)
+        out[i] = np.maximum(gap - record_ns, 0.0)
+    return out
+
+
 def replay(data: PipelineData, spec: PipelineSpec | None = None, *,
            scale: dict[str, float] | None = None, terms=None,
            record_ns: float = 0.0) -> Schedule:
@@ -455,6 +492,8 @@ def replay(data: PipelineData, spec: PipelineSpec | None = None, *,
                 else data.end[:, :, i]
             offset = np.clip(np.nan_to_num(stamp - measured_begin[:, :, i]), 0.0, None)
             release_at[i] = (offset, np.maximum(measured_dur[:, :, i] - offset, 0.0))
+    lead = _wait_leads(data, record_ns)
+    own_time = _unblocked_wait_times(data, cost)
     for tag, factor in (scale or {}).items():
         tags = [r.tag for r in spec.regions]
         if tag not in tags:
@@ -488,6 +527,8 @@ def replay(data: PipelineData, spec: PipelineSpec | None = None, *,
                 begin = end[:, k - 1, role_last[i]]
             else:
                 begin = data.start[:, 0, i]
+            if r.kind == "wait" and i in lead:
+                begin = begin + lead[i][:, k]
             start[:, k, i] = begin
             if r.kind == "wait":
                 dep = np.full(units, np.nan)
@@ -516,7 +557,7 @@ def replay(data: PipelineData, spec: PipelineSpec | None = None, *,
                         f"the pipeline cannot run: {r.tag} at iteration {k} waits on an event "
                         f"that comes later in the same iteration (ring too shallow: deadlock)")
                 arm = dep + latency[:, i]
-                own = begin + cost[i]
+                own = begin + own_time[:, k, i]
                 is_dep = (np.nan_to_num(arm, nan=-np.inf) > own) & here
                 end[:, k, i] = np.where(is_dep, arm, np.where(here, own, begin))
                 dep_all[:, k, i], peer_all[:, k, i], blocked[:, k, i] = dep, peer, is_dep
@@ -532,7 +573,8 @@ def replay(data: PipelineData, spec: PipelineSpec | None = None, *,
                 elif r.asynchronous and prev[i] >= 0 and spec.regions[prev[i]].kind == "wait":
                     w = prev[i]
                     end[:, k, i] = np.where(here, np.maximum(
-                        begin + floor[i], start[:, k, w] + cost[w] + dur[:, k, i]), begin)
+                        begin + floor[i], start[:, k, w] + own_time[:, k, w] + dur[:, k, i]),
+                        begin)
                 if "produces" in r.relations:
                     prod[r.relations["produces"].resource][:, k] = begin
                 if "releases" in r.relations:
