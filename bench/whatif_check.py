@@ -7,7 +7,7 @@ One table for every kernel, with the rank correlation of predicted vs measured.
 
 GPU_OUT is the folder ``bench/whatif_all_gpu.sh`` filled (one sub-folder per part: gemm_ze/,
 persistent_ze/ (``bench/whatif_gpu.py [--persistent] --zero-edit``), fa4/
-(``bench/fa4_whatif_gpu.py``), fa4_small/ (``bench/fa4_whatif_gpu.py --shape 1,1024,16,128
+(``bench/fa4_whatif_gpu.py``), fa4_causal/ (the same with ``--causal``), fa4_small/ (``bench/fa4_whatif_gpu.py --shape 1,1024,16,128
 --variants base,stages1,stages3``), and the level-2 gemm/, persistent/); a part's own folder works
 too. Writes ``whatif_table.md`` and
 ``whatif_table.json`` into ``--out`` and prints the table.
@@ -96,6 +96,13 @@ ENTRIES = [
           "base", {"stages1": {"depth": {"pipeline_k": 1, "pipeline_v": 1}},
                    "stages3": {"depth": {"pipeline_k": 3, "pipeline_v": 3}},
                    "overlap_off": NOT_A_RING, "pv_ss": NOT_A_RING},
+          timings="fa4_timings.json", timings_key="times_ms", wait=None, derived=True,
+          timings_ns=1e6, base_trace="zero-edit", variant_trace="trace_{variant}.npz"),
+    # causal: CTAs run 1 to 32 K/V blocks (a CTA that ran fewer stays in the model)
+    Entry("FA4 fwd causal b4 s4096 h16 d128 bf16", "fa4_causal", "trace_base.npz", load_columns,
+          derived_spec, "base", {"stages1": {"depth": {"pipeline_k": 1, "pipeline_v": 1}},
+                                 "stages3": {"depth": {"pipeline_k": 3, "pipeline_v": 3}},
+                                 "overlap_off": NOT_A_RING, "pv_ss": NOT_A_RING},
           timings="fa4_timings.json", timings_key="times_ms", wait=None, derived=True,
           timings_ns=1e6, base_trace="zero-edit", variant_trace="trace_{variant}.npz"),
     # one partial wave (128 CTAs on 132 SMs): no CTA starts under load
