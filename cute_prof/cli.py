@@ -503,12 +503,14 @@ def _cmd_analyze_pipeline(args, progress: _Progress, *, trace=None) -> int:
 
         progress("deriving the pipeline model from the kernel's pipeline objects")
         derived = derive_pipeline(trace)
-        # what-ifs of the kernel without its recording (each work region: two records less)
-        record_ns = record_cost_ns(trace)
-        what_ifs = [{**w, "record_ns": record_ns} for w in what_ifs]
+        # what-ifs as bench/whatif_check.py checks them: each CTA's first load as the loaded
+        # latency, the kernel without its recording, an interval
+        prediction = {"first_load": derived.first_load_latency()[0],
+                      "record_ns": record_cost_ns(trace)}
         trace, spec = derived.trace, derived.spec
     progress("analysing the pipeline")
-    report = analyze_pipeline(trace, spec, what_ifs=what_ifs)
+    report = analyze_pipeline(trace, spec, what_ifs=what_ifs,
+                              **(prediction if derived is not None else {}))
     if derived is not None:
         report["derived"] = derived.describe()
     if args.json:

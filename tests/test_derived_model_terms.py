@@ -301,3 +301,24 @@ def test_the_base_replay_keeps_what_lies_between_two_waits_and_each_waits_own_ti
         (schedule.end - schedule.start)[:, middle, k], (data.end - data.start)[:, middle, k])
     np.testing.assert_allclose(schedule.start[:, middle, v] - schedule.end[:, middle, k],
                                data.start[:, middle, v] - data.end[:, middle, k])
+
+
+def test_analyze_pipeline_gives_the_checked_prediction_for_a_derived_model():
+    """With the derived model's first loads and one record's time, a what-if of the report is
+    the prediction the GPU check validates (interval included), not the plain replay."""
+    from cute_prof.analysis.critical_path import format_pipeline_report, predict_what_if
+    from cute_prof.analysis.pipelines import record_cost_ns
+    trace = mma_bound()
+    derived = derive_pipeline(trace)
+    first, record = derived.first_load_latency()[0], record_cost_ns(trace)
+    change = {"depth": {"pk": 2}}
+    report = analyze_pipeline(derived.trace, derived.spec, what_ifs=[change],
+                              first_load=first, record_ns=record)
+    data = match_records(derived.trace, derived.spec)
+    expected = predict_what_if(data, change, first_load=first, record_ns=record)
+    got = report["what_if"][0]
+    assert got["predicted_change"] == expected["predicted_change"]
+    assert got["interval"] == list(expected["interval"])
+    assert "interval" in format_pipeline_report(report)
+    plain = analyze_pipeline(derived.trace, derived.spec, what_ifs=[change])["what_if"][0]
+    assert "interval" not in plain and plain["predicted_change"] != got["predicted_change"]

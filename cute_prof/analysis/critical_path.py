@@ -1004,8 +1004,13 @@ def never_blocked(data: PipelineData, terms, i: int) -> bool:
 
 # ---------------------------------------------------------------------------- report
 def analyze_pipeline(trace: Trace, spec: PipelineSpec, *, worst: int = 5,
-                     what_ifs: list[dict] | None = None) -> dict:
-    """Everything above for every unit, aggregated (JSON-ready)."""
+                     what_ifs: list[dict] | None = None,
+                     first_load: np.ndarray | None = None, record_ns: float | None = None) -> dict:
+    """Everything above for every unit, aggregated (JSON-ready). With ``first_load`` or
+    ``record_ns`` (a derived model: ``DerivedPipeline.first_load_latency``,
+    ``pipelines.record_cost_ns``) each what-if is :func:`predict_what_if`'s, the
+    prediction ``bench/whatif_check.py`` checks on the GPU: loaded latency, the kernel
+    without recording, and an interval; else the plain replay of :func:`what_if`."""
     data = match_records(trace, spec)
     terms = _infer_terms(data)
     sched = replay(data, terms=terms)
@@ -1041,8 +1046,19 @@ def analyze_pipeline(trace: Trace, spec: PipelineSpec, *, worst: int = 5,
         "occupancy": occupancy,
         "initiation_interval": initiation_interval(data, terms),
     }
-    if what_ifs:
+    if what_ifs and first_load is None and record_ns is None:
         result["what_if"] = [what_if(data, terms=terms, **w) for w in what_ifs]
+    elif what_ifs:
+        result["what_if"] = []
+        for w in what_ifs:
+            got = predict_what_if(data, w, terms=terms, first_load=first_load,
+                                  record_ns=record_ns or 0.0)
+            if not got["modelled"]:
+                result["what_if"].append({"change": w, "modelled": False,
+                                          "reason": got["reason"]})
+                continue
+            result["what_if"].append({**got["detail"], "predicted_change": got["predicted_change"],
+                                      "interval": list(got["interval"])})
     return result
 
 
@@ -1131,6 +1147,12 @@ def format_pipeline_report(report: dict) -> str:
         f"({w['vs_median']:.2f}x)" for w in report["worst_units"]))
     for w in report.get("what_if", []):
         change = {k: v for k, v in w["change"].items() if v}
+        if w.get("modelled") is False:
+            lines.append(f"what-if {change}: not modelled ({w['reason']})")
+            continue
+        interval = (f", interval {w['interval'][0] * 100:+.2f}% .. {w['interval'][1] * 100:+.2f}%"
+                    if "interval" in w else "")
         lines.append(f"what-if {change}: kernel {us(w['kernel_ns'])} -> "
-                     f"{us(w['predicted_kernel_ns'])} ({w['predicted_change'] * 100:+.2f}%)")
+                     f"{us(w['predicted_kernel_ns'])} ({w['predicted_change'] * 100:+.2f}%"
+                     f"{interval})")
     return "\n".join(lines)
