@@ -249,6 +249,10 @@ def test_consecutive_work_regions_do_not_count_time_twice():
     busy = dur[:, :, consumer].sum(-1) + waits
     period = np.diff(data.start[:, :, consumer[0]], axis=1)
     assert (busy[:, 1:-1] <= period[:, 1:] + 1e-9).all()
+    # nothing blocks here: the consumer's work, waits and what lies between them is its period
+    from cute_prof.analysis.critical_path import initiation_interval
+    bounds = initiation_interval(data)
+    assert bounds["resource_bound_ns"]["consumer"] == bounds["measured_ns"]["consumer"] == 1000
 
 
 def test_one_records_time_is_read_from_back_to_back_records():

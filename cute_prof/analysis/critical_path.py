@@ -751,11 +751,13 @@ def initiation_interval(data: PipelineData, terms=None) -> dict:
     units, iters, n = data.shape
     lo, hi = iters // 4, max(iters * 3 // 4, iters // 4 + 2)
     dur = _work_durations(data)
+    leads = _wait_leads(data)  # what lies between two waits belongs to the role's work too
     per_role = {}
     measured = {}
     for role in dict.fromkeys(r.role for r in spec.regions):
         idx = [i for i, r in enumerate(spec.regions) if r.role == role]
-        busy = dur[:, lo:hi, idx].sum(-1) + sum(cost[i] for i in idx
+        busy = dur[:, lo:hi, idx].sum(-1) + sum(cost[i] + leads[i][:, lo:hi] if i in leads
+                                                 else cost[i] for i in idx
                                                  if spec.regions[i].kind == "wait")
         per_role[role] = float(np.nanmedian(np.where(data.valid[:, lo:hi], busy, np.nan)))
         measured[role] = float(np.nanmedian(np.diff(data.start[:, lo:hi, idx[0]], axis=1)))
