@@ -1,0 +1,141 @@
+"""GPU half of the what-if check for quack's Hopper GEMM (the second foreign kernel): its A/B
+ring built with one stage fewer and one more than quack chooses, a zero-edit trace of the
+base, and every variant timed with CUPTI in shuffled rounds. quack is not edited: its stage
+count comes from ``GemmSm90._compute_stages``, which this script wraps while a variant
+compiles.
+
+    python bench/quack_whatif_gpu.py --mnk 4096,4096,4096 --rounds 20
+
+Writes to $OUT (or ./quack_whatif_out): ``trace_<variant>.npz`` (zero-edit, compressed
+columns, metadata with the launch's cluster), ``timings.json`` (``{"times": {variant: [ns per
+launch]}}``) and ``stdout`` lines. quack keeps one compiled kernel per argument tuple in an
+in-memory cache, and the stage count is not in the tuple: each variant's compiled kernel is
+kept aside and put back before its launches (a dict update on the host, not timed).
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import os
+import statistics
+import sys
+from pathlib import Path
+
+os.environ.setdefault("QUACK_CACHE_ENABLED", "0")  # compile in this process, not from disk
+
+ROOT = Path(__file__).resolve().parents[1]
+sys.path.insert(0, str(ROOT))
+sys.path.insert(0, str(ROOT / "bench"))
+
+import cute_prof  # noqa: E402
+from tools.columns import save_columns  # noqa: E402
+from tools.cupti import time_shuffled  # noqa: E402
+
+QUACK_VERSION = "0.6.5"
+
+
+def compile_cache(compile_fn) -> dict:
+    """The in-memory dict of quack's ``jit_cache`` around ``compile_fn`` (a closure cell)."""
+    for cell in compile_fn.__closure__ or ():
+        if isinstance(cell.cell_contents, dict):
+            return cell.cell_contents
+    raise RuntimeError(f"no in-memory cache found around {compile_fn!r} (quack changed?)")
+
+
+def main(argv=None) -> int:
+    ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    ap.add_argument("--mnk", default="4096,4096,4096")
+    ap.add_argument("--rounds", type=int, default=20)
+    args = ap.parse_args(argv)
+    import torch
+    import quack
+    import quack.gemm as quack_gemm
+    from quack.gemm_config import GemmConfig
+    from quack.gemm_interface import gemm_tuned
+    from quack.gemm_sm90 import GemmSm90
+
+    if quack.__version__ != QUACK_VERSION:
+        print(f"warning: quack-kernels {quack.__version__}, this script was written for "
+              f"{QUACK_VERSION}")
+    out_dir = Path(os.environ.get("OUT", "quack_whatif_out"))
+    out_dir.mkdir(parents=True, exist_ok=True)
+    m, n, k = (int(x) for x in args.mnk.split(","))
+    a = torch.randn(m, k, device="cuda", dtype=torch.bfloat16)
+    b = torch.randn(k, n, device="cuda", dtype=torch.bfloat16)
+    out = torch.empty(m, n, device="cuda", dtype=torch.bfloat16)
+    cluster = (2, 1)
+    config = GemmConfig(tile_m=256, tile_n=128, pingpong=False, cluster_m=cluster[0],
+                        cluster_n=cluster[1], is_dynamic_persistent=False, device_capacity=9)
+    cache = compile_cache(quack_gemm._compile_gemm)
+    chosen = {}
+    original = GemmSm90.__dict__["_compute_stages"].__func__
+
+    def stages_of(offset):
+        def compute(cls, *a, **kw):
+            ab, *rest = original(cls, *a, **kw)
+            chosen.setdefault("base", ab)
+            return (ab + offset, *rest)
+        return classmethod(compute)
+
+    def launch():
+        gemm_tuned.fn(a, b, out, config=config)
+
+    def build(offset):
+        """Compile the variant (quack's stage count + offset) and return its cache entries."""
+        GemmSm90._compute_stages = stages_of(offset)
+        try:
+            cache.clear()
+            launch()
+            torch.cuda.synchronize()
+        finally:
+            GemmSm90._compute_stages = classmethod(original)
+        return dict(cache)
+
+    variants = {"base": 0, "stages_minus1": -1, "stages_plus1": 1}
+    kept, lines = {}, []
+    for name, offset in list(variants.items()):
+        try:
+            with cute_prof.autoprofile(per_warp=4096) as prof:
+                build(offset)
+        except Exception as err:  # e.g. one stage more than shared memory holds
+            if name == "base":
+                raise
+            lines.append(f"{name}: does not build ({type(err).__name__}: {str(err)[:200]})")
+            print(lines[-1], flush=True)
+            del variants[name]
+            continue
+        trace = prof.trace()
+        trace.metadata["cluster"] = list(cluster)
+        trace.metadata["quack_ab_stages"] = chosen["base"] + offset
+        error = float((out.float() - a.float() @ b.float()).abs().max() / k ** 0.5)
+        save_columns(out_dir / f"trace_{name}.npz", trace)
+        lines.append(f"{name}: {chosen['base'] + offset} A/B stages, max |out - torch| / sqrt(k) "
+                     f"{error:.2e}, {len(trace.events):,} zero-edit records, overflow "
+                     f"{trace.overflow}")
+        print(lines[-1], flush=True)
+        kept[name] = build(offset)  # the unrecorded kernel, for the timing rounds
+
+    def put_back(name):
+        return lambda: (cache.clear(), cache.update(kept[name]))
+
+    times = time_shuffled({name: launch for name in variants}, rounds=args.rounds,
+                          resets={name: put_back(name) for name in variants})
+    medians = {name: statistics.median(v) for name, v in times.items()}
+    base = medians["base"]
+    lines.append("variant        stages  median us    change")
+    for name, offset in variants.items():
+        lines.append(f"{name:14s} {chosen['base'] + offset:6d} {medians[name] * 1e3:10.2f} "
+                     f"{(medians[name] - base) / base * 100:+8.2f}%")
+    print("\n".join(lines[-4:]))
+    device = f"{torch.cuda.get_device_name()}, torch {torch.__version__}"
+    (out_dir / "timings.json").write_text(json.dumps(
+        {"unit": "ns", "device": device, "mnk": [m, n, k], "rounds": args.rounds,
+         "quack": quack.__version__, "ab_stages": {n_: chosen["base"] + o for n_, o in variants.items()},
+         "times": {name: [t * 1e6 for t in v] for name, v in times.items()}}, indent=1))
+    (out_dir / "stdout.log").write_text("\n".join(lines) + "\n")
+    return 0
+
+
+if __name__ == "__main__":
+    raise SystemExit(main())
