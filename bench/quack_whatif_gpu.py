@@ -10,7 +10,8 @@ Writes to $OUT (or ./quack_whatif_out): ``trace_<variant>.npz`` (zero-edit, comp
 columns, metadata with the launch's cluster), ``timings.json`` (``{"times": {variant: [ns per
 launch]}}``) and ``stdout`` lines. quack keeps one compiled kernel per argument tuple in an
 in-memory cache, and the stage count is not in the tuple: each variant's compiled kernel is
-kept aside and put back before its launches (a dict update on the host, not timed).
+kept aside and put back before its launches (a dict update on the host, not timed); CuTe
+DSL's own JIT cache is off (``CUTE_DSL_NO_CACHE=1``) for the same reason.
 """
 
 from __future__ import annotations
@@ -23,6 +24,9 @@ import sys
 from pathlib import Path
 
 os.environ.setdefault("QUACK_CACHE_ENABLED", "0")  # compile in this process, not from disk
+# and let CuTe DSL trace every compile: its own JIT cache would serve a variant the kernel it
+# compiled before (the stage count is not in its key)
+os.environ.setdefault("CUTE_DSL_NO_CACHE", "1")
 
 ROOT = Path(__file__).resolve().parents[1]
 sys.path.insert(0, str(ROOT))
