@@ -40,9 +40,11 @@ QUACK_VERSION = "0.6.5"
 
 
 def compile_cache(compile_fn) -> dict:
-    """The in-memory dict of quack's ``jit_cache`` around ``compile_fn`` (a closure cell)."""
-    for cell in compile_fn.__closure__ or ():
-        if isinstance(cell.cell_contents, dict):
+    """The in-memory dict of quack's ``jit_cache`` around ``compile_fn`` (its closure's
+    ``cache``)."""
+    names = compile_fn.__code__.co_freevars
+    for name, cell in zip(names, compile_fn.__closure__ or ()):
+        if name == "cache" and isinstance(cell.cell_contents, dict):
             return cell.cell_contents
     raise RuntimeError(f"no in-memory cache found around {compile_fn!r} (quack changed?)")
 
