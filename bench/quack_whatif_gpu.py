@@ -9,8 +9,9 @@ compiles.
 Writes to $OUT (or ./quack_whatif_out): ``trace_<variant>.npz`` (zero-edit, compressed
 columns, metadata with the launch's cluster), ``timings.json`` (``{"times": {variant: [ns per
 launch]}}``) and ``stdout`` lines. quack keeps one compiled kernel per argument tuple in an
-in-memory cache, and the stage count is not in the tuple: each variant's compiled kernel is
-kept aside and put back before its launches (a dict update on the host, not timed); CuTe
+in-memory cache and one launch plan (holding that kernel) per tensor signature, and the stage
+count is in neither key: each variant's plan is kept aside and put back before its launches
+(a dict update on the host, not timed); CuTe
 DSL's own JIT cache is off (``CUTE_DSL_NO_CACHE=1``) for the same reason.
 """
 
@@ -73,7 +74,8 @@ def main(argv=None) -> int:
     cluster = (2, 1)
     config = GemmConfig(tile_m=256, tile_n=128, pingpong=False, cluster_m=cluster[0],
                         cluster_n=cluster[1], is_dynamic_persistent=False, device_capacity=9)
-    cache = compile_cache(quack_gemm._compile_gemm)
+    compiled = compile_cache(quack_gemm._compile_gemm)
+    plans = quack_gemm._gemm_plan_cache  # launch plans, each holding its compiled kernel
     chosen = {}
     original = GemmSm90.__dict__["_compute_stages"].__func__
 
@@ -91,12 +93,13 @@ def main(argv=None) -> int:
         """Compile the variant (quack's stage count + offset) and return its cache entries."""
         GemmSm90._compute_stages = stages_of(offset)
         try:
-            cache.clear()
+            compiled.clear()
+            plans.clear()
             launch()
             torch.cuda.synchronize()
         finally:
             GemmSm90._compute_stages = classmethod(original)
-        return dict(cache)
+        return dict(plans)
 
     variants = {"base": 0, "stages_minus1": -1, "stages_plus1": 1}
     kept, lines = {}, []
@@ -123,7 +126,7 @@ def main(argv=None) -> int:
         kept[name] = build(offset)  # the unrecorded kernel, for the timing rounds
 
     def put_back(name):
-        return lambda: (cache.clear(), cache.update(kept[name]))
+        return lambda: (plans.clear(), plans.update(kept[name]))
 
     times = time_shuffled({name: launch for name in variants}, rounds=args.rounds,
                           resets={name: put_back(name) for name in variants})
