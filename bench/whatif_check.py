@@ -7,7 +7,8 @@ One table for every kernel, with the rank correlation of predicted vs measured.
 
 GPU_OUT is the folder ``bench/whatif_all_gpu.sh`` filled (one sub-folder per part: gemm_ze/,
 persistent_ze/ (``bench/whatif_gpu.py [--persistent] --zero-edit``), fa4/
-(``bench/fa4_whatif_gpu.py``), fa4_causal/ (the same with ``--causal``), fa4_small/ (``bench/fa4_whatif_gpu.py --shape 1,1024,16,128
+(``bench/fa4_whatif_gpu.py``), fa4_causal/ (the same with ``--causal``), quack/
+(``bench/quack_whatif_gpu.py``), fa4_small/ (``bench/fa4_whatif_gpu.py --shape 1,1024,16,128
 --variants base,stages1,stages3``), and the level-2 gemm/, persistent/); a part's own folder works
 too. Writes ``whatif_table.md`` and
 ``whatif_table.json`` into ``--out`` and prints the table.
@@ -105,6 +106,13 @@ ENTRIES = [
                                  "overlap_off": NOT_A_RING, "pv_ss": NOT_A_RING},
           timings="fa4_timings.json", timings_key="times_ms", wait=None, derived=True,
           timings_ns=1e6, base_trace="zero-edit", variant_trace="trace_{variant}.npz"),
+    # quack's cooperative Hopper GEMM (bench/quack_whatif_gpu.py): the second foreign kernel
+    Entry("quack GEMM 4096^3 (cooperative, 2x1 cluster, 4 stages)", "quack", "trace_base.npz",
+          load_columns, derived_spec, "base",
+          {"stages_minus1": {"depth": {"pipeline_cls": 3}},
+           "stages_minus2": {"depth": {"pipeline_cls": 2}}},
+          timings_key="times", wait=None, derived=True, base_trace="zero-edit",
+          variant_trace="trace_{variant}.npz"),
     # one partial wave (128 CTAs on 132 SMs): no CTA starts under load
     Entry("FA4 fwd b1 s1024 h16 d128 bf16", "fa4_small", "trace_base.npz", load_columns,
           derived_spec, "base", {"stages1": {"depth": {"pipeline_k": 1, "pipeline_v": 1}},
