@@ -67,6 +67,9 @@ def main(argv=None) -> int:
         gemm_tuned.fn(a, b, out, config=config)
     error = float(((out.float() - a.float() @ b.float()).abs().max()) / (k ** 0.5))
     trace = prof.trace()
+    # the launch's cluster: the CTAs of a cluster share each A/B slot (multicast), which the
+    # derived model reads from here (the kernel's records do not carry it)
+    trace.metadata["cluster"] = [config.cluster_m, config.cluster_n]
     meta = trace.metadata
     print(f"== quack GEMM {m}x{n}x{k} bf16, {args.schedule} ({config.tile_m}x{config.tile_n} "
           f"tiles): max |out - torch| / sqrt(k) = {error:.2e}")
