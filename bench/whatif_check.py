@@ -39,7 +39,7 @@ from cute_prof import storage  # noqa: E402
 from cute_prof.analysis.critical_path import (  # noqa: E402
     latency_sample, match_records, predict_what_if, timer_step)
 from cute_prof.analysis.model import PipelineSpec, load_pipeline  # noqa: E402
-from cute_prof.analysis.pipelines import derive_pipeline, record_cost_ns  # noqa: E402
+from cute_prof.analysis.pipelines import derive_pipeline  # noqa: E402
 from cute_prof.trace import Trace  # noqa: E402
 
 sys.path.insert(0, str(ROOT / "bench"))
@@ -199,9 +199,8 @@ def check_entry(root: Path, entry: Entry) -> tuple[list[dict], dict]:
     first_load = None
     record_ns = 0.0  # level-2 bases: their probes are the kernel the model sees
     if entry.derived:
-        record_ns = record_cost_ns(trace)
         derived = derive_pipeline(trace)
-        trace, spec = derived.trace, derived.spec
+        trace, spec, record_ns = derived.trace, derived.spec, derived.record_ns
         first_load, first_source = derived.first_load_latency()
     else:
         spec = entry.spec(trace)

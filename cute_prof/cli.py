@@ -499,18 +499,15 @@ def _cmd_analyze_pipeline(args, progress: _Progress, *, trace=None) -> int:
     if trace is None:
         trace = _load(args, progress)
     if spec is None:
-        from .analysis.pipelines import derive_pipeline, record_cost_ns
+        from .analysis.pipelines import derive_pipeline
 
         progress("deriving the pipeline model from the kernel's pipeline objects")
         derived = derive_pipeline(trace)
-        # what-ifs as bench/whatif_check.py checks them: each CTA's first load as the loaded
-        # latency, the kernel without its recording, an interval
-        prediction = {"first_load": derived.first_load_latency()[0],
-                      "record_ns": record_cost_ns(trace)}
         trace, spec = derived.trace, derived.spec
     progress("analysing the pipeline")
+    # a derived model's what-ifs as bench/whatif_check.py checks them (the unrecorded kernel)
     report = analyze_pipeline(trace, spec, what_ifs=what_ifs,
-                              **(prediction if derived is not None else {}))
+                              **(derived.what_if_terms() if derived is not None else {}))
     if derived is not None:
         report["derived"] = derived.describe()
     if args.json:

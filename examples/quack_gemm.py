@@ -40,7 +40,7 @@ import cute_prof  # noqa: E402
 from cute_prof.analysis.critical_path import analyze_pipeline, format_pipeline_report  # noqa: E402
 from cute_prof.analysis.pipelines import (call_balance, derive_pipeline,  # noqa: E402
                                           format_recording, format_wait_breakdown,
-                                          record_cost_ns, wait_breakdown)
+                                          wait_breakdown)
 
 QUACK_VERSION = "0.6.5"
 
@@ -96,7 +96,7 @@ def main(argv=None) -> int:
         report = analyze_pipeline(derived.trace, derived.spec, what_ifs=[
             {"depth": {name: max(d - 1, 1) for name, d in depth.items()}},
             {"depth": {name: d + 1 for name, d in depth.items()}}],
-            first_load=derived.first_load_latency()[0], record_ns=record_cost_ns(trace))
+            **derived.what_if_terms())
         print(format_pipeline_report(report))
         result.update(derived=derived.describe(), analysis=report)
     if args.json:

@@ -315,6 +315,7 @@ def test_analyze_pipeline_gives_the_checked_prediction_for_a_derived_model():
     trace = mma_bound()
     derived = derive_pipeline(trace)
     first, record = derived.first_load_latency()[0], record_cost_ns(trace)
+    assert derived.what_if_terms()["record_ns"] == record  # read from the trace as recorded
     change = {"depth": {"pk": 2}}
     report = analyze_pipeline(derived.trace, derived.spec, what_ifs=[change],
                               first_load=first, record_ns=record)

@@ -362,6 +362,17 @@ class Schedule:
     blocked: np.ndarray  # (U, K, n) the dependency (not program order) set the end
 
 
+def _blocked_and_free(data: PipelineData, i: int, cost: float, dep: np.ndarray):
+    """(U, K) masks of wait ``i``: blocked (it lasted clearly longer, two 32 ns timer ticks,
+    than its unblocked cost and ended after its event: end = event + latency) and free (no
+    longer than that: it ended after its event, so end - event bounds the latency)."""
+    s, e = data.start[:, :, i], data.end[:, :, i]
+    has_event = ~np.isnan(dep)
+    blocked = (e - s > cost + BLOCKED_MARGIN_NS) & has_event & (e >= dep)
+    free = (e - s <= cost + BLOCKED_MARGIN_NS) & has_event
+    return blocked, free
+
+
 def _infer_terms(data: PipelineData):
     spec = data.spec
     units, iters, n = data.shape
@@ -376,17 +387,15 @@ def _infer_terms(data: PipelineData):
         dep, peer = _dependency_times(data, spec, events, i, iters)
         dep_all[:, :, i], peer_all[:, :, i] = dep, peer
         s, e = data.start[:, :, i], data.end[:, :, i]
-        # the fastest instance is the cost of an unblocked wait; one that lasted clearly
-        # longer (two 32 ns timer ticks) ended when its event arrived: end = event + latency
+        # the fastest instance is the cost of an unblocked wait
         cost[i] = float(np.nanmin(e - s))
-        late = (e - s > cost[i] + BLOCKED_MARGIN_NS) & ~np.isnan(dep) & (e >= dep)
+        late, free = _blocked_and_free(data, i, cost[i], dep)
         lat = np.where(late, e - dep, np.nan)
         per_unit = _mmax(lat, axis=1)
         overall = np.nanmedian(lat) if late.any() else 0.0
         estimate = np.where(np.isnan(per_unit), overall, per_unit)
         # a wait that was not blocked ended no earlier than its event + latency: that caps
         # the latency (cold-start loads would otherwise stand for the steady state)
-        free = (e - s <= cost[i] + BLOCKED_MARGIN_NS) & ~np.isnan(dep)
         with warnings.catch_warnings():
             warnings.simplefilter("ignore", RuntimeWarning)
             cap = np.nanmin(np.where(free, e - dep, np.nan), axis=1)
@@ -581,12 +590,11 @@ def replay(data: PipelineData, spec: PipelineSpec | None = None, *,
                     rl = r.relations["releases"]
                     if k - rl.distance >= 0:
                         length = end[:, k, i] - begin
-                        if i in release_at and i in jobs:  # after the job: from the end
-                            when = end[:, k, i] - np.minimum(release_at[i][1][:, k], length)
-                        elif i in release_at:
-                            when = begin + np.minimum(release_at[i][0][:, k], length)
+                        after_start, before_end = release_at[i]
+                        if i in jobs:  # after the job: measured from the end
+                            when = end[:, k, i] - np.minimum(before_end[:, k], length)
                         else:
-                            when = begin if rl.at == "start" else end[:, k, i]
+                            when = begin + np.minimum(after_start[:, k], length)
                         rel[rl.resource][:, k - rl.distance] = when
                     if k == iters - 1:
                         lo = max(iters - rl.distance, 0)
@@ -776,45 +784,34 @@ def initiation_interval(data: PipelineData, terms=None) -> dict:
 
 
 # ---------------------------------------------------------------------------- what-if
-def _kernel_time(data: PipelineData, unit_delta: np.ndarray) -> tuple[float, float]:
+def _kernel_time(data: PipelineData, unit_delta: np.ndarray,
+                 keep: np.ndarray | None = None) -> tuple[float, float]:
     """Measured kernel span and the span with each unit longer by ``unit_delta``, carried
-    to every later unit on the same SM."""
-    order = np.lexsort((data.unit_first, data.unit_sm))
-    sm = data.unit_sm[order]
-    cum = np.cumsum(unit_delta[order])
+    to every later unit on the same SM; ``keep``: over those units only (their SMs)."""
+    keep = slice(None) if keep is None else keep
+    unit_first, unit_last, unit_sm = data.unit_first[keep], data.unit_last[keep], data.unit_sm[keep]
+    order = np.lexsort((unit_first, unit_sm))
+    sm = unit_sm[order]
+    cum = np.cumsum(unit_delta[keep][order])
     starts = np.r_[0, np.flatnonzero(sm[1:] != sm[:-1]) + 1]
     offset = np.repeat(np.r_[0.0, cum][starts], np.diff(np.r_[starts, sm.size]))
     shift = np.empty_like(cum)
     shift[order] = cum - offset
-    first = float(data.unit_first.min())
-    return float(data.unit_last.max() - first), float((data.unit_last + shift).max() - first)
+    first = float(unit_first.min())
+    return float(unit_last.max() - first), float((unit_last + shift).max() - first)
 
 
 def _steady_bound(data: PipelineData, terms, i: int) -> np.ndarray:
     """(units,) the steady state's latency of wait i: the blocked waits' latency where the
     unit has some, capped by the unblocked waits (they ended after their data arrived, so
     end - event bounds the latency); a unit whose waits never blocked has only the cap."""
-    dep = terms[3][:, :, i]
-    s, e = data.start[:, :, i], data.end[:, :, i]
-    free = (e - s <= terms[2][i] + BLOCKED_MARGIN_NS) & ~np.isnan(dep)
+    dep, e = terms[3][:, :, i], data.end[:, :, i]
+    blocked, free = _blocked_and_free(data, i, terms[2][i], dep)
     with warnings.catch_warnings():
         warnings.simplefilter("ignore", RuntimeWarning)
         cap = np.nanmin(np.where(free, e - dep, np.nan), axis=1)
-    blocked_any = ~free & ~np.isnan(dep) & (e >= dep)
-    bound = np.where(blocked_any.any(1), terms[1][:, i], cap)
+    bound = np.where(blocked.any(1), terms[1][:, i], cap)
     return np.maximum(bound[np.isfinite(bound)], 0.0)
-
-
-def _kernel_time_of(data: PipelineData, unit_delta: np.ndarray, keep: np.ndarray):
-    """:func:`_kernel_time` over the units ``keep`` only (their SMs' sequences)."""
-    sub = PipelineData(spec=data.spec, start=data.start[keep], end=data.end[keep],
-                       row=data.row[keep], unit_group=data.unit_group[keep],
-                       unit_tile=data.unit_tile[keep], unit_sm=data.unit_sm[keep],
-                       unit_first=data.unit_first[keep], unit_last=data.unit_last[keep],
-                       missing=0, extra=0, dropped_units=data.dropped_units,
-                       origin_ns=data.origin_ns,
-                       iterations=None if data.iterations is None else data.iterations[keep])
-    return _kernel_time(sub, unit_delta[keep])
 
 
 def latency_sample(data: PipelineData, terms=None, *, region: str) -> tuple[np.ndarray, str]:
@@ -929,7 +926,7 @@ def what_if(data: PipelineData, *, depth: dict | None = None, shared_by: dict | 
     for parity in (0, 1):
         keep = data.unit_sm % 2 == parity
         if keep.any() and (~keep).any():
-            m_half, p_half = _kernel_time_of(data, delta, keep)
+            m_half, p_half = _kernel_time(data, delta, keep)
             halves.append((p_half - m_half) / m_half)
     measured_end = np.nanmax(data.end.reshape(data.end.shape[0], -1), 1)
     fidelity = float(np.median((base_end - measured_end)
@@ -998,9 +995,7 @@ def never_blocked(data: PipelineData, terms, i: int) -> bool:
     """True when no instance of wait ``i`` in the trace was blocked by its dependency (every
     one lasted no longer than its unblocked cost + the margin): its latency is not observed,
     only bounded from above by the unblocked waits (end - event)."""
-    dep = terms[3][:, :, i]
-    s, e = data.start[:, :, i], data.end[:, :, i]
-    blocked = (e - s > terms[2][i] + BLOCKED_MARGIN_NS) & ~np.isnan(dep) & (e >= dep)
+    blocked, _ = _blocked_and_free(data, i, terms[2][i], terms[3][:, :, i])
     return not bool(blocked.any())
 
 

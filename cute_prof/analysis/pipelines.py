@@ -241,6 +241,7 @@ class DerivedPipeline:
     spec: Any  # PipelineSpec
     offsets: dict[str, int]
     skipped: dict[str, str]  # tag -> why it is not in the model
+    record_ns: float = 0.0  # one record's own time in the recorded trace (record_cost_ns)
 
     def describe(self) -> dict[str, Any]:
         return {"roles": {k: list(v) for k, v in self.spec.roles.roles.items()},
@@ -323,6 +324,12 @@ class DerivedPipeline:
             & (wait_end >= issue)
         return (wait_end - issue)[ok], "first load of CTAs started under load"
 
+    def what_if_terms(self) -> dict[str, Any]:
+        """What ``analyze_pipeline`` / ``predict_what_if`` take to predict the unrecorded
+        kernel as ``bench/whatif_check.py`` checks it: each CTA's first load as the loaded
+        latency, and one record's own time."""
+        return {"first_load": self.first_load_latency()[0], "record_ns": self.record_ns}
+
     def format_text(self) -> str:
         d = self.describe()
         lines = ["pipeline model derived from the kernel's pipeline objects (no spec given):",
@@ -381,6 +388,7 @@ def derive_pipeline(trace: Trace) -> DerivedPipeline:
     from .model import PipelineSpec, Region, Relation, Resource
 
     meta = _meta(trace)
+    original = trace
     trace, sites = _issue_points(trace, _sites(meta), meta)
     pipelines = {int(p["index"]): p for p in meta["pipelines"]}
     base_roles = zero_edit_roles(trace)
@@ -561,7 +569,9 @@ def derive_pipeline(trace: Trace) -> DerivedPipeline:
         raise ProfileBufferError(f"the pipeline calls of this trace do not make a model: {err} "
                                  "(pass a spec)") from None
     out = dataclasses.replace(trace, events=new_ev, tag_names=tuple(new_names))
-    return DerivedPipeline(trace=out, spec=spec, offsets=offsets, skipped=skipped)
+    # one record's time from the trace as recorded (the synthesized issue points would read 0)
+    return DerivedPipeline(trace=out, spec=spec, offsets=offsets, skipped=skipped,
+                           record_ns=record_cost_ns(original))
 
 
 def _slots_by_signature(pair_tid, pair_tag, loop, stride) -> dict[tuple, list[int]]:

@@ -351,6 +351,24 @@ def _pipeline_info(pipeline) -> PipelineInfo:
 
 # --------------------------------------------------------------------- payloads
 # --------------------------------------------------------------------- wrappers
+def _span_start(state: _Tracing):
+    """A region's start: a timer read only (the cursor stays put)."""
+    if state.recorder is None:
+        _open(state)
+    return state.recorder.now()
+
+
+def _span_end(state: _Tracing, start, tag: int, payload) -> None:
+    with _recorder(state) as rec:
+        rec.span(start, tag, payload=payload)
+
+
+def _instant(state: _Tracing, tag: int, payload) -> None:
+    with _recorder(state) as rec:
+        rec.instant(tag, payload=payload & layout.MAX_SLICE_PAYLOAD
+                    if isinstance(payload, int) else payload)
+
+
 def _record_call(tag_of: Callable[[KernelRecording], tuple[int, str]], payload_of, call):
     state = _tracing_here()
     if state is None:
@@ -359,17 +377,12 @@ def _record_call(tag_of: Callable[[KernelRecording], tuple[int, str]], payload_o
     payload = payload_of()
     with _outermost():
         if kind == "wait":
-            if state.recorder is None:
-                _open(state)
-            start = state.recorder.now()  # reads the timer only: the cursor stays put
+            start = _span_start(state)
             result = call()
-            with _recorder(state) as rec:
-                rec.span(start, tag, payload=payload)
+            _span_end(state, start, tag, payload)
         else:
             result = call()
-            with _recorder(state) as rec:
-                rec.instant(tag, payload=payload & layout.MAX_SLICE_PAYLOAD
-                            if isinstance(payload, int) else payload)
+            _instant(state, tag, payload)
     return result
 
 
@@ -597,18 +610,15 @@ class region:
     def __enter__(self):
         self._state = _tracing_here()
         if self._state is not None:
-            if self._state.recorder is None:
-                _open(self._state)
-            self._start = self._state.recorder.now()
+            self._start = _span_start(self._state)
         return self
 
     def __exit__(self, *exc):
         state = self._state
         if state is None or exc[0] is not None:
             return False
-        tag = state.recording.site(self.tag, "region", "work", None)
-        with _recorder(state) as rec:
-            rec.span(self._start, tag, payload=self.payload)
+        _span_end(state, self._start, state.recording.site(self.tag, "region", "work", None),
+                  self.payload)
         return False
 
 
@@ -620,7 +630,4 @@ def mark(tag: str, *, payload=0) -> None:
     state = _tracing_here()
     if state is None:
         return
-    site = state.recording.site(tag, "mark", "signal", None)
-    with _recorder(state) as rec:
-        rec.instant(site, payload=payload & layout.MAX_SLICE_PAYLOAD
-                    if isinstance(payload, int) else payload)
+    _instant(state, state.recording.site(tag, "mark", "signal", None), payload)
