@@ -8,6 +8,8 @@ each zero-edit base's replay against its measured iteration, and each variant's 
 from __future__ import annotations
 
 import argparse
+import json
+import statistics
 import sys
 from pathlib import Path
 
@@ -45,6 +47,46 @@ def loads(trace) -> dict:
             "fastest": np.quantile(gap, [0.001, 0.01]) if gap.size else None}
 
 
+def quarters(got: dict) -> str:
+    """Per quarter of the loop (a persistent CTA's tiles, roughly): how often the waits
+    blocked and the blocked loads' median end - issue: a latency that moves along the launch
+    (cold first tile from DRAM, warm later ones) that one latency per unit cannot carry."""
+    data, terms, w = got["data"], got["terms"], got["wait"]
+    dep, end = terms[3][:, :, w], data.end[:, :, w]
+    blocked, _ = cp._blocked_and_free(data, w, terms[2][w], dep)
+    cells = []
+    for part in np.array_split(np.arange(data.shape[1]), 4):
+        b = blocked[:, part]
+        lat = (end - dep)[:, part][b]
+        cells.append(f"{b.mean() * 100:3.0f}% / " + (f"{np.median(lat):4.0f}" if lat.size else "   -"))
+    return " | ".join(cells)
+
+
+def measured_changes(folder: Path, entry) -> dict:
+    """CUPTI medians' change of each variant against the base, as the check reads them."""
+    timings = json.loads((folder / entry.timings).read_text())
+    timings = timings[entry.timings_key] if entry.timings_key else timings
+    base = statistics.median(timings[entry.base])
+    return {name: (statistics.median(t) - base) / base for name, t in timings.items()
+            if name != entry.base and t}
+
+
+def exact_latency(data, terms, tags, record_ns, change, target) -> float | None:
+    """The fixed load latency at which the replay predicts the measured change (bisection;
+    the prediction rises with the latency): set against the variant's own latency, it says
+    whether a row's error is the latency's or the recurrence's."""
+    def predict(value):
+        return cp.what_if(data, terms=terms, latency={t: value for t in tags},
+                          record_ns=record_ns, **change)["predicted_change"]
+    lo, hi = 0.0, 4000.0
+    if not predict(lo) <= target <= predict(hi):
+        return None
+    for _ in range(14):
+        mid = (lo + hi) / 2
+        lo, hi = (mid, hi) if predict(mid) < target else (lo, mid)
+    return (lo + hi) / 2
+
+
 def describe(name: str, got: dict) -> str:
     fast = got["fastest"]
     lat = "-" if got["blocked_latency"] is None else f"{got['blocked_latency']:.0f} ns"
@@ -76,10 +118,29 @@ def main(argv=None) -> int:
                   f"per iteration (measured {base['period']:.0f}), kernel end off by "
                   f"{fidelity * 100:+.1f}%; one record {base['derived'].record_ns:.0f} ns",
                   describe("base", base)]
-        for name in entry.variants:
+        lines.append(f"  {'':16s} per loop quarter, waits blocked / blocked loads' median (ns): "
+                     f"{quarters(base)}")
+        measured = measured_changes(folder, entry)
+        consumes = [r.tag for r in data.spec.regions if "consumes" in r.relations]
+        record_ns = base["derived"].record_ns
+        for name, change in entry.variants.items():
             path = folder / (entry.variant_trace or "").format(variant=name)
-            if entry.variant_trace and path.exists():
-                lines.append(describe(name, loads(entry.load(path))))
+            if not (entry.variant_trace and path.exists()):
+                continue
+            got = loads(entry.load(path))
+            lines += [describe(name, got),
+                      f"  {'':16s} per loop quarter, waits blocked / blocked loads' median (ns): "
+                      f"{quarters(got)}"]
+            if isinstance(change, dict) and got["blocked_latency"] is not None \
+                    and name in measured:
+                own = got["blocked_latency"]
+                at_own = cp.what_if(data, terms=terms, latency={t: own for t in consumes},
+                                    record_ns=record_ns, **change)["predicted_change"]
+                exact = exact_latency(data, terms, consumes, record_ns, change, measured[name])
+                lines.append(
+                    f"  {'':16s} measured {measured[name] * 100:+.2f}%; the model at the "
+                    f"variant's own latency ({own:.0f} ns) {at_own * 100:+.2f}%; exact at "
+                    + ("-" if exact is None else f"{exact:.0f} ns"))
         if entry.folder in SWEEPS:
             change, latencies = SWEEPS[entry.folder]
             tag = data.spec.regions[w].tag

@@ -1,6 +1,7 @@
-"""The derived pipeline model on a whole zero-edit trace: derive_pipeline, then
-analyze_pipeline with one what-if, timed in rounds (CPU). The trace is a columns file from
-a GPU run (``bench/fa4_whatif_gpu.py`` writes FA4's as ``trace_base.npz``).
+"""The derived pipeline model on a whole zero-edit trace, as the CLI runs it: derive_pipeline,
+the checked prediction's terms (each CTA's first load, one record's time), then
+analyze_pipeline with one what-if and its interval, timed in rounds (CPU). The trace is a
+columns file from a GPU run (``bench/fa4_whatif_gpu.py`` writes FA4's as ``trace_base.npz``).
 
     python bench/parts/zero_edit_scale.py FA4_OUT/trace_base.npz --rounds 5
 """
@@ -35,14 +36,16 @@ def main(argv=None) -> int:
     for _ in range(args.rounds):
         t0 = time.perf_counter()
         derived = derive_pipeline(trace)
+        terms = derived.what_if_terms()
         t1 = time.perf_counter()
         depth = depth or {r.name: 1 for r in derived.spec.resources}
-        analyze_pipeline(derived.trace, derived.spec, what_ifs=[{"depth": depth}])
+        analyze_pipeline(derived.trace, derived.spec, what_ifs=[{"depth": depth}], **terms)
         rows.append((t1 - t0, time.perf_counter() - t1))
     derive = statistics.median(r[0] for r in rows)
     total = statistics.median(r[0] + r[1] for r in rows)
     print(f"{cpu_model()}; {len(trace):,} records; {args.rounds} rounds, medians")
-    print(f"derive_pipeline {derive:.2f} s, analyze_pipeline with one what-if "
+    print(f"derive_pipeline + what_if_terms {derive:.2f} s, analyze_pipeline with one "
+          f"checked what-if "
           f"{total - derive:.2f} s, total {total:.2f} s "
           f"({total / len(trace) * 5e6:.2f} s scaled to 5,000,000 records)")
     return 0
