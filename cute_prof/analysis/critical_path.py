@@ -16,15 +16,17 @@ kernel-time change.
 from __future__ import annotations
 
 import warnings
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 
 import numpy as np
 
 from ..errors import ProfileBufferError
 from ..trace import Trace
+from .grouping import unique_ints
 from .model import PipelineSpec
 
 BLOCKED_MARGIN_NS = 64.0
+_FLOAT_MAX = np.finfo(np.float64).max
 
 __all__ = ["PipelineData", "Schedule", "match_records", "replay", "critical_path",
            "blockers", "ring_occupancy", "initiation_interval", "what_if", "latency_sample",
@@ -62,6 +64,9 @@ class PipelineData:
     # (units,) iterations each unit ran (a causal mask, a persistent CTA with fewer tiles:
     # fewer than the longest); its cells past them are nan. None: every unit ran them all
     iterations: np.ndarray | None = None
+    # what the replay derives from these arrays alone (work spans, async jobs, ...), kept
+    # for the next replay: a what-if replays the same data many times (see _memo)
+    _memo: dict = field(default_factory=dict, init=False, repr=False, compare=False)
 
     @property
     def shape(self):
@@ -74,6 +79,26 @@ class PipelineData:
         if self.iterations is None:
             return np.ones((units, iters), dtype=bool)
         return np.arange(iters)[None, :] < self.iterations[:, None]
+
+
+def _memo(data: PipelineData, key: tuple, compute):
+    """``compute()`` once per data and key (the arrays come back read-only: shared by every
+    later caller). The measured arrays are not changed after ``match_records``."""
+    if key not in data._memo:
+        data._memo[key] = _read_only(compute())
+    return data._memo[key]
+
+
+def _read_only(value):
+    if isinstance(value, np.ndarray):
+        value.setflags(write=False)
+    elif isinstance(value, (tuple, list)):
+        for item in value:
+            _read_only(item)
+    elif isinstance(value, dict):
+        for item in value.values():
+            _read_only(item)
+    return value
 
 
 def _mmax(a, axis):
@@ -96,16 +121,15 @@ def match_records(trace: Trace, spec: PipelineSpec) -> PipelineData:
         lut[names.index(region.tag)] = i
     roles = spec.roles
     step_role = np.array([roles.role_names.index(r.role) for r in spec.regions])
-    tag = ev["tag"].astype(np.int64)
-    step = np.where((tag >= 0) & (tag < lut.size), lut[np.clip(tag, 0, lut.size - 1)], -1)
+    tag = ev["tag"]
+    step = (lut[tag] if tag.size and int(tag.min()) >= 0
+            else np.where(tag >= 0, lut[np.clip(tag, 0, lut.size - 1)], -1))
     tid = ev["tid"].astype(np.int64)
-    role = roles.role_of(tid)
     group_all = roles.group_of(tid)
-    keep = step >= 0
-    wrong_role = keep & (role != step_role[np.maximum(step, 0)])
+    rows = np.flatnonzero(step >= 0)
+    wrong_role = roles.role_of(tid[rows]) != step_role[step[rows]]
     extra = int(wrong_role.sum())
-    keep &= ~wrong_role
-    rows = np.flatnonzero(keep)
+    rows = rows[~wrong_role]
     step = step[rows]
     payload = ev["payload"][rows].astype(np.int64)
     if (payload < 0).any():
@@ -115,8 +139,9 @@ def match_records(trace: Trace, spec: PipelineSpec) -> PipelineData:
     else:
         k, tile = payload, np.zeros_like(payload)
     group = group_all[rows]
-    key = group * (int(tile.max(initial=0)) + 1) + tile
-    ukeys, unit = np.unique(key, return_inverse=True)
+    ntiles = int(tile.max(initial=0)) + 1
+    key = group * ntiles + tile
+    ukeys, unit = unique_ints(key, return_inverse=True)
     units = ukeys.size
     if units == 0:
         raise ProfileBufferError("no records of the pipeline's regions in the trace")
@@ -124,12 +149,15 @@ def match_records(trace: Trace, spec: PipelineSpec) -> PipelineData:
     cell = (unit * iters + k) * n + step
     size = units * iters * n
     counts = np.bincount(cell, minlength=size)
-    # tracks per unit and role: distinct tids of the role among the unit's records
+    # tracks per unit and role: distinct tids of the role among the unit's records. A tid
+    # and a tile make one unit (the tid's group's tile): distinct (tid, tile) pairs are the
+    # distinct (unit, tid) ones, and count over the tids' range rather than units x tids
     tid_rows = tid[rows]
-    tid_span = int(tid_rows.max()) + 1
-    pair = np.unique(unit * tid_span + tid_rows)  # distinct (unit, tid)
+    pair = unique_ints(tid_rows * ntiles + tile)  # distinct (tid, tile)
+    pair_tid = pair // ntiles
+    pair_unit = np.searchsorted(ukeys, roles.group_of(pair_tid) * ntiles + pair % ntiles)
     tracks = np.zeros((units, len(roles.role_names)), dtype=np.int64)
-    np.add.at(tracks, (pair // tid_span, roles.role_of(pair % tid_span)), 1)
+    np.add.at(tracks, (pair_unit, roles.role_of(pair_tid)), 1)
     expected = np.repeat(tracks[:, step_role][:, None, :], iters, axis=1)
     # a unit whose records stop at an iteration ran fewer iterations (FA4's causal CTAs):
     # its later cells are absent, not missing. Only in a trace that lost no record: where
@@ -151,24 +179,28 @@ def match_records(trace: Trace, spec: PipelineSpec) -> PipelineData:
     end = np.full(size, -np.inf)
     np.maximum.at(start, cell, starts)
     np.maximum.at(end, cell, ends)
-    order = np.lexsort((ends, cell))
-    last = np.r_[cell[order][1:] != cell[order][:-1], True]
+    # the row of each cell's latest end (ties: the last row), as sorting by (cell, end)
+    # would put it last
+    latest = ends == end[cell]
     row = np.full(size, -1, dtype=np.int64)
-    row[cell[order][last]] = rows[order][last]
+    np.maximum.at(row, cell[latest], rows[latest])
     bad_unit = missing_cells.reshape(units, -1).any(1)
     good = ~bad_unit
     gap = np.repeat(absent[:, :, None], n, axis=2).reshape(-1)
     start[gap] = np.nan
     end[gap] = np.nan
-    ntiles = int(tile.max(initial=0)) + 1
     unit_group, unit_tile = ukeys // ntiles, ukeys % ntiles
     # per group: SM, first start and last end of all its records (phases, epilogue included)
-    g_uni, g_inv = np.unique(group_all, return_inverse=True)
-    g_first = np.full(g_uni.size, np.inf)
-    g_last = np.full(g_uni.size, -np.inf)
+    g_uni, g_inv = unique_ints(group_all, return_inverse=True)
+    # in integer ns, then as offsets (float64 rounds monotonically: the same as the extremes
+    # of the rows' float offsets)
+    g_first = np.full(g_uni.size, np.iinfo(np.int64).max)
+    g_last = np.full(g_uni.size, np.iinfo(np.int64).min)
     g_sm = np.zeros(g_uni.size, dtype=np.int64)
-    np.minimum.at(g_first, g_inv, (ev["start_ns"] - origin).astype(np.float64))
-    np.maximum.at(g_last, g_inv, (ev["start_ns"] - origin + ev["dur_ns"]).astype(np.float64))
+    np.minimum.at(g_first, g_inv, np.ascontiguousarray(ev["start_ns"]))  # strided: slow .at
+    np.maximum.at(g_last, g_inv, ev["start_ns"] + ev["dur_ns"])
+    g_first = (g_first - origin).astype(np.float64)
+    g_last = (g_last - origin).astype(np.float64)
     g_sm[g_inv] = ev["sm"]
     gi = np.searchsorted(g_uni, unit_group)
     # a persistent CTA runs its tiles one after another: each tile spans its own records,
@@ -251,7 +283,7 @@ def _work_spans(data: PipelineData) -> tuple[np.ndarray, np.ndarray]:
 
 
 def _work_durations(data: PipelineData) -> np.ndarray:
-    return _work_spans(data)[1]
+    return _memo(data, ("work_spans",), lambda: _work_spans(data))[1]
 
 
 def _event_times(spec: PipelineSpec, start: np.ndarray, end: np.ndarray) -> dict:
@@ -473,6 +505,18 @@ def _wait_leads(data: PipelineData, record_ns: float = 0.0) -> dict:
     return out
 
 
+def _release_offsets(data: PipelineData, releasing: tuple, measured_begin: np.ndarray,
+                     measured_dur: np.ndarray) -> dict:
+    """Per releasing work region (index, ``at``): (U, K) how far its release's stamp lies
+    after the region's begin, and before its end."""
+    release_at = {}
+    for i, at in releasing:
+        stamp = data.start[:, :, i] if at == "start" else data.end[:, :, i]
+        offset = np.clip(np.nan_to_num(stamp - measured_begin[:, :, i]), 0.0, None)
+        release_at[i] = (offset, np.maximum(measured_dur[:, :, i] - offset, 0.0))
+    return release_at
+
+
 def replay(data: PipelineData, spec: PipelineSpec | None = None, *,
            scale: dict[str, float] | None = None, terms=None,
            record_ns: float = 0.0) -> Schedule:
@@ -487,22 +531,27 @@ def replay(data: PipelineData, spec: PipelineSpec | None = None, *,
         raise ProfileBufferError("a what-if pipeline must keep the measured regions")
     units, iters, n = data.shape
     _, latency, cost, _, _ = terms if terms is not None else _infer_terms(data)
-    measured_begin, measured_dur = _work_spans(data)
+    # what follows from the measured data alone is derived once per data (_memo). The loop
+    # below steps through the iterations, every unit at once: its arrays are held by
+    # iteration, (K, [n,] U), so that each step reads and writes contiguous rows
+    measured_begin, measured_dur = _memo(data, ("work_spans",), lambda: _work_spans(data))
     ran = data.valid  # (U, K): the iterations each unit ran (the others pass through, empty)
     # an async job's engine time is the kernel's own, recording or not
-    jobs = _async_jobs(data, measured_dur, measured_dur[ran].min(0))
+    jobs = dict(_memo(data, ("async_jobs",), lambda: _async_jobs(
+        data, measured_dur, measured_dur[ran].min(0))))
     dur = np.maximum(measured_dur - 2.0 * record_ns, 0.0)
     # where in its region each release happens: its record's stamp, as far from the region's
     # start (from its end, for a release that waits for an async job) as measured
-    release_at = {}
-    for i, r in enumerate(spec.regions):
-        if "releases" in r.relations and r.kind == "work":
-            stamp = data.start[:, :, i] if r.relations["releases"].at == "start" \
-                else data.end[:, :, i]
-            offset = np.clip(np.nan_to_num(stamp - measured_begin[:, :, i]), 0.0, None)
-            release_at[i] = (offset, np.maximum(measured_dur[:, :, i] - offset, 0.0))
-    lead = _wait_leads(data, record_ns)
-    own_time = _unblocked_wait_times(data, cost)
+    releasing = tuple((i, r.relations["releases"].at) for i, r in enumerate(spec.regions)
+                      if "releases" in r.relations and r.kind == "work")
+    release_at = _memo(data, ("release_at", releasing), lambda: {
+        i: tuple(_by_iteration(x) for x in offsets) for i, offsets
+        in _release_offsets(data, releasing, measured_begin, measured_dur).items()})
+    lead = _memo(data, ("wait_leads", record_ns), lambda: {
+        i: _by_iteration(x) for i, x in _wait_leads(data, record_ns).items()})
+    own_time = _memo(data, ("unblocked_wait_times", np.asarray(cost).tobytes()),
+                     lambda: _by_iteration(_unblocked_wait_times(data, cost)))
+    ran_k = _memo(data, ("valid",), lambda: _by_iteration(ran))
     for tag, factor in (scale or {}).items():
         tags = [r.tag for r in spec.regions]
         if tag not in tags:
@@ -514,44 +563,51 @@ def replay(data: PipelineData, spec: PipelineSpec | None = None, *,
             jobs[tags.index(tag)] = jobs[tags.index(tag)] * float(factor)
     prev, role_last = _role_sequences(spec)
     order = spec.step_order()
-    floor = dur[ran].min(0)  # shortest measured duration of each work region
+    # shortest measured duration of each work region
+    floor = dur[ran].min(0) if scale else _memo(data, ("floor", record_ns),
+                                                lambda: dur[ran].min(0))
+    dur = _by_iteration(dur)
+    jobs = {i: _by_iteration(job) for i, job in jobs.items()}
+    latency_of = np.ascontiguousarray(latency.T)  # (n, U)
     job_end = {i: np.full(units, -np.inf) for i in jobs}
-    start = np.full(data.shape, np.nan)
-    end = np.full(data.shape, np.nan)
-    dep_all = np.full(data.shape, np.nan)
-    peer_all = np.zeros(data.shape, dtype=np.int64)
-    blocked = np.zeros(data.shape, dtype=bool)
-    prod = {r.name: np.full((units, iters), np.nan) for r in spec.resources}
-    rel = {r.name: np.full((units, iters), np.nan) for r in spec.resources}
-    clusters = {r.name: _cluster_index(data, r.shared_by) for r in spec.resources
-                if r.shared_by > 1}
+    shape = (iters, n, units)
+    start = np.full(shape, np.nan)
+    end = np.full(shape, np.nan)
+    dep_all = np.full(shape, np.nan)
+    peer_all = np.zeros(shape, dtype=np.int64)
+    blocked = np.zeros(shape, dtype=bool)
+    prod = {r.name: np.full((iters, units), np.nan) for r in spec.resources}
+    rel = {r.name: np.full((iters, units), np.nan) for r in spec.resources}
+    clusters = {r.name: _memo(data, ("cluster", r.shared_by),
+                              lambda shared_by=r.shared_by: _cluster_index(data, shared_by))
+                for r in spec.resources if r.shared_by > 1}
     arange = np.arange(units)
     for k in range(iters):
-        here = ran[:, k]
+        here = ran_k[k]
         for i in order:
             r = spec.regions[i]
             if prev[i] >= 0:
-                begin = end[:, k, prev[i]]
+                begin = end[k, prev[i]]
             elif k > 0:
-                begin = end[:, k - 1, role_last[i]]
+                begin = end[k - 1, role_last[i]]
             else:
                 begin = data.start[:, 0, i]
             if r.kind == "wait" and i in lead:
-                begin = begin + lead[i][:, k]
-            start[:, k, i] = begin
+                begin = begin + lead[i][k]
+            start[k, i] = begin
             if r.kind == "wait":
                 dep = np.full(units, np.nan)
                 peer = arange
                 if "consumes" in r.relations:
                     rl = r.relations["consumes"]
                     if k - rl.distance >= 0:
-                        dep = prod[rl.resource][:, k - rl.distance]
+                        dep = prod[rl.resource][k - rl.distance]
                 else:
                     rl = r.relations["acquires"]
                     res = spec.resource(rl.resource)
                     j = k - res.depth - rl.distance
                     if j >= 0:
-                        dep = rel[rl.resource][:, j]
+                        dep = rel[rl.resource][j]
                         if res.shared_by > 1:
                             cl = clusters[res.name]
                             gmax = np.full(cl.max() + 1, -np.inf)
@@ -559,48 +615,61 @@ def replay(data: PipelineData, spec: PipelineSpec | None = None, *,
                             first = np.full(cl.max() + 1, units)
                             np.minimum.at(first, cl, np.where(dep == gmax[cl], arange, units))
                             dep, peer = gmax[cl], first[cl]
-                if (np.isnan(dep) & here).any() and ("acquires" in r.relations and j >= 0
-                                                     or "consumes" in r.relations
-                                                     and k - rl.distance >= 0):
+                if ("acquires" in r.relations and j >= 0
+                        or "consumes" in r.relations and k - rl.distance >= 0) \
+                        and (np.isnan(dep) & here).any():
                     raise ProfileBufferError(
                         f"the pipeline cannot run: {r.tag} at iteration {k} waits on an event "
                         f"that comes later in the same iteration (ring too shallow: deadlock)")
-                arm = dep + latency[:, i]
-                own = begin + own_time[:, k, i]
-                is_dep = (np.nan_to_num(arm, nan=-np.inf) > own) & here
-                end[:, k, i] = np.where(is_dep, arm, np.where(here, own, begin))
-                dep_all[:, k, i], peer_all[:, k, i], blocked[:, k, i] = dep, peer, is_dep
+                arm = dep + latency_of[i]
+                own = begin + own_time[k, i]
+                # the event decides where it comes later: no event (nan) never does, and an
+                # infinite one counts as the largest float (np.nan_to_num(arm, nan=-inf)
+                # compared, without its cost)
+                is_dep = (np.minimum(np.maximum(arm, -_FLOAT_MAX), _FLOAT_MAX) > own) & here
+                end[k, i] = np.where(is_dep, arm, np.where(here, own, begin))
+                dep_all[k, i], peer_all[k, i], blocked[k, i] = dep, peer, is_dep
             else:
-                end[:, k, i] = begin + dur[:, k, i]
+                end[k, i] = begin + dur[k, i]
                 if i in jobs:
                     # the release waits for the job issued one iteration earlier; this
                     # iteration's job starts once it is issued and the engine is free
-                    end[:, k, i] = np.where(here, np.maximum(begin + floor[i], job_end[i]),
-                                            begin)
-                    job_end[i] = np.where(here, np.maximum(begin, job_end[i]) + jobs[i][:, k],
+                    end[k, i] = np.where(here, np.maximum(begin + floor[i], job_end[i]), begin)
+                    job_end[i] = np.where(here, np.maximum(begin, job_end[i]) + jobs[i][k],
                                           job_end[i])
                 elif r.asynchronous and prev[i] >= 0 and spec.regions[prev[i]].kind == "wait":
                     w = prev[i]
-                    end[:, k, i] = np.where(here, np.maximum(
-                        begin + floor[i], start[:, k, w] + own_time[:, k, w] + dur[:, k, i]),
-                        begin)
+                    end[k, i] = np.where(here, np.maximum(
+                        begin + floor[i], start[k, w] + own_time[k, w] + dur[k, i]), begin)
                 if "produces" in r.relations:
-                    prod[r.relations["produces"].resource][:, k] = begin
+                    prod[r.relations["produces"].resource][k] = begin
                 if "releases" in r.relations:
                     rl = r.relations["releases"]
                     if k - rl.distance >= 0:
-                        length = end[:, k, i] - begin
+                        length = end[k, i] - begin
                         after_start, before_end = release_at[i]
                         if i in jobs:  # after the job: measured from the end
-                            when = end[:, k, i] - np.minimum(before_end[:, k], length)
+                            when = end[k, i] - np.minimum(before_end[k], length)
                         else:
-                            when = begin + np.minimum(after_start[:, k], length)
-                        rel[rl.resource][:, k - rl.distance] = when
+                            when = begin + np.minimum(after_start[k], length)
+                        rel[rl.resource][k - rl.distance] = when
                     if k == iters - 1:
                         lo = max(iters - rl.distance, 0)
-                        rel[rl.resource][:, lo:] = end[:, k, i][:, None]
-    return Schedule(start=start, end=end, latency=latency, cost=cost, dep_time=dep_all,
-                    dep_peer=peer_all, blocked=blocked)
+                        rel[rl.resource][lo:] = end[k, i][None, :]
+    return Schedule(start=_by_unit(start), end=_by_unit(end), latency=latency, cost=cost,
+                    dep_time=_by_unit(dep_all), dep_peer=_by_unit(peer_all),
+                    blocked=_by_unit(blocked))
+
+
+def _by_iteration(a: np.ndarray) -> np.ndarray:
+    """(U, K[, n]) -> (K[, n], U), contiguous: what the replay reads one iteration at a time."""
+    return np.ascontiguousarray(np.moveaxis(a, 0, -1))
+
+
+def _by_unit(a: np.ndarray) -> np.ndarray:
+    """(K[, n], U) -> (U, K[, n]): the replay's arrays in the layout of the data (a view: a
+    what-if reads only the ends of its replays, no copy of the rest)."""
+    return np.moveaxis(a, -1, 0)
 
 
 # ---------------------------------------------------------------------------- critical path

@@ -18,6 +18,7 @@ import numpy as np
 
 from ..errors import ProfileBufferError
 from ..trace import Trace
+from .grouping import rows_by_value, tags_in, unique_ints, warp_order
 from .roles import RoleSpec
 
 __all__ = ["finish_zero_edit_trace", "wait_breakdown", "format_wait_breakdown",
@@ -147,12 +148,25 @@ def record_cost_ns(trace: Trace) -> float:
     own time. The what-if model removes it from the work it replays, to predict the kernel
     without recording."""
     ev = trace.events
-    if ev.shape[0] < 2:
+    # columns first: gathering from one column reads less memory than from the records
+    tid, start = np.ascontiguousarray(ev["tid"]), np.ascontiguousarray(ev["start_ns"])
+    return _record_cost(tid, start, np.ascontiguousarray(ev["dur_ns"]), warp_order(tid, start))
+
+
+def _record_cost(tid: np.ndarray, start: np.ndarray, dur: np.ndarray,
+                 order: np.ndarray) -> float:
+    """``record_cost_ns`` of the records with these columns, given their rows' order by
+    warp then time (``grouping.warp_order``: derive_pipeline sorts once for both). In that
+    order the warps follow each other by id: their sizes say where one ends, and only the
+    start times are gathered in full."""
+    if tid.size < 2:
         return 0.0
-    order = np.lexsort((ev["start_ns"], ev["tid"]))
-    tid, start, dur = ev["tid"][order], ev["start_ns"][order], ev["dur_ns"][order]
-    instant_then_record = (dur[:-1] == 0) & (tid[1:] == tid[:-1])
-    gaps = (start[1:] - start[:-1])[instant_then_record]
+    instant = (dur == 0)[order[:-1]]
+    _, size = unique_ints(tid, return_counts=True)
+    same_warp = np.ones(tid.size - 1, dtype=bool)
+    same_warp[np.cumsum(size)[:-1] - 1] = False
+    start = start[order]
+    gaps = (start[1:] - start[:-1])[instant & same_warp]
     return float(np.quantile(gaps, RECORD_GAP_QUANTILE)) if gaps.size else 0.0
 
 
@@ -280,43 +294,54 @@ class DerivedPipeline:
             return out
 
         waits, issues = op_tags(("consumer_wait",)), op_tags(("producer_commit",))
-        tag = ev["tag"].astype(np.int64)
-        cta = ev["tid"].astype(np.int64) // stride
-        origin = int(ev["start_ns"].min())  # float64 offsets (absolute ns: 256 ns steps)
-        ends = (ev["start_ns"] - origin + ev["dur_ns"]).astype(np.float64)
-        starts = (ev["start_ns"] - origin).astype(np.float64)
-        ctas, inv = np.unique(cta, return_inverse=True)
-        last = np.full(ctas.size, -np.inf)
-        np.maximum.at(last, inv, ends)
-        loaded_after = last.min()
+        start, dur = ev["start_ns"], ev["dur_ns"]
+        origin = int(start.min())  # float64 offsets (absolute ns: 256 ns steps)
+        ctas, inv = unique_ints(ev["tid"] // stride, return_inverse=True)
+        # the earliest last end of a CTA, in integer ns (float64 rounds monotonically: the
+        # same as over float offsets)
+        last = np.full(ctas.size, np.iinfo(np.int64).min)
+        np.maximum.at(last, inv, start + dur)
+        loaded_after = float(last.min() - origin)
         n_pipes = max([*waits.values(), *issues.values()], default=0) + 1
+        # the issue and wait calls, from one pass over the trace: their own columns, and
+        # their positions per tag
+        wanted = sorted({*waits, *issues})
+        calls = np.flatnonzero(tags_in(ev["tag"], wanted))
+        tid, inv = ev["tid"][calls].astype(np.int64), inv[calls]
+        starts = (start[calls] - origin).astype(np.float64)
+        ends = (start[calls] - origin + dur[calls]).astype(np.float64)
+        slot_of_tag = np.zeros(max(wanted, default=0) + 1, dtype=np.int64)
+        slot_of_tag[wanted] = np.arange(len(wanted))
+        by_slot = rows_by_value(slot_of_tag[ev["tag"][calls]], len(wanted))
+        rows_of = {t: by_slot[i] for i, t in enumerate(wanted)}
         # per CTA and ring: the first issue; per CTA: the first wait (any ring) and its ring
         first_issue = np.full((ctas.size, n_pipes), np.inf)
         first_wait = np.full(ctas.size, np.inf)
         wait_ring = np.zeros(ctas.size, dtype=np.int64)
         for t, pipe in issues.items():
-            m = tag == t
+            m = rows_of[t]
             np.minimum.at(first_issue[:, pipe], inv[m], starts[m])
         per_tag = {}
         for t, pipe in waits.items():
-            m = tag == t
-            if not m.any():
+            m = rows_of[t]
+            if not m.size:
                 continue
             first = np.full(ctas.size, np.inf)
             np.minimum.at(first, inv[m], starts[m])
             per_tag[t] = first
             better = first < first_wait
             first_wait[better], wait_ring[better] = first[better], pipe
-        # the end of the first wait: per warp its first call of that site, latest warp
+        # the end of the first wait: per warp its first call of that site (the earliest
+        # start, ties: the first row), latest warp
         wait_end = np.full(ctas.size, -np.inf)
         for t, first in per_tag.items():
-            rows = np.flatnonzero(tag == t)
-            if rows.size == 0:
-                continue
-            warp = ev["tid"][rows].astype(np.int64)
-            order = rows[np.lexsort((starts[rows], warp))]
-            w = ev["tid"][order].astype(np.int64)
-            head = order[np.r_[True, w[1:] != w[:-1]]]
+            rows = rows_of[t]
+            warps, warp = unique_ints(tid[rows], return_inverse=True)
+            earliest = np.full(warps.size, np.inf)
+            np.minimum.at(earliest, warp, starts[rows])
+            at_earliest = starts[rows] == earliest[warp]
+            head = np.full(warps.size, calls.size)
+            np.minimum.at(head, warp[at_earliest], rows[at_earliest])
             chosen = first[inv[head]] == first_wait[inv[head]]
             np.maximum.at(wait_end, inv[head[chosen]], ends[head[chosen]])
         issue = first_issue[np.arange(ctas.size), wait_ring]
@@ -344,10 +369,12 @@ class DerivedPipeline:
         return "\n".join(lines)
 
 
-def _issue_points(trace: Trace, sites: dict[int, dict], meta) -> tuple[Trace, dict[int, dict]]:
+def _issue_points(trace: Trace, sites: dict[int, dict],
+                  meta) -> tuple[list[np.ndarray], list[str], dict[int, dict]]:
     """A ring whose producer never calls ``producer_commit`` (a TMA load completes the full
     barrier itself) gets an issue point: an instant at the end of each acquire, named
-    ``<ring>.issued``, where the model lets the load start."""
+    ``<ring>.issued``, where the model lets the load start. Returns the issue points' rows
+    (to follow the trace's events), the tag names and the sites with theirs."""
     ev = trace.events
     names = list(trace.tag_names)
     new_sites = dict(sites)
@@ -369,10 +396,14 @@ def _issue_points(trace: Trace, sites: dict[int, dict], meta) -> tuple[Trace, di
         new_sites[len(names) - 1] = {"tag": len(names) - 1, "name": name, "op": "producer_commit",
                                      "kind": "signal", "pipeline": index, "synthesized": True}
         extra.append(issued)
-    if not extra:
-        return trace, sites
-    events = np.concatenate([ev, *extra])
-    return dataclasses.replace(trace, events=events, tag_names=tuple(names)), new_sites
+    return extra, names, new_sites
+
+
+def _concatenate_records(parts: list[np.ndarray]) -> np.ndarray:
+    """``np.concatenate(parts)`` of event arrays (one record dtype) as raw bytes: numpy
+    copies a packed record dtype field by field, several times slower than the bytes."""
+    raw = np.dtype((np.void, parts[0].dtype.itemsize))
+    return np.concatenate([part.view(raw) for part in parts]).view(parts[0].dtype)
 
 
 def derive_pipeline(trace: Trace) -> DerivedPipeline:
@@ -388,23 +419,30 @@ def derive_pipeline(trace: Trace) -> DerivedPipeline:
     from .model import PipelineSpec, Region, Relation, Resource
 
     meta = _meta(trace)
-    original = trace
-    trace, sites = _issue_points(trace, _sites(meta), meta)
+    extra, names, sites = _issue_points(trace, _sites(meta), meta)
+    # the derived trace's events (the recorded ones, then the issue points): read below as
+    # recorded, then renumbered in place
+    new_ev = _concatenate_records([trace.events, *extra])
     pipelines = {int(p["index"]): p for p in meta["pipelines"]}
     base_roles = zero_edit_roles(trace)
     stride = int(base_roles.tid_stride)
-    ev = trace.events
-    names = list(trace.tag_names)
     n_tags = len(names)
     skipped: dict[str, str] = {}
     op_of = {t: s["op"] for t, s in sites.items() if s.get("pipeline") is not None
              and s["op"] in _RELATION_OF_OP}
     if not op_of:
         raise ProfileBufferError("no pipeline calls in this zero-edit trace: nothing to model")
-    tid = ev["tid"].astype(np.int64)
-    tag = ev["tag"].astype(np.int64)
-    rows = np.flatnonzero(np.isin(tag, list(op_of)))
-    pair, count = np.unique(tid[rows] * n_tags + tag[rows], return_counts=True)
+    tid = new_ev["tid"].astype(np.int64)
+    tag = np.ascontiguousarray(new_ev["tag"])
+    start = np.ascontiguousarray(new_ev["start_ns"])
+    # the recorded rows by warp, then time: for one record's time (from the trace as
+    # recorded: the synthesized issue points would read 0) and the loop's calls below
+    recorded = trace.events.shape[0]
+    recorded_order = warp_order(tid[:recorded], start[:recorded])
+    record_ns = _record_cost(tid[:recorded], start[:recorded],
+                             np.ascontiguousarray(new_ev["dur_ns"][:recorded]), recorded_order)
+    rows = np.flatnonzero(tags_in(tag, op_of))
+    pair, count = unique_ints(tid[rows] * n_tags + tag[rows], return_counts=True)
     pair_tid, pair_tag = pair // n_tags, pair % n_tags
     typical = {t: float(np.median(count[pair_tag == t])) for t in np.unique(pair_tag).tolist()}
     longest = max(typical.values())
@@ -447,12 +485,18 @@ def derive_pipeline(trace: Trace) -> DerivedPipeline:
         role_tags[name], role_slots[name] = list(sig), slots_here
         for slot_id in slots_here:
             role_of_slot[slot_id] = name
-    _check_rings_not_split(ev, tid, tag, sites, loop, stride, names)
     # place in the loop: the iteration of a call = how many calls of its role's first loop
-    # site the warp made up to it, minus one; offset = iteration - ordinal (constant)
-    loop_rows = rows[np.isin(tag[rows], loop)]
-    order = loop_rows[np.lexsort((ev["start_ns"][loop_rows], tid[loop_rows]))]
+    # site the warp made up to it, minus one; offset = iteration - ordinal (constant).
+    # The loop's calls by warp, then time: the recorded rows' order where they are all
+    # recorded ones (no issue point in the loop), else their own
+    in_loop = tags_in(tag, loop)
+    if in_loop[recorded:].any():
+        loop_rows = np.flatnonzero(in_loop)
+        order = loop_rows[warp_order(tid[loop_rows], start[loop_rows])]
+    else:
+        order = recorded_order[in_loop[recorded_order]]
     o_tid, o_tag = tid[order], tag[order]
+    _check_rings_not_split(o_tid, o_tag, sites, loop, stride, names)
     warp_start = np.r_[True, o_tid[1:] != o_tid[:-1]]
     warp_index = np.cumsum(warp_start) - 1
     first_rows = np.flatnonzero(warp_start)
@@ -466,40 +510,40 @@ def derive_pipeline(trace: Trace) -> DerivedPipeline:
     seen = np.cumsum(is_anchor)
     before_warp = np.r_[0, seen][first_rows][warp_index]
     place = seen - before_warp - 1
-    ordinal = ev["payload"][order].astype(np.int64)
+    ordinal = np.ascontiguousarray(new_ev["payload"])[order].astype(np.int64)
     shift = place - ordinal
+    # per warp and site: the first and last ordinal of its calls
+    n_warps = int(warp_index.max()) + 1
+    site = warp_index * n_tags + o_tag
+    first_call = np.full(n_warps * n_tags, np.iinfo(np.int64).max)
+    last_call = np.full(n_warps * n_tags, np.iinfo(np.int64).min)
+    np.minimum.at(first_call, site, ordinal)
+    np.maximum.at(last_call, site, ordinal)
     # a warp's first and last call of a site may sit outside the loop's anchors (prologue,
     # epilogue): the place is read from the calls in between
-    site_key = o_tid * n_tags + o_tag
-    by_site = np.lexsort((ordinal, site_key))
-    new_site = np.r_[True, site_key[by_site][1:] != site_key[by_site][:-1]]
-    edge = np.zeros(order.size, dtype=bool)
-    edge[by_site[new_site]] = True
-    edge[by_site[np.r_[new_site[1:], True]]] = True
+    edge = _first_and_last_calls(site, ordinal, first_call, last_call)
     offsets: dict[str, int] = {}
     offset_of = np.zeros(n_tags, dtype=np.int64)
-    for t in loop:
-        here = shift[(o_tag == t) & ~edge]
-        if here.size == 0:
-            here = shift[o_tag == t]
-        values, counts = np.unique(here, return_counts=True)
-        if counts.max() < STEADY_SHARE * here.size:
+    loop_slot = np.zeros(n_tags, dtype=np.int64)
+    loop_slot[loop] = np.arange(len(loop))
+    slot = loop_slot[o_tag]
+    inner = np.bincount(slot[~edge], minlength=len(loop))
+    counted = ~edge | (inner == 0)[slot]  # a site with no call in between: all its calls
+    mode, agree, sizes = _mode_per_group(slot[counted], shift[counted], len(loop))
+    for t, value, top, size in zip(loop, mode.tolist(), agree.tolist(), sizes.tolist()):
+        if top < STEADY_SHARE * size:
             raise ProfileBufferError(f"{names[t]} does not keep one place in the loop "
-                                     f"({100 * counts.max() / here.size:.0f}% of its calls "
+                                     f"({100 * top / size:.0f}% of its calls "
                                      "agree): the derived model cannot place it (pass a spec)")
-        offsets[names[t]] = offset_of[t] = int(values[counts.argmax()])
+        offsets[names[t]] = offset_of[t] = int(value)
     # full iterations: every loop site of the role made its call; one numbering per CTA
     iteration = ordinal + offset_of[o_tag]
-    n_warps = int(warp_index.max()) + 1
-    key = warp_index * n_tags + o_tag
+    called = first_call != np.iinfo(np.int64).max
+    site_tag = np.tile(np.arange(n_tags), n_warps)
     lo_site = np.full(n_warps * n_tags, np.iinfo(np.int64).min)
     hi_site = np.full(n_warps * n_tags, np.iinfo(np.int64).max)
-    first_of = np.full(n_warps * n_tags, np.iinfo(np.int64).max)
-    last_of = np.full(n_warps * n_tags, np.iinfo(np.int64).min)
-    np.minimum.at(first_of, key, iteration)
-    np.maximum.at(last_of, key, iteration)
-    called = first_of != np.iinfo(np.int64).max
-    lo_site[called], hi_site[called] = first_of[called], last_of[called]
+    lo_site[called] = first_call[called] + offset_of[site_tag[called]]
+    hi_site[called] = last_call[called] + offset_of[site_tag[called]]
     lo = lo_site.reshape(n_warps, n_tags).max(1)
     hi = hi_site.reshape(n_warps, n_tags).min(1)
     cta = o_tid[first_rows] // stride
@@ -509,20 +553,23 @@ def derive_pipeline(trace: Trace) -> DerivedPipeline:
     np.maximum.at(cta_lo, cta_i, lo)
     np.minimum.at(cta_hi, cta_i, hi)
     lo, hi = cta_lo[cta_i][warp_index], cta_hi[cta_i][warp_index]
-    new_ev = ev.copy()
     new_names = list(names)
     new_tag = o_tag.copy()
     for label, outside in (("prologue", iteration < lo), ("epilogue", iteration > hi)):
+        outside = np.flatnonzero(outside)
+        renamed = np.arange(n_tags)
         for t in np.unique(o_tag[outside]).tolist():
             name = f"{names[t]}@{label}"
             if name not in new_names:
                 new_names.append(name)
-            new_tag[outside & (o_tag == t)] = new_names.index(name)
+            renamed[t] = new_names.index(name)
+        new_tag[outside] = renamed[o_tag[outside]]
     new_ev["tag"][order] = new_tag
     inside = (iteration >= lo) & (iteration <= hi)
     new_ev["payload"][order] = np.where(inside, iteration - lo, ordinal)
     # program order inside an iteration: where each site's calls sit after the anchor
-    starts = (ev["start_ns"][order] - ev["start_ns"][order].min()).astype(np.float64)
+    starts = start[order]
+    starts = (starts - starts.min()).astype(np.float64)
     latest_anchor = np.maximum.accumulate(np.where(is_anchor, np.arange(order.size), -1))
     since_anchor = np.where(latest_anchor >= 0, starts - starts[np.maximum(latest_anchor, 0)],
                             np.nan)
@@ -533,10 +580,12 @@ def derive_pipeline(trace: Trace) -> DerivedPipeline:
     produce_offset = {pipelines[int(sites[t]["pipeline"])]["name"]: int(offset_of[t])
                       for t in loop if op_of[t] == "producer_commit"}
     regions = []
+    inside = np.flatnonzero(inside)
+    inside_of_tag = rows_by_value(o_tag[inside], n_tags)
     for role, tags_here in role_tags.items():
         position = {}
         for t in tags_here:
-            here = since_anchor[(o_tag == t) & inside]
+            here = since_anchor[inside[inside_of_tag[t]]]
             position[t] = float(np.nanmedian(here)) if here.size else 0.0
         follows_consumes = False
         for t in sorted(tags_here, key=lambda t: (t != anchors[role], position[t])):
@@ -569,9 +618,49 @@ def derive_pipeline(trace: Trace) -> DerivedPipeline:
         raise ProfileBufferError(f"the pipeline calls of this trace do not make a model: {err} "
                                  "(pass a spec)") from None
     out = dataclasses.replace(trace, events=new_ev, tag_names=tuple(new_names))
-    # one record's time from the trace as recorded (the synthesized issue points would read 0)
     return DerivedPipeline(trace=out, spec=spec, offsets=offsets, skipped=skipped,
-                           record_ns=record_cost_ns(original))
+                           record_ns=record_ns)
+
+
+def _first_and_last_calls(site: np.ndarray, ordinal: np.ndarray, first_call: np.ndarray,
+                          last_call: np.ndarray) -> np.ndarray:
+    """Rows that are a warp's first or last call of a site (``site``: one id per warp and
+    site; ``first_call`` / ``last_call``: its least and greatest ordinal): the first row
+    with the least ordinal and the last with the greatest, as sorting the rows by (site,
+    ordinal) would put them first and last, without the sort."""
+    position = np.arange(site.size)
+    head = np.full(first_call.size, site.size)
+    at_first = ordinal == first_call[site]
+    np.minimum.at(head, site[at_first], position[at_first])
+    tail = np.full(last_call.size, -1)
+    at_last = ordinal == last_call[site]
+    np.maximum.at(tail, site[at_last], position[at_last])
+    edge = np.zeros(site.size, dtype=bool)
+    edge[head[head < site.size]] = True
+    edge[tail[tail >= 0]] = True
+    return edge
+
+
+def _mode_per_group(group: np.ndarray, values: np.ndarray,
+                    n_groups: int) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
+    """Per group in ``range(n_groups)``: the most common of its integer values (ties: the
+    least, as ``np.unique`` then ``argmax``), how many rows hold it and how many rows the
+    group has. Counted in one ``bincount`` where the values span little, else per group."""
+    sizes = np.bincount(group, minlength=n_groups)
+    if values.size == 0:
+        return np.zeros(n_groups, np.int64), np.zeros(n_groups, np.int64), sizes
+    low = int(values.min())
+    span = int(values.max()) - low + 1
+    if n_groups * span <= 4 * values.size + (1 << 20):
+        counts = np.bincount(group * span + (values - low),
+                             minlength=n_groups * span).reshape(n_groups, span)
+        return counts.argmax(1) + low, counts.max(1), sizes
+    mode, agree = np.zeros(n_groups, np.int64), np.zeros(n_groups, np.int64)
+    for g, rows in enumerate(rows_by_value(group, n_groups)):
+        if rows.size:
+            uniq, counts = np.unique(values[rows], return_counts=True)
+            mode[g], agree[g] = uniq[counts.argmax()], counts.max()
+    return mode, agree, sizes
 
 
 def _slots_by_signature(pair_tid, pair_tag, loop, stride) -> dict[tuple, list[int]]:
@@ -599,9 +688,10 @@ def _slots_by_signature(pair_tid, pair_tag, loop, stride) -> dict[tuple, list[in
     return by_signature
 
 
-def _check_rings_not_split(ev, tid, tag, sites, loop, stride, names) -> None:
+def _check_rings_not_split(tid, tag, sites, loop, stride, names) -> None:
     """Every consumer warpgroup must see every item of a ring (FA4's K and V): a ring whose
-    items go to the warpgroups in turn (a ping-pong GEMM's A/B) is not in the model."""
+    items go to the warpgroups in turn (a ping-pong GEMM's A/B) is not in the model.
+    ``tid``, ``tag``: the pipeline calls' rows (any subset holding the loop's calls)."""
     for t in loop:
         site = sites[t]
         if site["op"] != "consumer_wait":
@@ -612,7 +702,7 @@ def _check_rings_not_split(ev, tid, tag, sites, loop, stride, names) -> None:
             continue
         waits = tid[tag == t]
         per_cta = -(-stride // WARPS_PER_WARPGROUP)
-        warps, per_warp = np.unique(waits, return_counts=True)
+        warps, per_warp = unique_ints(waits, return_counts=True)
         group = warps // stride * per_cta + warps % stride // WARPS_PER_WARPGROUP
         most = np.zeros(int(group.max()) + 1, dtype=np.int64)
         np.maximum.at(most, group, per_warp)

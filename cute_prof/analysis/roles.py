@@ -120,6 +120,11 @@ class RoleSpec:
     def role_of(self, tids: np.ndarray) -> np.ndarray:
         """Role index (into :attr:`role_names`) per tid; -1 where no role claims it."""
         slots = self.slot_of(tids)
+        if self.tid_stride:  # slots lie in 0..stride-1: one lookup per tid, no search
+            table = np.full(self.tid_stride, UNASSIGNED, dtype=np.int32)
+            for index, members in enumerate(self.roles.values()):
+                table[np.asarray(list(members), dtype=np.int64)] = index
+            return table[slots]
         out = np.full(slots.shape, UNASSIGNED, dtype=np.int32)
         for index, members in enumerate(self.roles.values()):
             out[np.isin(slots, np.asarray(list(members), dtype=np.int64))] = index
