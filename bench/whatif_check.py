@@ -238,6 +238,11 @@ def check_entry(root: Path, entry: Entry) -> tuple[list[dict], dict]:
             row["launch_noise"] = noise
         else:
             row["reason"] = pred["reason"]
+            if "bounds" in pred and measured is not None:  # the base bounds it, no more
+                lo, hi = pred["bounds"]
+                row["bounds"] = [lo, hi]
+                row["reason"] += (" (measured inside)" if lo - 1e-12 <= measured <= hi + 1e-12
+                                  else " (measured outside)")
         rows.append(row)
     meta = trace.metadata or {}
     info = {"kernel": entry.kernel, "base_trace": entry.base_trace, "folder": str(folder),
@@ -319,7 +324,8 @@ def table(rows: list[dict], infos: list[dict], root: Path) -> str:
                          f"{pct(r['predicted'])} | [{pct(lo)}, {pct(hi)}] | {pct(r['measured'])} "
                          f"| {err} | {inside} | {noisy} | {traced_txt(r)} |")
         else:
-            lines.append(f"| {r['kernel']} | {r['base_trace']} | {r['what_if']} | not modelled: "
+            label = "not predicted" if "bounds" in r else "not modelled"
+            lines.append(f"| {r['kernel']} | {r['base_trace']} | {r['what_if']} | {label}: "
                          f"{r['reason']} | - | "
                          f"{pct(r['measured'])} | - | - | - | {traced_txt(r)} |")
     within = sum(abs(r["error_pp"]) <= 3 for r in done)

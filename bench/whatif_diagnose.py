@@ -32,18 +32,19 @@ def loads(trace) -> dict:
     """The loop's first consumes wait over the middle half of the iterations."""
     derived = derive_pipeline(trace)
     data = cp.match_records(derived.trace, derived.spec)
-    terms = cp._infer_terms(data)
+    terms = cp.infer_terms(data)
     w = next(i for i, r in enumerate(derived.spec.regions) if "consumes" in r.relations)
     iters = data.shape[1]
     mid = slice(iters // 4, 3 * iters // 4)
     dep, end = terms[3][:, mid, w], data.end[:, mid, w]
-    blocked, _ = cp._blocked_and_free(data, w, terms[2][w], terms[3][:, :, w])
+    blocked, _ = cp.blocked_and_free(data, w, terms[2][w], terms[3][:, :, w])
     blocked = blocked[:, mid]
     gap = (end - dep)[np.isfinite(dep)]
     return {"derived": derived, "data": data, "terms": terms, "wait": w,
             "period": float(np.nanmedian(np.diff(data.start[:, mid, w], axis=1))),
             "blocked_share": float(blocked.mean()),
             "blocked_latency": float(np.median((end - dep)[blocked])) if blocked.any() else None,
+            "blocked_mean": float(np.mean((end - dep)[blocked])) if blocked.any() else None,
             "fastest": np.quantile(gap, [0.001, 0.01]) if gap.size else None}
 
 
@@ -53,13 +54,38 @@ def quarters(got: dict) -> str:
     (cold first tile from DRAM, warm later ones) that one latency per unit cannot carry."""
     data, terms, w = got["data"], got["terms"], got["wait"]
     dep, end = terms[3][:, :, w], data.end[:, :, w]
-    blocked, _ = cp._blocked_and_free(data, w, terms[2][w], dep)
+    blocked, _ = cp.blocked_and_free(data, w, terms[2][w], dep)
     cells = []
     for part in np.array_split(np.arange(data.shape[1]), 4):
         b = blocked[:, part]
         lat = (end - dep)[:, part][b]
         cells.append(f"{b.mean() * 100:3.0f}% / " + (f"{np.median(lat):4.0f}" if lat.size else "   -"))
     return " | ".join(cells)
+
+
+def ring_cycle(spec, start, end, dep) -> str:
+    """Median time of each step of every ring's item over the middle half of the loop: the
+    producer's wake after the release of the slot (a), its commit's stamp after the acquire
+    (p), the load until the consumer's wait ends (L), that wait's end to the item's release
+    (r). In a starved ring of depth d, d items take a + p + L + r; ``dep``: the event each
+    wait waited on (measured: ``infer_terms``; replayed: the schedule's ``dep_time``)."""
+    iters = start.shape[1]
+    mid = slice(iters // 4, 3 * iters // 4)
+    cells = []
+    for res in spec.resources:
+        def region(relation):
+            return next(i for i, r in enumerate(spec.regions) if relation in r.relations
+                        and r.relations[relation].resource == res.name)
+        acquire, consume = region("acquires"), region("consumes")
+        released = np.full(start.shape[:2], np.nan)  # item k's release: the acquire of k + d
+        released[:, :-res.depth] = dep[:, res.depth:, acquire]
+        steps = {"a": end[:, :, acquire] - dep[:, :, acquire],
+                 "p": dep[:, :, consume] - end[:, :, acquire],
+                 "L": end[:, :, consume] - dep[:, :, consume],
+                 "r": released - end[:, :, consume]}
+        cells.append(f"{res.name} (depth {res.depth}) " + " ".join(
+            f"{name} {np.nanmedian(x[:, mid]):.0f}" for name, x in steps.items()))
+    return "; ".join(cells)
 
 
 def measured_changes(folder: Path, entry) -> dict:
@@ -89,7 +115,8 @@ def exact_latency(data, terms, tags, record_ns, change, target) -> float | None:
 
 def describe(name: str, got: dict) -> str:
     fast = got["fastest"]
-    lat = "-" if got["blocked_latency"] is None else f"{got['blocked_latency']:.0f} ns"
+    lat = "-" if got["blocked_latency"] is None else \
+        f"{got['blocked_latency']:.0f} ns (mean {got['blocked_mean']:.0f})"
     return (f"  {name:16s} period {got['period']:6.0f} ns, waits blocked "
             f"{got['blocked_share'] * 100:5.1f}%, blocked loads (end - issue, median) {lat}, "
             f"fastest loads p0.1 / p1 "
@@ -137,6 +164,18 @@ def main(argv=None) -> int:
                 at_own = cp.what_if(data, terms=terms, latency={t: own for t in consumes},
                                     record_ns=record_ns, **change)["predicted_change"]
                 exact = exact_latency(data, terms, consumes, record_ns, change, measured[name])
+                tags = [r.tag for r in data.spec.regions]
+                own_terms = terms
+                for tag in consumes:
+                    own_terms = cp.with_latency(own_terms, tags.index(tag), own)
+                # record_ns 0: the recorded kernel, as the variant's own trace ran
+                changed_spec = data.spec.with_changes(**change)
+                replayed = cp.replay(data, changed_spec, terms=own_terms)
+                lines += [
+                    f"  {'':16s} ring cycle, measured: " + ring_cycle(
+                        got["data"].spec, got["data"].start, got["data"].end, got["terms"][3]),
+                    f"  {'':16s} replayed from the base at that latency (recorded): "
+                    + ring_cycle(changed_spec, replayed.start, replayed.end, replayed.dep_time)]
                 lines.append(
                     f"  {'':16s} measured {measured[name] * 100:+.2f}%; the model at the "
                     f"variant's own latency ({own:.0f} ns) {at_own * 100:+.2f}%; exact at "

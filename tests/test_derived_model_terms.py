@@ -10,7 +10,7 @@ import dataclasses
 
 import numpy as np
 
-from cute_prof.analysis.critical_path import (_infer_terms, _steady_bound, analyze_pipeline,
+from cute_prof.analysis.critical_path import (infer_terms, steady_bound, analyze_pipeline,
                                               blockers, match_records, perfetto_outputs,
                                               replay, what_if)
 from cute_prof.analysis.pipelines import derive_pipeline, finish_zero_edit_trace
@@ -78,7 +78,7 @@ def test_a_wait_that_never_blocked_bounds_its_latency():
     assert b["blocked"] == 0
     # the data were there when the wait began: latency <= commit -> wait end, the bound
     i = [r.tag for r in derived.spec.regions].index("pk.consumer_wait")
-    assert _steady_bound(data, _infer_terms(data), i).tolist() == [STEADY_SLACK] * 3
+    assert steady_bound(data, infer_terms(data), i).tolist() == [STEADY_SLACK] * 3
 
 
 def test_loaded_latency_is_the_first_load_capped_by_the_steady_bound():
@@ -111,7 +111,7 @@ def test_globaltimer_scale_timestamps_keep_every_nanosecond():
     assert data1.origin_ns - data0.origin_ns == origin
     np.testing.assert_array_equal(data1.end - data1.start, data0.end - data0.start)
     i = [r.tag for r in far.spec.regions].index("pk.consumer_wait")
-    assert _steady_bound(data1, _infer_terms(data1), i).tolist() == [STEADY_SLACK] * 12
+    assert steady_bound(data1, infer_terms(data1), i).tolist() == [STEADY_SLACK] * 12
     change = {"scale": {"pk.consumer_release": 1.5}}
     assert what_if(data1, **change)["predicted_change"] == \
         what_if(data0, **change)["predicted_change"]
@@ -239,10 +239,10 @@ def test_consecutive_work_regions_do_not_count_time_twice():
     measured one."""
     from test_derived_pipeline import software_pipelined
 
-    from cute_prof.analysis.critical_path import _work_spans
+    from cute_prof.analysis.critical_path import work_spans
     derived = derive_pipeline(software_pipelined(blocks=8))
     data = match_records(derived.trace, derived.spec)
-    _, dur = _work_spans(data)
+    _, dur = work_spans(data)
     consumer = [i for i, r in enumerate(derived.spec.regions) if r.role == "consumer"]
     waits = sum(data.end[:, :, i] - data.start[:, :, i] for i in consumer
                 if derived.spec.regions[i].kind == "wait")
@@ -264,10 +264,10 @@ def test_one_records_time_is_read_from_back_to_back_records():
 
 
 def test_the_unrecorded_replay_takes_two_records_off_each_work_region():
-    from cute_prof.analysis.critical_path import _work_spans
+    from cute_prof.analysis.critical_path import work_spans
     derived = derive_pipeline(mma_bound())
     data = match_records(derived.trace, derived.spec)
-    _, measured = _work_spans(data)
+    _, measured = work_spans(data)
     c = 32.0
     recorded, unrecorded = replay(data), replay(data, record_ns=c)
     i = [r.tag for r in derived.spec.regions].index("pk.producer_commit")  # synchronous

@@ -248,7 +248,7 @@ def _role_sequences(spec: PipelineSpec):
     return prev, role_last
 
 
-def _work_spans(data: PipelineData) -> tuple[np.ndarray, np.ndarray]:
+def work_spans(data: PipelineData) -> tuple[np.ndarray, np.ndarray]:
     """(begin, duration) of every work region by the gap rule: from the end of the role's
     previous region to the start of its next one (async work like wgmma ends where the next
     wait begins); after another work region, from this region's own record (where the
@@ -283,7 +283,7 @@ def _work_spans(data: PipelineData) -> tuple[np.ndarray, np.ndarray]:
 
 
 def _work_durations(data: PipelineData) -> np.ndarray:
-    return _memo(data, ("work_spans",), lambda: _work_spans(data))[1]
+    return _memo(data, ("work_spans",), lambda: work_spans(data))[1]
 
 
 def _event_times(spec: PipelineSpec, start: np.ndarray, end: np.ndarray) -> dict:
@@ -394,7 +394,7 @@ class Schedule:
     blocked: np.ndarray  # (U, K, n) the dependency (not program order) set the end
 
 
-def _blocked_and_free(data: PipelineData, i: int, cost: float, dep: np.ndarray):
+def blocked_and_free(data: PipelineData, i: int, cost: float, dep: np.ndarray):
     """(U, K) masks of wait ``i``: blocked (it lasted clearly longer, two 32 ns timer ticks,
     than its unblocked cost and ended after its event: end = event + latency) and free (no
     longer than that: it ended after its event, so end - event bounds the latency)."""
@@ -405,7 +405,11 @@ def _blocked_and_free(data: PipelineData, i: int, cost: float, dep: np.ndarray):
     return blocked, free
 
 
-def _infer_terms(data: PipelineData):
+def infer_terms(data: PipelineData):
+    """The model's terms, read from the measured schedule alone: (per resource: produce and
+    release times; (U, n) latency of each wait's event; (n,) each wait's unblocked cost;
+    (U, K, n) the event each wait waited on; (U, K, n) the unit it came from). What
+    ``replay`` and ``what_if`` take as ``terms``."""
     spec = data.spec
     units, iters, n = data.shape
     events = _event_times(spec, data.start, data.end)
@@ -421,7 +425,7 @@ def _infer_terms(data: PipelineData):
         s, e = data.start[:, :, i], data.end[:, :, i]
         # the fastest instance is the cost of an unblocked wait
         cost[i] = float(np.nanmin(e - s))
-        late, free = _blocked_and_free(data, i, cost[i], dep)
+        late, free = blocked_and_free(data, i, cost[i], dep)
         lat = np.where(late, e - dep, np.nan)
         per_unit = _mmax(lat, axis=1)
         overall = np.nanmedian(lat) if late.any() else 0.0
@@ -517,6 +521,36 @@ def _release_offsets(data: PipelineData, releasing: tuple, measured_begin: np.nd
     return release_at
 
 
+def _produce_offsets(data: PipelineData, producing: tuple, measured_begin: np.ndarray) -> dict:
+    """Per producing work region: (U, K) how far its produce's stamp (the commit, after the
+    load's issue) lies after the region's begin (the acquire's end). The load latency is
+    read from that stamp, so the replay places the produce there too: a 1- or 2-deep ring
+    pays this gap on every item (32-64 ns measured in ws_gemm, quack)."""
+    return {i: np.clip(np.nan_to_num(data.start[:, :, i] - measured_begin[:, :, i]), 0.0, None)
+            for i in producing}
+
+
+def _unwaited_release_offsets(data: PipelineData, jobs: dict, measured_begin: np.ndarray,
+                              measured_dur: np.ndarray) -> dict:
+    """Per region that releases after an async job: how far its release's stamp lies after
+    the region's begin (the wait's end) where the release did not wait for the job (the
+    region lasted no longer than its shortest instance and a margin): issuing the next job
+    and the release itself. In a starved ring every release is of that kind and this time
+    lies on the ring's recurrence; the shortest instance alone left the replayed 2-deep
+    ring 64-128 ns per item short of the measured one."""
+    out = {}
+    for i in jobs:
+        took = measured_dur[:, :, i]
+        at = data.spec.regions[i].relations["releases"].at
+        stamp = data.start[:, :, i] if at == "start" else data.end[:, :, i]
+        offset = stamp - measured_begin[:, :, i]
+        ran = data.valid
+        unwaited = ran & (took <= took[ran].min() + BLOCKED_MARGIN_NS)
+        offset = offset[unwaited & (offset >= 0) & (offset <= took)]
+        out[i] = float(np.median(offset)) if offset.size else 0.0
+    return out
+
+
 def replay(data: PipelineData, spec: PipelineSpec | None = None, *,
            scale: dict[str, float] | None = None, terms=None,
            record_ns: float = 0.0) -> Schedule:
@@ -530,11 +564,11 @@ def replay(data: PipelineData, spec: PipelineSpec | None = None, *,
     if [r.tag for r in spec.regions] != [r.tag for r in base.regions]:
         raise ProfileBufferError("a what-if pipeline must keep the measured regions")
     units, iters, n = data.shape
-    _, latency, cost, _, _ = terms if terms is not None else _infer_terms(data)
+    _, latency, cost, _, _ = terms if terms is not None else infer_terms(data)
     # what follows from the measured data alone is derived once per data (_memo). The loop
     # below steps through the iterations, every unit at once: its arrays are held by
     # iteration, (K, [n,] U), so that each step reads and writes contiguous rows
-    measured_begin, measured_dur = _memo(data, ("work_spans",), lambda: _work_spans(data))
+    measured_begin, measured_dur = _memo(data, ("work_spans",), lambda: work_spans(data))
     ran = data.valid  # (U, K): the iterations each unit ran (the others pass through, empty)
     # an async job's engine time is the kernel's own, recording or not
     jobs = dict(_memo(data, ("async_jobs",), lambda: _async_jobs(
@@ -547,6 +581,16 @@ def replay(data: PipelineData, spec: PipelineSpec | None = None, *,
     release_at = _memo(data, ("release_at", releasing), lambda: {
         i: tuple(_by_iteration(x) for x in offsets) for i, offsets
         in _release_offsets(data, releasing, measured_begin, measured_dur).items()})
+    producing = tuple(i for i, r in enumerate(spec.regions)
+                      if "produces" in r.relations and r.kind == "work")
+    produce_at = _memo(data, ("produce_at", producing), lambda: {
+        i: _by_iteration(x) for i, x
+        in _produce_offsets(data, producing, measured_begin).items()})
+    # a stamp's offset from the wait before it holds that wait's record (its store): one
+    # record less without recording
+    release_own = {i: max(x - record_ns, 0.0) for i, x in _memo(
+        data, ("unwaited_release_at",), lambda: _unwaited_release_offsets(
+            data, jobs, measured_begin, measured_dur)).items()}
     lead = _memo(data, ("wait_leads", record_ns), lambda: {
         i: _by_iteration(x) for i, x in _wait_leads(data, record_ns).items()})
     own_time = _memo(data, ("unblocked_wait_times", np.asarray(cost).tobytes()),
@@ -642,14 +686,19 @@ def replay(data: PipelineData, spec: PipelineSpec | None = None, *,
                     end[k, i] = np.where(here, np.maximum(
                         begin + floor[i], start[k, w] + own_time[k, w] + dur[k, i]), begin)
                 if "produces" in r.relations:
-                    prod[r.relations["produces"].resource][k] = begin
+                    offset = produce_at[i][k] - record_ns if i in produce_at else 0.0
+                    prod[r.relations["produces"].resource][k] = begin + np.clip(
+                        offset, 0.0, end[k, i] - begin)
                 if "releases" in r.relations:
                     rl = r.relations["releases"]
                     if k - rl.distance >= 0:
                         length = end[k, i] - begin
                         after_start, before_end = release_at[i]
-                        if i in jobs:  # after the job: measured from the end
-                            when = end[k, i] - np.minimum(before_end[k], length)
+                        if i in jobs:  # after the job: measured from the end, and no
+                            # sooner than a release that did not wait for its job
+                            when = np.maximum(end[k, i] - np.minimum(before_end[k], length),
+                                              begin + release_own[i])
+                            end[k, i] = np.where(here, np.maximum(end[k, i], when), end[k, i])
                         else:
                             when = begin + np.minimum(after_start[k], length)
                         rel[rl.resource][k - rl.distance] = when
@@ -743,7 +792,7 @@ def blockers(data: PipelineData, terms=None) -> list[dict]:
     """Per wait region, on the measured data: how often the dependency (not program order)
     was the last to arrive, its margin, and which region it was."""
     spec = data.spec
-    events, latency, cost, dep, _ = terms if terms is not None else _infer_terms(data)
+    events, latency, cost, dep, _ = terms if terms is not None else infer_terms(data)
     out = []
     for i, r in enumerate(spec.regions):
         if r.kind != "wait":
@@ -824,7 +873,7 @@ def initiation_interval(data: PipelineData, terms=None) -> dict:
     resource-bound minimum (the busiest role's work per iteration) and the recurrence bound
     of each ring (slot holding time / depth)."""
     spec = data.spec
-    events, latency, cost, dep, _ = terms if terms is not None else _infer_terms(data)
+    events, latency, cost, dep, _ = terms if terms is not None else infer_terms(data)
     units, iters, n = data.shape
     lo, hi = iters // 4, max(iters * 3 // 4, iters // 4 + 2)
     dur = _work_durations(data)
@@ -870,12 +919,12 @@ def _kernel_time(data: PipelineData, unit_delta: np.ndarray,
     return float(unit_last.max() - first), float((unit_last + shift).max() - first)
 
 
-def _steady_bound(data: PipelineData, terms, i: int) -> np.ndarray:
+def steady_bound(data: PipelineData, terms, i: int) -> np.ndarray:
     """(units,) the steady state's latency of wait i: the blocked waits' latency where the
     unit has some, capped by the unblocked waits (they ended after their data arrived, so
     end - event bounds the latency); a unit whose waits never blocked has only the cap."""
     dep, e = terms[3][:, :, i], data.end[:, :, i]
-    blocked, free = _blocked_and_free(data, i, terms[2][i], dep)
+    blocked, free = blocked_and_free(data, i, terms[2][i], dep)
     with warnings.catch_warnings():
         warnings.simplefilter("ignore", RuntimeWarning)
         cap = np.nanmin(np.where(free, e - dep, np.nan), axis=1)
@@ -899,7 +948,7 @@ def latency_sample(data: PipelineData, terms=None, *, region: str) -> tuple[np.n
     rel = spec.regions[i].relations.get("consumes")
     if rel is None:
         raise ProfileBufferError(f"{region!r} is not a consumes wait")
-    terms = terms if terms is not None else _infer_terms(data)
+    terms = terms if terms is not None else infer_terms(data)
     events, latency = terms[:2]
     produced = events[rel.resource][0]
     prev = data.unit_prev if data.unit_prev is not None else np.full(data.shape[0], -1)
@@ -909,8 +958,9 @@ def latency_sample(data: PipelineData, terms=None, *, region: str) -> tuple[np.n
         if loaded.sum() >= MIN_LATENCY_SAMPLE:
             return first[loaded], "first item of units started under load"
     if never_blocked(data, terms, i):
-        return latency[:, i].copy(), ("no wait blocked: latency not observed (0 in the "
-                                      "replay; the interval reaches the unblocked waits' bound)")
+        return latency[:, i].copy(), ("no wait blocked: latency not observed (a what-if "
+                                      "that depends on it gets bounds: at 0 and at the "
+                                      "unblocked waits' bound)")
     return latency[:, i].copy(), "blocked waits (capped by unblocked ones), per unit"
 
 
@@ -921,7 +971,9 @@ def timer_step(data: PipelineData) -> float:
     return float(steps[steps > 0].min()) if (steps > 0).any() else 0.0
 
 
-def _with_latency(terms, column: int, value: float):
+def with_latency(terms, column: int, value: float):
+    """``terms`` (``infer_terms``) with the latency of wait region ``column``'s event set to
+    ``value`` ns for every unit."""
     lat = terms[1].copy()
     lat[:, column] = float(value)
     return (terms[0], lat, *terms[2:])
@@ -951,18 +1003,18 @@ def what_if(data: PipelineData, *, depth: dict | None = None, shared_by: dict | 
     exceed the steady state's latency; the steady state's own bound (the per-unit latency
     of the wait inferred from the trace: blocked waits, capped by the unblocked ones, which
     ended after their data) caps it quantile by quantile."""
-    terms = terms if terms is not None else _infer_terms(data)
+    terms = terms if terms is not None else infer_terms(data)
     tags = [r.tag for r in data.spec.regions]
     for tag, value in (latency or {}).items():
         if tag not in tags:
             raise ProfileBufferError(f"latency names an unknown region {tag!r}")
-        terms = _with_latency(terms, tags.index(tag), value)
+        terms = with_latency(terms, tags.index(tag), value)
     loaded = {}
     if loaded_latency:
         for i, r in enumerate(data.spec.regions):
             if "consumes" in r.relations and r.tag not in (latency or {}):
                 if first_load is not None and len(first_load) >= MIN_LATENCY_SAMPLE:
-                    steady = _steady_bound(data, terms, i)
+                    steady = steady_bound(data, terms, i)
                     steady = steady if steady.size else np.asarray(first_load, float)
                     at = min(np.quantile(first_load, latency_quantile),
                              np.quantile(steady, latency_quantile))
@@ -973,7 +1025,7 @@ def what_if(data: PipelineData, *, depth: dict | None = None, shared_by: dict | 
                     at = np.quantile(sample, latency_quantile)
                     low = np.quantile(sample, UNQUEUED_QUANTILE)
                 loaded[i] = (float(at) + latency_shift_ns, float(low))
-                terms = _with_latency(terms, i, loaded[i][0])
+                terms = with_latency(terms, i, loaded[i][0])
     base = replay(data, terms=terms, record_ns=record_ns)
     changed_spec = data.spec.with_changes(depth=depth, shared_by=shared_by)
     base_end = np.nanmax(base.end.reshape(base.end.shape[0], -1), 1)
@@ -981,7 +1033,7 @@ def what_if(data: PipelineData, *, depth: dict | None = None, shared_by: dict | 
     for _ in range(8 if loaded else 1):
         for i, (at_base, unqueued) in loaded.items():
             value = unqueued + max(at_base - unqueued, 0.0) / max(ratio, 1e-6)
-            changed_terms = _with_latency(changed_terms, i, value)
+            changed_terms = with_latency(changed_terms, i, value)
         changed = replay(data, changed_spec, scale=scale, terms=changed_terms,
                          record_ns=record_ns)
         new_end = np.nanmax(changed.end.reshape(changed.end.shape[0], -1), 1)
@@ -1019,7 +1071,9 @@ def predict_what_if(data: PipelineData, change: dict, *, terms=None,
     of the trace's timer (a latency is not known closer than that), and the predictions
     from each half of the SMs alone (the CTAs' own variation of work and latency: two
     halves of one kernel that disagree say the whole is not known closer). A change the model
-    cannot make comes back as ``{"modelled": False, "reason": ...}`` instead of a number."""
+    cannot make comes back as ``{"modelled": False, "reason": ...}`` instead of a number; so
+    does one that hangs on a load latency the base never showed (its consumer never waited:
+    with ``bounds``, the change at latency 0 and at the unblocked waits' bound)."""
     unknown = set(change) - {"depth", "shared_by", "scale", "latency"}
     if unknown:
         return {"modelled": False, "reason": f"no model term for {sorted(unknown)}"}
@@ -1029,7 +1083,7 @@ def predict_what_if(data: PipelineData, change: dict, *, terms=None,
         if missing:
             return {"modelled": False, "reason": f"{key} names resources the pipeline does "
                                                  f"not have: {sorted(missing)}"}
-    terms = terms if terms is not None else _infer_terms(data)
+    terms = terms if terms is not None else infer_terms(data)
     tick = timer_step(data)
     # a consumes wait that never blocked in the base has no observed latency (the replay
     # gives it 0, the least it can be): only the unblocked waits' bound says how long it
@@ -1039,7 +1093,7 @@ def predict_what_if(data: PipelineData, change: dict, *, terms=None,
         r.tag: float(np.quantile(bound, interval[1])) + tick
         for i, r in enumerate(data.spec.regions)
         if "consumes" in r.relations and r.tag not in named and never_blocked(data, terms, i)
-        and (bound := _steady_bound(data, terms, i)).size}
+        and (bound := steady_bound(data, terms, i)).size}
     try:
         with warnings.catch_warnings():  # a deadlocked ring replays nan events first
             warnings.simplefilter("ignore", RuntimeWarning)
@@ -1056,6 +1110,14 @@ def predict_what_if(data: PipelineData, change: dict, *, terms=None,
         return {"modelled": False, "reason": str(err)}
     changes = [w["predicted_change"] for w in runs] + list(runs[0]["half_changes"])
     detail = {**runs[0], "latency_unobserved_bound_ns": unobserved}
+    if unobserved:
+        # the replay at latency 0 is the least the change can be, not a prediction: say so,
+        # with the bounds the base does give
+        bounds = (min(changes), max(changes))
+        return {"modelled": False, "bounds": bounds, "detail": detail, "reason": (
+            f"the base never waited on {', '.join(sorted(unobserved))}: their load latency "
+            f"is not observed, only bounded; the change lies in [{bounds[0]:+.2%}, "
+            f"{bounds[1]:+.2%}]")}
     return {"modelled": True, "predicted_change": changes[0],
             "interval": (min(changes), max(changes)), "detail": detail}
 
@@ -1064,7 +1126,7 @@ def never_blocked(data: PipelineData, terms, i: int) -> bool:
     """True when no instance of wait ``i`` in the trace was blocked by its dependency (every
     one lasted no longer than its unblocked cost + the margin): its latency is not observed,
     only bounded from above by the unblocked waits (end - event)."""
-    blocked, _ = _blocked_and_free(data, i, terms[2][i], terms[3][:, :, i])
+    blocked, _ = blocked_and_free(data, i, terms[2][i], terms[3][:, :, i])
     return not bool(blocked.any())
 
 
@@ -1078,7 +1140,7 @@ def analyze_pipeline(trace: Trace, spec: PipelineSpec, *, worst: int = 5,
     prediction ``bench/whatif_check.py`` checks on the GPU: loaded latency, the kernel
     without recording, and an interval; else the plain replay of :func:`what_if`."""
     data = match_records(trace, spec)
-    terms = _infer_terms(data)
+    terms = infer_terms(data)
     sched = replay(data, terms=terms)
     share, lat, _ = critical_path(data, sched)
     units = data.shape[0]
@@ -1133,7 +1195,7 @@ def perfetto_outputs(trace: Trace, spec: PipelineSpec, *, max_units: int = 16):
     options: blocker edges (dependency record -> blocked wait record), ring occupancy per
     unit, and the trace rows on each unit's critical path."""
     data = match_records(trace, spec)
-    terms = _infer_terms(data)
+    terms = infer_terms(data)
     sched = replay(data, terms=terms)
     _, _, on_path = critical_path(data, sched)
     units, iters, n = data.shape
