@@ -21,7 +21,7 @@ sys.path.insert(0, str(ROOT / "bench"))
 
 from cute_prof.analysis import critical_path as cp  # noqa: E402
 from cute_prof.analysis.pipelines import derive_pipeline  # noqa: E402
-from whatif_check import ENTRIES, folder_of  # noqa: E402
+from whatif_check import ENTRIES, folder_of, trace_span  # noqa: E402
 
 # the sensitivity sweeps the README cites: kernel folder -> (what-if, latencies in ns)
 SWEEPS = {"gemm_ze": ({"depth": {"ab_pipe": 2}}, (768, 896, 1024, 1140)),
@@ -88,6 +88,22 @@ def ring_cycle(spec, start, end, dep) -> str:
     return "; ".join(cells)
 
 
+def recorder_share(folder: Path, entry, trace, data, terms, record_ns: float) -> str:
+    """How much the recorder slowed the base: its traced span against its CUPTI median
+    (unrecorded), next to what the replay removes when it drops the records' own time. A
+    base the replay cannot shed its recorder from is predicted as the recorded kernel."""
+    timings = json.loads((folder / entry.timings).read_text())
+    timings = timings[entry.timings_key] if entry.timings_key else timings
+    cupti = statistics.median(timings[entry.base]) * entry.timings_ns
+    start = np.nanmin(data.start)
+    kept = np.nanmax(cp.replay(data, terms=terms).end) - start
+    shed = np.nanmax(cp.replay(data, terms=terms, record_ns=record_ns).end) - start
+    span = trace_span(trace)
+    return (f"recorder: traced span {span / 1e3:.2f} us against {cupti / 1e3:.2f} us unrecorded "
+            f"(CUPTI): {(span / cupti - 1) * 100:+.1f}%; the replay without recording removes "
+            f"{(kept / shed - 1) * 100:.1f}%")
+
+
 def measured_changes(folder: Path, entry) -> dict:
     """CUPTI medians' change of each variant against the base, as the check reads them."""
     timings = json.loads((folder / entry.timings).read_text())
@@ -150,6 +166,7 @@ def main(argv=None) -> int:
         measured = measured_changes(folder, entry)
         consumes = [r.tag for r in data.spec.regions if "consumes" in r.relations]
         record_ns = base["derived"].record_ns
+        lines.append("  " + recorder_share(folder, entry, base_trace, data, terms, record_ns))
         for name, change in entry.variants.items():
             path = folder / (entry.variant_trace or "").format(variant=name)
             if not (entry.variant_trace and path.exists()):
