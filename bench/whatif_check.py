@@ -75,6 +75,12 @@ class Entry:
     # diagnostic "traced" column: the change of the recorded kernel, one launch each
     variant_trace: str | None = None
 
+    def load_timings(self, folder: Path) -> dict[str, list[float]]:
+        """Per variant (timings key, the base's included): its launches' times, in the
+        timings file's unit (``timings_ns`` ns each)."""
+        timings = json.loads((folder / self.timings).read_text())
+        return timings[self.timings_key] if self.timings_key else timings
+
 
 def derived_spec(trace: Trace) -> PipelineSpec:
     return derive_pipeline(trace).spec
@@ -191,9 +197,7 @@ def check_entry(root: Path, entry: Entry) -> tuple[list[dict], dict]:
     folder = folder_of(root, entry)
     if folder is None:
         return [], {"kernel": entry.kernel, "skipped": f"no {entry.folder}/{entry.trace}"}
-    timings = json.loads((folder / entry.timings).read_text())
-    if entry.timings_key:
-        timings = timings[entry.timings_key]
+    timings = entry.load_timings(folder)
     trace = raw = entry.load(folder / entry.trace)
     t0 = time.perf_counter()
     first_load = None

@@ -8,7 +8,6 @@ each zero-edit base's replay against its measured iteration, and each variant's 
 from __future__ import annotations
 
 import argparse
-import json
 import statistics
 import sys
 from pathlib import Path
@@ -88,15 +87,16 @@ def ring_cycle(spec, start, end, dep) -> str:
     return "; ".join(cells)
 
 
-def recorder_share(folder: Path, entry, trace, data, terms, record_ns: float) -> str:
+def recorder_share(folder: Path, entry, trace, data, terms, record_ns: float,
+                   replayed: cp.Schedule) -> str:
     """How much the recorder slowed the base: its traced span against its CUPTI median
     (unrecorded), next to what the replay removes when it drops the records' own time. A
-    base the replay cannot shed its recorder from is predicted as the recorded kernel."""
-    timings = json.loads((folder / entry.timings).read_text())
-    timings = timings[entry.timings_key] if entry.timings_key else timings
+    base the replay cannot shed its recorder from is predicted as the recorded kernel.
+    ``replayed``: the base's replay with the records' time kept."""
+    timings = entry.load_timings(folder)
     cupti = statistics.median(timings[entry.base]) * entry.timings_ns
     start = np.nanmin(data.start)
-    kept = np.nanmax(cp.replay(data, terms=terms).end) - start
+    kept = np.nanmax(replayed.end) - start
     shed = np.nanmax(cp.replay(data, terms=terms, record_ns=record_ns).end) - start
     span = trace_span(trace)
     return (f"recorder: traced span {span / 1e3:.2f} us against {cupti / 1e3:.2f} us unrecorded "
@@ -106,8 +106,7 @@ def recorder_share(folder: Path, entry, trace, data, terms, record_ns: float) ->
 
 def measured_changes(folder: Path, entry) -> dict:
     """CUPTI medians' change of each variant against the base, as the check reads them."""
-    timings = json.loads((folder / entry.timings).read_text())
-    timings = timings[entry.timings_key] if entry.timings_key else timings
+    timings = entry.load_timings(folder)
     base = statistics.median(timings[entry.base])
     return {name: (statistics.median(t) - base) / base for name, t in timings.items()
             if name != entry.base and t}
@@ -166,7 +165,8 @@ def main(argv=None) -> int:
         measured = measured_changes(folder, entry)
         consumes = [r.tag for r in data.spec.regions if "consumes" in r.relations]
         record_ns = base["derived"].record_ns
-        lines.append("  " + recorder_share(folder, entry, base_trace, data, terms, record_ns))
+        lines.append("  " + recorder_share(folder, entry, base_trace, data, terms, record_ns,
+                                           replayed))
         for name, change in entry.variants.items():
             path = folder / (entry.variant_trace or "").format(variant=name)
             if not (entry.variant_trace and path.exists()):
@@ -187,12 +187,13 @@ def main(argv=None) -> int:
                     own_terms = cp.with_latency(own_terms, tags.index(tag), own)
                 # record_ns 0: the recorded kernel, as the variant's own trace ran
                 changed_spec = data.spec.with_changes(**change)
-                replayed = cp.replay(data, changed_spec, terms=own_terms)
+                changed_replay = cp.replay(data, changed_spec, terms=own_terms)
                 lines += [
                     f"  {'':16s} ring cycle, measured: " + ring_cycle(
                         got["data"].spec, got["data"].start, got["data"].end, got["terms"][3]),
                     f"  {'':16s} replayed from the base at that latency (recorded): "
-                    + ring_cycle(changed_spec, replayed.start, replayed.end, replayed.dep_time)]
+                    + ring_cycle(changed_spec, changed_replay.start, changed_replay.end,
+                                 changed_replay.dep_time)]
                 lines.append(
                     f"  {'':16s} measured {measured[name] * 100:+.2f}%; the model at the "
                     f"variant's own latency ({own:.0f} ns) {at_own * 100:+.2f}%; exact at "

@@ -8,7 +8,7 @@ import numpy as np
 
 from cute_prof.analysis.critical_path import match_records, replay
 from cute_prof.analysis.pipelines import derive_pipeline
-from test_derived_model_terms import gemm_like
+from tests.test_derived_model_terms import gemm_like
 
 FIELDS = ("start", "end", "dep_time", "dep_peer", "blocked")
 

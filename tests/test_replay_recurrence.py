@@ -2,7 +2,7 @@
 (issue #27): the produce's stamp after the acquire's end (the load's issue; the latency is
 read from that stamp) and an async release's stamp after its wait's end when the release
 did not wait for its job. Dropping either made every item of a 1- or 2-deep ring shorter
-in the replay than on the GPU (ws_gemm, persistent, quack: 64-128 ns per item)."""
+in the replay than on the GPU (ws_gemm, persistent, quack)."""
 
 import numpy as np
 import pytest

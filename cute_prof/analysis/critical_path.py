@@ -440,6 +440,12 @@ def infer_terms(data: PipelineData):
     return events, latency, cost, dep_all, peer_all
 
 
+def _waited_for_job(took: np.ndarray, floor: float) -> np.ndarray:
+    """Where a job-releasing region waited for its job: it lasted clearly longer (the
+    blocked margin) than its shortest instance."""
+    return took > floor + BLOCKED_MARGIN_NS
+
+
 def _async_jobs(data: PipelineData, dur: np.ndarray, floor: np.ndarray) -> dict:
     """Per asynchronous work region that releases an item of an earlier iteration (ws_gemm:
     issue the k-tile's wgmma, ``wait_group(1)``, release k-tile k - 1): (U, K) the engine
@@ -458,7 +464,7 @@ def _async_jobs(data: PipelineData, dur: np.ndarray, floor: np.ndarray) -> dict:
             continue
         issued = data.end[:, :, prev[i]]  # nan where the unit did not run the iteration
         released = issued + dur[:, :, i]
-        waited = (dur[:, :, i] > floor[i] + BLOCKED_MARGIN_NS) & ~np.isnan(issued)
+        waited = _waited_for_job(dur[:, :, i], floor[i]) & ~np.isnan(issued)
         started = np.where(waited, released, issued)  # previous job's end, else the issue
         job = np.full(issued.shape, np.nan)
         job[:, :-1] = np.where(waited[:, 1:], released[:, 1:] - started[:, :-1], np.nan)
@@ -509,43 +515,38 @@ def _wait_leads(data: PipelineData, record_ns: float = 0.0) -> dict:
     return out
 
 
-def _release_offsets(data: PipelineData, releasing: tuple, measured_begin: np.ndarray,
-                     measured_dur: np.ndarray) -> dict:
-    """Per releasing work region (index, ``at``): (U, K) how far its release's stamp lies
-    after the region's begin, and before its end."""
-    release_at = {}
-    for i, at in releasing:
-        stamp = data.start[:, :, i] if at == "start" else data.end[:, :, i]
-        offset = np.clip(np.nan_to_num(stamp - measured_begin[:, :, i]), 0.0, None)
-        release_at[i] = (offset, np.maximum(measured_dur[:, :, i] - offset, 0.0))
-    return release_at
+def _stamp(data: PipelineData, i: int, at: str) -> np.ndarray:
+    """(U, K) the time of region i's record that a relation reads: its start or its end."""
+    return data.start[:, :, i] if at == "start" else data.end[:, :, i]
 
 
-def _produce_offsets(data: PipelineData, producing: tuple, measured_begin: np.ndarray) -> dict:
-    """Per producing work region: (U, K) how far its produce's stamp (the commit, after the
-    load's issue) lies after the region's begin (the acquire's end). The load latency is
-    read from that stamp, so the replay places the produce there too: a 1- or 2-deep ring
-    pays this gap on every item (32-64 ns measured in ws_gemm, quack)."""
-    return {i: np.clip(np.nan_to_num(data.start[:, :, i] - measured_begin[:, :, i]), 0.0, None)
-            for i in producing}
+def _stamp_offsets(data: PipelineData, stamps: tuple, measured_begin: np.ndarray,
+                   measured_dur: np.ndarray) -> dict:
+    """Per work region and the end of its record a relation reads (index, ``at``): (U, K)
+    how far that stamp lies after the region's begin, and before its end. A release
+    happens there; so does a produce (the commit, after the load's issue: the latency is
+    read from it, so a 1- or 2-deep ring pays the gap from the acquire's end, 32-64 ns in
+    ws_gemm and quack, on every item)."""
+    out = {}
+    for i, at in stamps:
+        offset = np.clip(np.nan_to_num(_stamp(data, i, at) - measured_begin[:, :, i]), 0.0, None)
+        out[i] = (offset, np.maximum(measured_dur[:, :, i] - offset, 0.0))
+    return out
 
 
 def _unwaited_release_offsets(data: PipelineData, jobs: dict, measured_begin: np.ndarray,
-                              measured_dur: np.ndarray) -> dict:
+                              measured_dur: np.ndarray, floor: np.ndarray) -> dict:
     """Per region that releases after an async job: how far its release's stamp lies after
-    the region's begin (the wait's end) where the release did not wait for the job (the
-    region lasted no longer than its shortest instance and a margin): issuing the next job
-    and the release itself. In a starved ring every release is of that kind and this time
-    lies on the ring's recurrence; the shortest instance alone left the replayed 2-deep
-    ring 64-128 ns per item short of the measured one."""
+    the region's begin (the wait's end) where the release did not wait for the job:
+    issuing the next job and the release itself. In a starved ring every release is of
+    that kind and this time lies on the ring's recurrence; the shortest instance alone left
+    the replayed 2-deep ring short of the measured one."""
     out = {}
     for i in jobs:
         took = measured_dur[:, :, i]
-        at = data.spec.regions[i].relations["releases"].at
-        stamp = data.start[:, :, i] if at == "start" else data.end[:, :, i]
-        offset = stamp - measured_begin[:, :, i]
-        ran = data.valid
-        unwaited = ran & (took <= took[ran].min() + BLOCKED_MARGIN_NS)
+        offset = _stamp(data, i, data.spec.regions[i].relations["releases"].at) \
+            - measured_begin[:, :, i]
+        unwaited = data.valid & ~_waited_for_job(took, floor[i])
         offset = offset[unwaited & (offset >= 0) & (offset <= took)]
         out[i] = float(np.median(offset)) if offset.size else 0.0
     return out
@@ -571,26 +572,27 @@ def replay(data: PipelineData, spec: PipelineSpec | None = None, *,
     measured_begin, measured_dur = _memo(data, ("work_spans",), lambda: work_spans(data))
     ran = data.valid  # (U, K): the iterations each unit ran (the others pass through, empty)
     # an async job's engine time is the kernel's own, recording or not
+    measured_floor = _memo(data, ("measured_floor",), lambda: measured_dur[ran].min(0))
     jobs = dict(_memo(data, ("async_jobs",), lambda: _async_jobs(
-        data, measured_dur, measured_dur[ran].min(0))))
+        data, measured_dur, measured_floor)))
     dur = np.maximum(measured_dur - 2.0 * record_ns, 0.0)
     # where in its region each release happens: its record's stamp, as far from the region's
     # start (from its end, for a release that waits for an async job) as measured
     releasing = tuple((i, r.relations["releases"].at) for i, r in enumerate(spec.regions)
                       if "releases" in r.relations and r.kind == "work")
-    release_at = _memo(data, ("release_at", releasing), lambda: {
-        i: tuple(_by_iteration(x) for x in offsets) for i, offsets
-        in _release_offsets(data, releasing, measured_begin, measured_dur).items()})
-    producing = tuple(i for i, r in enumerate(spec.regions)
+    producing = tuple((i, "start") for i, r in enumerate(spec.regions)
                       if "produces" in r.relations and r.kind == "work")
-    produce_at = _memo(data, ("produce_at", producing), lambda: {
-        i: _by_iteration(x) for i, x
-        in _produce_offsets(data, producing, measured_begin).items()})
+
+    def stamp_offsets(stamps):
+        return _memo(data, ("stamp_at", stamps), lambda: {
+            i: tuple(_by_iteration(x) for x in offsets) for i, offsets
+            in _stamp_offsets(data, stamps, measured_begin, measured_dur).items()})
+    release_at, produce_at = stamp_offsets(releasing), stamp_offsets(producing)
     # a stamp's offset from the wait before it holds that wait's record (its store): one
     # record less without recording
     release_own = {i: max(x - record_ns, 0.0) for i, x in _memo(
         data, ("unwaited_release_at",), lambda: _unwaited_release_offsets(
-            data, jobs, measured_begin, measured_dur)).items()}
+            data, jobs, measured_begin, measured_dur, measured_floor)).items()}
     lead = _memo(data, ("wait_leads", record_ns), lambda: {
         i: _by_iteration(x) for i, x in _wait_leads(data, record_ns).items()})
     own_time = _memo(data, ("unblocked_wait_times", np.asarray(cost).tobytes()),
@@ -686,7 +688,7 @@ def replay(data: PipelineData, spec: PipelineSpec | None = None, *,
                     end[k, i] = np.where(here, np.maximum(
                         begin + floor[i], start[k, w] + own_time[k, w] + dur[k, i]), begin)
                 if "produces" in r.relations:
-                    offset = produce_at[i][k] - record_ns if i in produce_at else 0.0
+                    offset = produce_at[i][0][k] - record_ns if i in produce_at else 0.0
                     prod[r.relations["produces"].resource][k] = begin + np.clip(
                         offset, 0.0, end[k, i] - begin)
                 if "releases" in r.relations:
