@@ -85,6 +85,9 @@ def main(argv=None) -> int:
     ap.add_argument("--rounds", type=int, default=20)
     ap.add_argument("--sms", type=int, default=16, help="keep the CTAs of SMs 0..N-1 in each trace")
     ap.add_argument("--variants", default=",".join(VARIANTS))
+    ap.add_argument("--load-arrivals", type=int, default=7, metavar="N",
+                    help="one more base trace (trace_base_arrivals.npz) whose producer probes "
+                         "one load in N (autoprofile(load_arrivals=N)); 0: none")
     args = ap.parse_args(argv)
     import torch
     from flash_attn.cute import interface as fa
@@ -97,15 +100,19 @@ def main(argv=None) -> int:
     q, k, v = inputs(*shape)
     ref = reference(q, k, v, args.causal).float()
     calls, info = {}, {}
-    for name in args.variants.split(","):
-        call_kwargs, overrides = VARIANTS[name]
+    names = args.variants.split(",")
+    if args.load_arrivals and "base" in names:
+        names.append("base_arrivals")  # traced, not timed
+    for name in names:
+        call_kwargs, overrides = VARIANTS["base" if name == "base_arrivals" else name]
+        probes = args.load_arrivals if name == "base_arrivals" else 0
         cache = {}
         fa._flash_attn_fwd.compile_cache = cache
         try:
             with kernel_class_overrides(overrides):
                 out = fa._flash_attn_fwd(q, k, v, causal=args.causal, **call_kwargs)[0]
                 torch.cuda.synchronize()
-                with cute_prof.autoprofile(per_warp=4096,
+                with cute_prof.autoprofile(per_warp=4096, load_arrivals=probes,
                                            caches=[(fa._flash_attn_fwd, "compile_cache")]) as prof:
                     fa._flash_attn_fwd(q, k, v, causal=args.causal, **call_kwargs)
                 torch.cuda.synchronize()
@@ -118,12 +125,14 @@ def main(argv=None) -> int:
         meta = trace.metadata
         # the base launch whole (the host half predicts from it alone), the variants cut
         save_columns(out_dir / f"trace_{name}.npz",
-                     trace if name == "base" else cut_to_sms(trace, args.sms))
+                     trace if name.startswith("base") else cut_to_sms(trace, args.sms))
         info[name] = {"max_error": error, "events": len(trace), "overflow": trace.overflow,
                       "unclosed": meta["slices_unclosed_warps"],
                       "pipelines": meta["autoprof"]["pipelines"]}
         print(f"{name}: max |out - SDPA| {error:.2e}, {len(trace):,} events, overflow "
               f"{trace.overflow}", flush=True)
+        if name == "base_arrivals":
+            continue
 
         def call(cache=cache, kwargs=call_kwargs):
             def run():

@@ -54,6 +54,9 @@ def main(argv=None) -> int:
     ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     ap.add_argument("--mnk", default="4096,4096,4096")
     ap.add_argument("--rounds", type=int, default=20)
+    ap.add_argument("--load-arrivals", type=int, default=7, metavar="N",
+                    help="one more base trace (trace_base_arrivals.npz) whose producer probes "
+                         "one load in N (autoprofile(load_arrivals=N)); 0: none")
     args = ap.parse_args(argv)
     import torch
     import quack
@@ -105,16 +108,20 @@ def main(argv=None) -> int:
     # failed launch spoils the CUDA context): one and two fewer
     variants = {"base": 0, "stages_minus1": -1, "stages_minus2": -2}
     kept, lines = {}, []
-    for name, offset in list(variants.items()):
+    traced = dict(variants)
+    if args.load_arrivals:
+        traced["base_arrivals"] = 0  # the base again, its producer probing sampled loads
+    for name, offset in list(traced.items()):
+        probes = args.load_arrivals if name == "base_arrivals" else 0
         try:
-            with cute_prof.autoprofile(per_warp=4096) as prof:
+            with cute_prof.autoprofile(per_warp=4096, load_arrivals=probes) as prof:
                 build(offset)
         except Exception as err:  # e.g. one stage more than shared memory holds
             if name == "base":
                 raise
             lines.append(f"{name}: does not build ({type(err).__name__}: {str(err)[:200]})")
             print(lines[-1], flush=True)
-            del variants[name]
+            variants.pop(name, None)
             continue
         trace = prof.trace()
         trace.metadata["cluster"] = list(cluster)
@@ -125,6 +132,8 @@ def main(argv=None) -> int:
                      f"{error:.2e}, {len(trace.events):,} zero-edit records, overflow "
                      f"{trace.overflow}")
         print(lines[-1], flush=True)
+        if name == "base_arrivals":
+            continue
         kept[name] = build(offset)  # the unrecorded kernel, for the timing rounds
 
     def put_back(name):

@@ -7,11 +7,16 @@ set -uo pipefail
 source bench/tools/gpu_env.sh || exit 1
 FINAL=$OUT
 nvidia-smi --query-gpu=name,driver_version --format=csv,noheader | tee "$FINAL/device.txt"
-part() {  # part NAME COMMAND...: run with OUT=/tmp/parts/NAME, archive the folder
+part() {  # part NAME COMMAND...: run with OUT=/tmp/parts/NAME, archive the folder (in
+  # 15 MiB pieces NAME.tar.part-aa, -ab, ... where larger: the device tool returns files of
+  # at most 16 MiB; join them with cat)
   local name=$1; shift
   mkdir -p /tmp/parts/$name
   ( export OUT=/tmp/parts/$name; "$@" 2>&1 | tee /tmp/parts/$name/stdout.log | tail -${TAIL:-15} )
   tar cf "$FINAL/$name.tar" -C /tmp/parts $name
+  if [ "$(stat -c %s "$FINAL/$name.tar")" -gt 15728640 ]; then
+    split -b 15m "$FINAL/$name.tar" "$FINAL/$name.tar.part-" && rm "$FINAL/$name.tar"
+  fi
 }
 for p in ${PARTS:-fa4 gemm persistent}; do
   case $p in

@@ -39,7 +39,7 @@ from cute_prof import storage  # noqa: E402
 from cute_prof.analysis.critical_path import (  # noqa: E402
     latency_sample, match_records, predict_what_if, timer_step)
 from cute_prof.analysis.model import PipelineSpec, load_pipeline  # noqa: E402
-from cute_prof.analysis.pipelines import derive_pipeline  # noqa: E402
+from cute_prof.analysis.pipelines import derive_pipeline, load_arrival_latency  # noqa: E402
 from cute_prof.trace import Trace  # noqa: E402
 
 sys.path.insert(0, str(ROOT / "bench"))
@@ -74,6 +74,9 @@ class Entry:
     # the variants' own traces (``{variant}`` is the timings key), read only for the
     # diagnostic "traced" column: the change of the recorded kernel, one launch each
     variant_trace: str | None = None
+    # a second base trace whose producer probed sampled loads (autoprofile(load_arrivals=N)):
+    # the model's load latencies, when the GPU half recorded it
+    arrivals_trace: str | None = None
 
     def load_timings(self, folder: Path) -> dict[str, list[float]]:
         """Per variant (timings key, the base's included): its launches' times, in the
@@ -95,36 +98,41 @@ ENTRIES = [
     # zero-edit bases (only the pipeline calls recorded; the spec is derived from them)
     Entry("ws_gemm 4096^3 (2x1 cluster, 4 stages)", "gemm_ze", "trace_ze_base.npz", load_columns,
           derived_spec, "base", GEMM_CHANGES, timings_key="times", wait=None, derived=True,
-          base_trace="zero-edit", variant_trace="trace_ze_{variant}.npz"),
+          base_trace="zero-edit", variant_trace="trace_ze_{variant}.npz",
+          arrivals_trace="trace_ze_base_arrivals.npz"),
     Entry("persistent ws_gemm 4096x4096x1024", "persistent_ze", "trace_ze_base.npz", load_columns,
           derived_spec, "base", GEMM_CHANGES, timings_key="times", wait=None, derived=True,
-          base_trace="zero-edit", variant_trace="trace_ze_{variant}.npz"),
+          base_trace="zero-edit", variant_trace="trace_ze_{variant}.npz",
+          arrivals_trace="trace_ze_base_arrivals.npz"),
     Entry("FA4 fwd b4 s4096 h16 d128 bf16", "fa4", "trace_base.npz", load_columns, derived_spec,
           "base", {"stages1": {"depth": {"pipeline_k": 1, "pipeline_v": 1}},
                    "stages3": {"depth": {"pipeline_k": 3, "pipeline_v": 3}},
                    "overlap_off": NOT_A_RING, "pv_ss": NOT_A_RING},
           timings="fa4_timings.json", timings_key="times_ms", wait=None, derived=True,
-          timings_ns=1e6, base_trace="zero-edit", variant_trace="trace_{variant}.npz"),
+          timings_ns=1e6, base_trace="zero-edit", variant_trace="trace_{variant}.npz",
+          arrivals_trace="trace_base_arrivals.npz"),
     # causal: CTAs run 1 to 32 K/V blocks (a CTA that ran fewer stays in the model)
     Entry("FA4 fwd causal b4 s4096 h16 d128 bf16", "fa4_causal", "trace_base.npz", load_columns,
           derived_spec, "base", {"stages1": {"depth": {"pipeline_k": 1, "pipeline_v": 1}},
                                  "stages3": {"depth": {"pipeline_k": 3, "pipeline_v": 3}},
                                  "overlap_off": NOT_A_RING, "pv_ss": NOT_A_RING},
           timings="fa4_timings.json", timings_key="times_ms", wait=None, derived=True,
-          timings_ns=1e6, base_trace="zero-edit", variant_trace="trace_{variant}.npz"),
+          timings_ns=1e6, base_trace="zero-edit", variant_trace="trace_{variant}.npz",
+          arrivals_trace="trace_base_arrivals.npz"),
     # quack's cooperative Hopper GEMM (bench/quack_whatif_gpu.py): the second foreign kernel
     Entry("quack GEMM 4096^3 (cooperative, 2x1 cluster, 4 stages)", "quack", "trace_base.npz",
           load_columns, derived_spec, "base",
           {"stages_minus1": {"depth": {"pipeline_cls": 3}},
            "stages_minus2": {"depth": {"pipeline_cls": 2}}},
           timings_key="times", wait=None, derived=True, base_trace="zero-edit",
-          variant_trace="trace_{variant}.npz"),
+          variant_trace="trace_{variant}.npz", arrivals_trace="trace_base_arrivals.npz"),
     # one partial wave (128 CTAs on 132 SMs): no CTA starts under load
     Entry("FA4 fwd b1 s1024 h16 d128 bf16", "fa4_small", "trace_base.npz", load_columns,
           derived_spec, "base", {"stages1": {"depth": {"pipeline_k": 1, "pipeline_v": 1}},
                                  "stages3": {"depth": {"pipeline_k": 3, "pipeline_v": 3}}},
           timings="fa4_timings.json", timings_key="times_ms", wait=None, derived=True,
-          timings_ns=1e6, base_trace="zero-edit", variant_trace="trace_{variant}.npz"),
+          timings_ns=1e6, base_trace="zero-edit", variant_trace="trace_{variant}.npz",
+          arrivals_trace="trace_base_arrivals.npz"),
     # history: level-2 (hand-placed probes) bases with hand-written specs; their probes sit
     # on a shallow ring's recurrence (README), so they predict the traced kernel
     Entry("ws_gemm 4096^3 (2x1 cluster, 4 stages)", "gemm", "trace_base.npz", load_columns,
@@ -202,15 +210,28 @@ def check_entry(root: Path, entry: Entry) -> tuple[list[dict], dict]:
     t0 = time.perf_counter()
     first_load = None
     record_ns = 0.0  # level-2 bases: their probes are the kernel the model sees
+    arrivals, probe_cost = {}, None
     if entry.derived:
         derived = derive_pipeline(trace)
         trace, spec, record_ns = derived.trace, derived.spec, derived.record_ns
         first_load, first_source = derived.first_load_latency()
+        probed_file = folder / entry.arrivals_trace if entry.arrivals_trace else None
+        if probed_file is not None and probed_file.exists():
+            probed = entry.load(probed_file)
+            arrivals = load_arrival_latency(probed)
+            # what the probes cost: the probed launch's span against the base trace's
+            probe_cost = trace_span(probed) / trace_span(raw) - 1
     else:
         spec = entry.spec(trace)
     data = match_records(trace, spec)
     wait = entry.wait or next(r.tag for r in spec.regions if "consumes" in r.relations)
-    if first_load is not None and len(first_load) >= 8:
+    ring = next(r.relations["consumes"].resource for r in spec.regions if r.tag == wait)
+    if len(arrivals.get(ring, ())) >= 8:
+        sample = arrivals[ring]
+        source = (f"{len(sample):,} loads sampled as they arrived, in a second base launch "
+                  f"whose producer probed them (it ran {probe_cost:+.1%} against the base "
+                  "trace's span)")
+    elif first_load is not None and len(first_load) >= 8:
         sample, source = first_load, first_source
     else:
         sample, source = latency_sample(data, region=wait)
@@ -226,7 +247,8 @@ def check_entry(root: Path, entry: Entry) -> tuple[list[dict], dict]:
         row = {"kernel": entry.kernel, "base_trace": entry.base_trace, "what_if": name,
                "change": change, "measured": measured,
                "traced": traced_change(folder, entry, name, raw)}
-        pred = (predict_what_if(data, change, first_load=first_load, record_ns=record_ns)
+        pred = (predict_what_if(data, change, first_load=first_load, record_ns=record_ns,
+                                arrivals=arrivals)
                 if isinstance(change, dict)
                 else {"modelled": False, "reason": change})
         row["modelled"] = pred["modelled"]
@@ -256,7 +278,10 @@ def check_entry(root: Path, entry: Entry) -> tuple[list[dict], dict]:
             "launches": len(timings[entry.base]), "analysis_s": time.perf_counter() - t0,
             "latency_source": source,
             "latency_ns": {q: float(np.quantile(sample, q)) for q in (0.05, 0.25, 0.5, 0.75)},
-            "timer_step_ns": timer_step(data), "record_ns": record_ns}
+            "timer_step_ns": timer_step(data), "record_ns": record_ns,
+            "probe_cost": probe_cost,
+            "arrival_latency_ns": {name: {q: float(np.quantile(x, q)) for q in (0.05, 0.5)}
+                                   for name, x in arrivals.items()}}
     return rows, info
 
 

@@ -46,6 +46,10 @@ def main(argv=None) -> int:
     ap.add_argument("--per-round", type=int, default=10)
     ap.add_argument("--persistent", action="store_true",
                     help="the persistent kernel (GemmConfig(persistent=True)) and its variants")
+    ap.add_argument("--load-arrivals", type=int, default=7, metavar="N",
+                    help="with --zero-edit: one more base trace whose producer probes one "
+                         "load in about N (autoprofile(load_arrivals=N)): the model's load "
+                         "latencies; 0: none")
     ap.add_argument("--zero-edit", action="store_true",
                     help="also record every variant at level 0 in zero-edit mode "
                     "(trace_ze_<variant>.npz: the derived model's input)")
@@ -105,12 +109,17 @@ def main(argv=None) -> int:
             f"{time.time() - t0:.1f}s")
 
     if args.zero_edit:  # the same kernels at level 0, recorded by autoprofile()
-        for name, over in VARIANTS.items():
+        traced = dict(VARIANTS)
+        if args.load_arrivals:  # the base again, its producer probing sampled loads
+            traced["base_arrivals"] = VARIANTS["base"]
+        for name, over in traced.items():
             t0 = time.time()
             runner = W.CompiledWsGemm(W.GemmConfig(**over, persistent=args.persistent))
             c = torch.empty(m, n, device="cuda", dtype=torch.bfloat16)
             warps = runner.gemm.num_ctas(m, n) * (runner.gemm.threads_per_cta // 32)
-            with cute_prof.autoprofile(per_warp=4096, max_warps=warps) as zprof:
+            probes = args.load_arrivals if name == "base_arrivals" else 0
+            with cute_prof.autoprofile(per_warp=4096, max_warps=warps,
+                                       load_arrivals=probes) as zprof:
                 launch = runner.prepare(a, b, c, dummy, 0, 0)
                 launch()
             launch()  # warm caches and clocks; the second launch is the one kept

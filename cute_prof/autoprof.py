@@ -89,7 +89,7 @@ class AutoProfile:
 @contextlib.contextmanager
 def autoprofile(*, per_warp: int = DEFAULT_PER_WARP, max_warps: int = DEFAULT_MAX_WARPS,
                 kernels: tuple[str, ...] | list[str] | str | None = None, device=None,
-                caches=(), synchronize: bool = True):
+                caches=(), synchronize: bool = True, load_arrivals: int = 0):
     """Record every pipeline and barrier call of kernels compiled inside the block.
 
     ``per_warp``: records kept per warp (a wait is two, a signal one; the rest is counted
@@ -100,8 +100,11 @@ def autoprofile(*, per_warp: int = DEFAULT_PER_WARP, max_warps: int = DEFAULT_MA
     cache of compiled kernels (FA4: ``(interface._flash_attn_fwd, "compile_cache")``);
     inside the block each is an empty cache of the same type, so the kernel compiles again
     and records, and the old one is back afterwards (the block's cache stays on
-    ``AutoProfile.caches``, to launch the recording kernel again). Yields an
-    :class:`AutoProfile`."""
+    ``AutoProfile.caches``, to launch the recording kernel again). ``load_arrivals``: N > 0
+    also samples the load latency of every TMA-loaded ring: after one commit in N, the
+    producer waits for that load and records ``<ring>.load_arrival`` (the probe delays the
+    producer, so take the pipeline's timings from a run without it; read the latencies with
+    ``analysis.pipelines.load_arrival_latency``). Yields an :class:`AutoProfile`."""
     from .device.autoprof import RecordingConfig, recording
 
     if isinstance(kernels, str):
@@ -109,6 +112,9 @@ def autoprofile(*, per_warp: int = DEFAULT_PER_WARP, max_warps: int = DEFAULT_MA
     per_warp, max_warps = int(per_warp), int(max_warps)
     if per_warp < 1 or max_warps < 1:
         raise ProfileBufferError(f"per_warp and max_warps must be >= 1, got {per_warp}, {max_warps}")
+    if isinstance(load_arrivals, bool) or not isinstance(load_arrivals, int) or load_arrivals < 0:
+        raise ProfileBufferError(f"load_arrivals must be an int >= 0 (0: off; N: probe one load "
+                                 f"in N), got {load_arrivals!r}")
 
     def allocate(n_slices: int, records: int):
         target = device
@@ -119,7 +125,8 @@ def autoprofile(*, per_warp: int = DEFAULT_PER_WARP, max_warps: int = DEFAULT_MA
         return allocate_slices_buffer(n_slices, records, device=target)
 
     config = RecordingConfig(per_warp=per_warp, max_warps=max_warps, allocate=allocate,
-                             kernels=tuple(kernels) if kernels is not None else None)
+                             kernels=tuple(kernels) if kernels is not None else None,
+                             load_arrivals=load_arrivals)
     saved = [(owner, name, getattr(owner, name)) for owner, name in caches]
     result = None
     try:

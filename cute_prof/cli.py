@@ -469,6 +469,10 @@ def _add_pipeline_options(parser: argparse.ArgumentParser) -> None:
                         "one what-if (repeatable)")
     parser.add_argument("--faster", action="append", default=[], metavar="TAG=PCT",
                         help="what-if: that work region PCT%% faster (repeatable)")
+    parser.add_argument("--arrivals", metavar="TRACE",
+                        help="a zero-edit trace of the same kernel recorded with "
+                             "autoprofile(load_arrivals=N): the what-ifs take their load "
+                             "latencies from its sampled loads")
 
 
 def _what_ifs(args) -> list[dict]:
@@ -506,8 +510,16 @@ def _cmd_analyze_pipeline(args, progress: _Progress, *, trace=None) -> int:
         trace, spec = derived.trace, derived.spec
     progress("analysing the pipeline")
     # a derived model's what-ifs as bench/whatif_check.py checks them (the unrecorded kernel)
+    probed = None
+    if getattr(args, "arrivals", None):
+        if derived is None:
+            raise ProfileBufferError("--arrivals needs a zero-edit trace analysed without "
+                                     "--pipeline (the derived model reads the probes' rings)")
+        progress(f"reading the sampled loads of {args.arrivals}")
+        probed = load_any(args.arrivals)
     report = analyze_pipeline(trace, spec, what_ifs=what_ifs,
-                              **(derived.what_if_terms() if derived is not None else {}))
+                              **(derived.what_if_terms(arrivals_from=probed)
+                                 if derived is not None else {}))
     if derived is not None:
         report["derived"] = derived.describe()
     if args.json:

@@ -64,6 +64,9 @@ for causal in (False, True):
                         "sites": [s.to_dict() for s in rec.sites.values()],
                         "pipelines": [p.to_dict() for p in rec.pipelines],
                         "closed": rec.closed, "address": int(rec.buffer.data_ptr())}
+with cute_prof.autoprofile(per_warp=4096, max_warps=16384, device="cpu", load_arrivals=7) as prof:
+    probed = ptx(False)
+out["probed"] = {"ptx": probed, "sites": [s.to_dict() for s in prof.recordings[-1].sites.values()]}
 json.dump(out, open(sys.argv[1], "w"))
 """
 
@@ -114,3 +117,15 @@ def test_fa4_every_pipeline_call_site_gets_its_records(compiled, causal):
     assert not any("atom" in b for b in regions + instants)
     assert str(run["address"]) in ptx  # the buffer is a constant: no parameter was added
     assert ptx.count(".param") == run["before"].count(".param")
+
+
+def test_fa4_load_arrival_probes_follow_the_k_and_v_commits(compiled):
+    """FA4 commits each K/V load after its copy (a no-op for a TMA ring): the probe follows
+    that commit, on every TMA-loaded ring it commits."""
+    probed = compiled["probed"]
+    names = {s["name"]: s for s in probed["sites"] if s["op"] == "load_arrival"}
+    assert {"pipeline_k.load_arrival", "pipeline_v.load_arrival"} <= set(names)
+    blocks = re.findall(r"// begin inline asm\n(.*?)// end inline asm", probed["ptx"], flags=re.S)
+    probes = [b for b in blocks if "ARRIVAL_POLL:" in b]
+    assert len(probes) >= 2 and all("mbarrier.try_wait.parity" in b for b in probes)
+    assert "ARRIVAL_POLL" not in compiled["False"]["recorded"]

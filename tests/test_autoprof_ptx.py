@@ -34,8 +34,11 @@ before = ptx()
 with cute_prof.autoprofile(per_warp=64, max_warps=1024, device="cpu") as prof:
     recorded = ptx()
 after = ptx()
+with cute_prof.autoprofile(per_warp=64, max_warps=1024, device="cpu", load_arrivals=7) as probing:
+    probed = ptx()
 rec = prof.recordings[0]
-json.dump({"before": before, "recorded": recorded, "after": after,
+json.dump({"before": before, "recorded": recorded, "after": after, "probed": probed,
+           "probed_sites": [s.to_dict() for s in probing.recordings[0].sites.values()],
            "sites": [s.to_dict() for s in rec.sites.values()],
            "pipelines": [p.to_dict() for p in rec.pipelines], "closed": rec.closed,
            "address": int(rec.buffer.data_ptr())}, open(sys.argv[1], "w"))
@@ -78,3 +81,23 @@ def test_records_are_slice_stores_and_the_cursor_stays_in_registers(compiled):
     # the buffer's address is a constant of the kernel (no parameter was added)
     assert str(compiled["address"]) in ptx
     assert ptx.count(".param") == compiled["before"].count(".param")
+
+
+def test_load_arrival_probes_poll_the_full_barrier_after_the_loads(compiled):
+    """ws_gemm arms its full barrier itself, then issues its copies: the probe of an item
+    sits before the next acquire, waits on the full barrier's parity with a bounded
+    try_wait loop, and fires only after an arm (the ring's drain probes nothing)."""
+    sites = {s["name"]: s for s in compiled["probed_sites"]}
+    assert sites["ab_pipe.load_arrival"]["op"] == "load_arrival"
+    assert sites["ab_pipe.load_arrival"]["kind"] == "wait"
+    assert not any(name.startswith("store_pipe") and s["op"] == "load_arrival"
+                   for name, s in sites.items())  # a TMA store ring loads nothing
+    ptx = compiled["probed"]
+    probes = [b for b in _record_blocks(ptx) if "ARRIVAL_POLL:" in b]
+    assert probes and all("mbarrier.try_wait.parity" in b and "%globaltimer" in b
+                          for b in probes)
+    # the mainloop's acquire and the drain's first one (the last item loaded); the
+    # drain's later acquires follow no arm and the compiler drops their probes
+    assert len(probes) == 2
+    assert ".local" not in ptx  # the armed flag lives in a register, like the cursor
+    assert "ARRIVAL_POLL" not in compiled["recorded"]  # off unless asked for

@@ -36,6 +36,9 @@ __all__ = ["PipelineData", "Schedule", "match_records", "replay", "critical_path
 MIN_LATENCY_SAMPLE = 8
 # the quantile of the loaded latencies taken for a load that met no queue (Little's law)
 UNQUEUED_QUANTILE = 0.05
+# the seed of the per-item latency draws from a sample of arrivals (what_if): fixed, so a
+# prediction repeats exactly
+LATENCY_DRAW_SEED = 2027
 
 
 @dataclass
@@ -554,12 +557,14 @@ def _unwaited_release_offsets(data: PipelineData, jobs: dict, measured_begin: np
 
 def replay(data: PipelineData, spec: PipelineSpec | None = None, *,
            scale: dict[str, float] | None = None, terms=None,
-           record_ns: float = 0.0) -> Schedule:
+           record_ns: float = 0.0, item_latency: dict | None = None) -> Schedule:
     """Re-schedule the measured work durations under ``spec`` (default: the data's own);
     ``scale``: tag -> factor on that work region's durations (0.8 = 20% faster).
     ``record_ns``: one record's own time (``pipelines.record_cost_ns``); a work region
     spans two stamps' worth of recording (from the record before it, past its own, to the
-    read of the next), so each loses twice that: the replay of the kernel unrecorded."""
+    read of the next), so each loses twice that: the replay of the kernel unrecorded.
+    ``item_latency``: wait region index -> (units, iterations) latency of each item's
+    event, in place of the terms' one latency per unit (loads whose latencies vary)."""
     base = data.spec
     spec = base if spec is None else spec
     if [r.tag for r in spec.regions] != [r.tag for r in base.regions]:
@@ -615,6 +620,8 @@ def replay(data: PipelineData, spec: PipelineSpec | None = None, *,
     dur = _by_iteration(dur)
     jobs = {i: _by_iteration(job) for i, job in jobs.items()}
     latency_of = np.ascontiguousarray(latency.T)  # (n, U)
+    per_item = {i: _by_iteration(np.asarray(x, dtype=np.float64))
+                for i, x in (item_latency or {}).items()}
     job_end = {i: np.full(units, -np.inf) for i in jobs}
     shape = (iters, n, units)
     start = np.full(shape, np.nan)
@@ -667,7 +674,7 @@ def replay(data: PipelineData, spec: PipelineSpec | None = None, *,
                     raise ProfileBufferError(
                         f"the pipeline cannot run: {r.tag} at iteration {k} waits on an event "
                         f"that comes later in the same iteration (ring too shallow: deadlock)")
-                arm = dep + latency_of[i]
+                arm = dep + (per_item[i][k] if i in per_item else latency_of[i])
                 own = begin + own_time[k, i]
                 # the event decides where it comes later: no event (nan) never does, and an
                 # infinite one counts as the largest float (np.nan_to_num(arm, nan=-inf)
@@ -985,7 +992,7 @@ def what_if(data: PipelineData, *, depth: dict | None = None, shared_by: dict | 
             scale: dict | None = None, latency: dict | None = None, terms=None,
             loaded_latency: bool = False, latency_quantile: float = 0.5,
             latency_shift_ns: float = 0.0, first_load: np.ndarray | None = None,
-            record_ns: float = 0.0) -> dict:
+            record_ns: float = 0.0, arrivals: dict | None = None) -> dict:
     """Predicted kernel-time change of a changed pipeline (ring depths, sharing, a region
     faster), from the replay of the change against the replay of the base. ``latency``:
     wait tag -> ns, replacing the inferred latency of that wait's event (when the trace
@@ -1004,18 +1011,34 @@ def what_if(data: PipelineData, *, depth: dict | None = None, shared_by: dict | 
     load shares the memory with the burst of loads the unit issues at its start, so it can
     exceed the steady state's latency; the steady state's own bound (the per-unit latency
     of the wait inferred from the trace: blocked waits, capped by the unblocked ones, which
-    ended after their data) caps it quantile by quantile."""
+    ended after their data) caps it quantile by quantile.
+
+    ``arrivals``: ring -> latencies of loads sampled as they arrived
+    (``pipelines.load_arrival_latency``: every load, not only the late ones a consumer
+    waited for); a consumes wait on such a ring takes its L_b and L_0 from that sample,
+    ahead of ``first_load``."""
     terms = terms if terms is not None else infer_terms(data)
     tags = [r.tag for r in data.spec.regions]
     for tag, value in (latency or {}).items():
         if tag not in tags:
             raise ProfileBufferError(f"latency names an unknown region {tag!r}")
         terms = with_latency(terms, tags.index(tag), value)
-    loaded = {}
+    loaded, draws = {}, {}
     if loaded_latency:
         for i, r in enumerate(data.spec.regions):
             if "consumes" in r.relations and r.tag not in (latency or {}):
-                if first_load is not None and len(first_load) >= MIN_LATENCY_SAMPLE:
+                probed = np.asarray((arrivals or {}).get(r.relations["consumes"].resource, ()),
+                                    dtype=np.float64)
+                if probed.size >= MIN_LATENCY_SAMPLE:
+                    at = np.quantile(probed, latency_quantile)
+                    low = np.quantile(probed, UNQUEUED_QUANTILE)
+                    # every item draws its own latency from the sample (one seed per wait:
+                    # the base and the change see the same draws), the whole sample moved
+                    # so that its median sits at the quantile asked for
+                    rng = np.random.default_rng(LATENCY_DRAW_SEED + i)
+                    draws[i] = (rng.choice(probed, size=data.shape[:2])
+                                + (at - np.median(probed)) + latency_shift_ns)
+                elif first_load is not None and len(first_load) >= MIN_LATENCY_SAMPLE:
                     steady = steady_bound(data, terms, i)
                     steady = steady if steady.size else np.asarray(first_load, float)
                     at = min(np.quantile(first_load, latency_quantile),
@@ -1028,16 +1051,20 @@ def what_if(data: PipelineData, *, depth: dict | None = None, shared_by: dict | 
                     low = np.quantile(sample, UNQUEUED_QUANTILE)
                 loaded[i] = (float(at) + latency_shift_ns, float(low))
                 terms = with_latency(terms, i, loaded[i][0])
-    base = replay(data, terms=terms, record_ns=record_ns)
+    base = replay(data, terms=terms, record_ns=record_ns, item_latency=draws)
     changed_spec = data.spec.with_changes(depth=depth, shared_by=shared_by)
     base_end = np.nanmax(base.end.reshape(base.end.shape[0], -1), 1)
-    changed_terms, ratio = terms, 1.0
+    changed_terms, ratio, changed_draws = terms, 1.0, draws
     for _ in range(8 if loaded else 1):
         for i, (at_base, unqueued) in loaded.items():
             value = unqueued + max(at_base - unqueued, 0.0) / max(ratio, 1e-6)
             changed_terms = with_latency(changed_terms, i, value)
+        # each drawn load's queueing (its time past an unqueued load's) scales the same way
+        changed_draws = {i: np.where(x > loaded[i][1],
+                                     loaded[i][1] + (x - loaded[i][1]) / max(ratio, 1e-6), x)
+                         for i, x in draws.items()}
         changed = replay(data, changed_spec, scale=scale, terms=changed_terms,
-                         record_ns=record_ns)
+                         record_ns=record_ns, item_latency=changed_draws)
         new_end = np.nanmax(changed.end.reshape(changed.end.shape[0], -1), 1)
         measured, predicted = _kernel_time(data, new_end - base_end)
         previous, ratio = ratio, predicted / measured
@@ -1061,12 +1088,14 @@ def what_if(data: PipelineData, *, depth: dict | None = None, shared_by: dict | 
             "unit_delta_median_ns": float(np.median(delta)),
             "half_changes": halves,
             "replay_error_median": fidelity,
-            "latency_ns": {tags[i]: float(changed_terms[1][0, i]) for i in loaded}}
+            "latency_ns": {tags[i]: float(changed_terms[1][0, i]) for i in loaded},
+            "latency_mean_ns": {tags[i]: float(np.mean(x)) for i, x in changed_draws.items()}}
 
 
 def predict_what_if(data: PipelineData, change: dict, *, terms=None,
                     interval: tuple[float, float] = (0.25, 0.75),
-                    first_load: np.ndarray | None = None, record_ns: float = 0.0) -> dict:
+                    first_load: np.ndarray | None = None, record_ns: float = 0.0,
+                    arrivals: dict | None = None) -> dict:
     """One what-if with its uncertainty from the base trace's own spread: the prediction
     at the median loaded latency, and the interval spanned by the latency quantiles
     ``interval`` (per-unit and per-load variation of the base), each widened by one tick
@@ -1091,23 +1120,27 @@ def predict_what_if(data: PipelineData, change: dict, *, terms=None,
     # gives it 0, the least it can be): only the unblocked waits' bound says how long it
     # can be, so the interval reaches the prediction at that bound
     named = set(change.get("latency") or {})
+    probed = {ring for ring, sample in (arrivals or {}).items()
+              if len(sample) >= MIN_LATENCY_SAMPLE}
     unobserved = {} if first_load is not None and len(first_load) >= MIN_LATENCY_SAMPLE else {
         r.tag: float(np.quantile(bound, interval[1])) + tick
         for i, r in enumerate(data.spec.regions)
-        if "consumes" in r.relations and r.tag not in named and never_blocked(data, terms, i)
+        if "consumes" in r.relations and r.tag not in named
+        and r.relations["consumes"].resource not in probed and never_blocked(data, terms, i)
         and (bound := steady_bound(data, terms, i)).size}
     try:
         with warnings.catch_warnings():  # a deadlocked ring replays nan events first
             warnings.simplefilter("ignore", RuntimeWarning)
             runs = [what_if(data, terms=terms, loaded_latency=True, latency_quantile=q,
                             latency_shift_ns=shift, first_load=first_load,
-                            record_ns=record_ns, **change)
+                            record_ns=record_ns, arrivals=arrivals, **change)
                     for q, shift in ((0.5, 0.0), (interval[0], -tick), (interval[1], tick))]
             if unobserved:
                 upper = {**change, "latency": {**(change.get("latency") or {}), **unobserved}}
                 runs.append(what_if(data, terms=terms, loaded_latency=True,
                                     latency_quantile=interval[1], latency_shift_ns=tick,
-                                    first_load=first_load, record_ns=record_ns, **upper))
+                                    first_load=first_load, record_ns=record_ns,
+                                    arrivals=arrivals, **upper))
     except ProfileBufferError as err:
         return {"modelled": False, "reason": str(err)}
     changes = [w["predicted_change"] for w in runs] + list(runs[0]["half_changes"])
@@ -1135,10 +1168,11 @@ def never_blocked(data: PipelineData, terms, i: int) -> bool:
 # ---------------------------------------------------------------------------- report
 def analyze_pipeline(trace: Trace, spec: PipelineSpec, *, worst: int = 5,
                      what_ifs: list[dict] | None = None,
-                     first_load: np.ndarray | None = None, record_ns: float | None = None) -> dict:
-    """Everything above for every unit, aggregated (JSON-ready). With ``first_load`` or
-    ``record_ns`` (a derived model: ``DerivedPipeline.first_load_latency``,
-    ``pipelines.record_cost_ns``) each what-if is :func:`predict_what_if`'s, the
+                     first_load: np.ndarray | None = None, record_ns: float | None = None,
+                     arrivals: dict | None = None) -> dict:
+    """Everything above for every unit, aggregated (JSON-ready). With ``first_load``,
+    ``record_ns`` or ``arrivals`` (a derived model: ``DerivedPipeline.what_if_terms``) each
+    what-if is :func:`predict_what_if`'s, the
     prediction ``bench/whatif_check.py`` checks on the GPU: loaded latency, the kernel
     without recording, and an interval; else the plain replay of :func:`what_if`."""
     data = match_records(trace, spec)
@@ -1176,13 +1210,13 @@ def analyze_pipeline(trace: Trace, spec: PipelineSpec, *, worst: int = 5,
         "occupancy": occupancy,
         "initiation_interval": initiation_interval(data, terms),
     }
-    if what_ifs and first_load is None and record_ns is None:
+    if what_ifs and first_load is None and record_ns is None and not arrivals:
         result["what_if"] = [what_if(data, terms=terms, **w) for w in what_ifs]
     elif what_ifs:
         result["what_if"] = []
         for w in what_ifs:
             got = predict_what_if(data, w, terms=terms, first_load=first_load,
-                                  record_ns=record_ns or 0.0)
+                                  record_ns=record_ns or 0.0, arrivals=arrivals)
             if not got["modelled"]:
                 result["what_if"].append({"change": w, "modelled": False,
                                           "reason": got["reason"]})

@@ -23,11 +23,15 @@ from .roles import RoleSpec
 
 __all__ = ["finish_zero_edit_trace", "wait_breakdown", "format_wait_breakdown",
            "zero_edit_roles", "DerivedPipeline", "derive_pipeline", "call_balance",
-           "format_recording"]
+           "format_recording", "load_arrival_latency"]
 
 PRODUCER_OPS = ("producer_acquire", "producer_commit")
 CONSUMER_OPS = ("consumer_wait", "consumer_release")
 BARRIER_OPS = ("barrier", "barrier_arrive", "sync_threads")
+# a sampled load's arrival (autoprofile(load_arrivals=N)): a region of the producer from just
+# after the load's commit to when the load's full barrier completed; payload 1 = arrived, 0 =
+# the probe gave up
+LOAD_ARRIVAL_OP = "load_arrival"
 WARPS_PER_WARPGROUP = 4
 
 
@@ -115,8 +119,8 @@ def finish_zero_edit_trace(trace: Trace) -> Trace:
     ev["tid"] = cta * stride + warp
     # pipeline records: payload = the call's ordinal per warp and site (its iteration; the
     # stage is iteration mod the ring's depth). The device stores none: calls come in order
-    pipeline_tags = np.array(sorted(t for t, s in sites.items() if s["pipeline"] is not None),
-                             dtype=np.int64)
+    pipeline_tags = np.array(sorted(t for t, s in sites.items() if s["pipeline"] is not None
+                                    and s["op"] != LOAD_ARRIVAL_OP), dtype=np.int64)
     rows = np.flatnonzero(np.isin(tags, pipeline_tags))
     if rows.size:
         key = ev["tid"][rows].astype(np.int64) * (len(names) + 1) + tags[rows]
@@ -168,6 +172,50 @@ def _record_cost(tid: np.ndarray, start: np.ndarray, dur: np.ndarray,
     start = start[order]
     gaps = (start[1:] - start[:-1])[instant & same_warp]
     return float(np.quantile(gaps, RECORD_GAP_QUANTILE)) if gaps.size else 0.0
+
+
+def load_arrival_latency(trace: Trace) -> dict[str, np.ndarray]:
+    """Per TMA-loaded ring: the latency (ns) of each load the producer probed
+    (``autoprofile(load_arrivals=N)``), from the stamp of its commit (the warp's latest
+    commit of that ring before the probe: the same stamp the model produces an item at) to
+    the probe's end, when the full barrier had completed. A sample of every load, not only
+    those a consumer waited for: a deep ring's consumers seldom wait, and a wait shows the
+    latency only when the load was late. Probes that gave up (payload 0) and probes with no
+    commit before them (none yet in that warp) are left out. Empty when nothing was probed."""
+    meta = _meta(trace)
+    sites = _sites(meta)
+    by_index = {int(p["index"]): p["name"] for p in meta["pipelines"]}
+    arrival = {t: int(s["pipeline"]) for t, s in sites.items() if s["op"] == LOAD_ARRIVAL_OP}
+    commit = {t: int(s["pipeline"]) for t, s in sites.items()
+              if s["op"] == "producer_commit" and s.get("pipeline") is not None}
+    out: dict[str, np.ndarray] = {}
+    if not arrival:
+        return out
+    ev = trace.events
+    tags = np.ascontiguousarray(ev["tag"]).astype(np.int64)
+    # ring of each row's probe or commit (-1: neither), as one lookup
+    ring = np.full(max([*arrival, *commit]) + 1, -1, dtype=np.int64)
+    is_probe = np.zeros(ring.size, dtype=bool)
+    for t, p in commit.items():
+        ring[t] = p
+    for t, p in arrival.items():
+        ring[t], is_probe[t] = p, True
+    rows = np.flatnonzero(tags_in(tags, [*arrival, *commit]))
+    # per warp and ring, in time order: a probe follows the commit it measures
+    key = ev["tid"][rows].astype(np.int64) * ring.size + ring[tags[rows]]
+    rows = rows[np.lexsort((ev["start_ns"][rows], key))]
+    key = ev["tid"][rows].astype(np.int64) * ring.size + ring[tags[rows]]
+    probe = is_probe[tags[rows]]
+    after_commit = np.r_[False, (key[1:] == key[:-1]) & ~probe[:-1]]
+    keep = np.flatnonzero(probe & after_commit & (ev["payload"][rows] == 1))
+    arrived = ev["start_ns"][rows[keep]] + ev["dur_ns"][rows[keep]]
+    latency = (arrived - ev["start_ns"][rows[keep - 1]]).astype(np.float64)
+    ring_of = ring[tags[rows[keep]]]
+    for index, name in by_index.items():
+        here = latency[ring_of == index]
+        if here.size:
+            out[name] = here
+    return out
 
 
 def format_recording(trace: Trace) -> str:
@@ -349,11 +397,15 @@ class DerivedPipeline:
             & (wait_end >= issue)
         return (wait_end - issue)[ok], "first load of CTAs started under load"
 
-    def what_if_terms(self) -> dict[str, Any]:
+    def what_if_terms(self, *, arrivals_from: Trace | None = None) -> dict[str, Any]:
         """What ``analyze_pipeline`` / ``predict_what_if`` take to predict the unrecorded
         kernel as ``bench/whatif_check.py`` checks it: each CTA's first load as the loaded
-        latency, and one record's own time."""
-        return {"first_load": self.first_load_latency()[0], "record_ns": self.record_ns}
+        latency, one record's own time, and the sampled loads' latencies
+        (:func:`load_arrival_latency`) of ``arrivals_from``, a run of the same kernel with
+        ``autoprofile(load_arrivals=N)`` (this trace's own, if it was that run)."""
+        probed = load_arrival_latency(arrivals_from if arrivals_from is not None else self.trace)
+        return {"first_load": self.first_load_latency()[0], "record_ns": self.record_ns,
+                "arrivals": probed}
 
     def format_text(self) -> str:
         d = self.describe()
@@ -450,6 +502,11 @@ def derive_pipeline(trace: Trace) -> DerivedPipeline:
     for t, c in typical.items():
         if t not in loop:
             skipped[names[t]] = f"{c:.0f} call(s) per warp, the loop makes {longest:.0f}"
+    for t, site in sites.items():
+        if site["op"] == LOAD_ARRIVAL_OP and t < len(names):
+            skipped[names[t]] = ("load-arrival probes: the producer waited for these loads, so "
+                                 "its loop times here include the probes (model the timings "
+                                 "from a run without load_arrivals)")
     if not loop:
         raise ProfileBufferError("the trace has no producer/consumer loop over a pipeline "
                                  "(every call is made once per warp): nothing for the derived "

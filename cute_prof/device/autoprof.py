@@ -40,7 +40,7 @@ from cutlass.cutlass_dsl import T
 from .. import layout
 from ..errors import ProfileBufferError
 from ..tags import TagTable
-from .ptx import trace_time_int
+from .ptx import inline_asm, trace_time_int
 from .scope import is_library_file, on_kernel_end, user_location
 from .slices import SliceHeader, SliceRecorder
 
@@ -120,6 +120,9 @@ class RecordingConfig:
     max_warps: int
     allocate: Callable[[int, int], Any]  # (n_slices, per_warp) -> a slices buffer tensor
     kernels: tuple[str, ...] | None = None  # instrument only kernels whose name has one of these
+    # > 0: after one producer_commit in this many of a TMA-loaded ring, the producer waits for
+    # that load's full barrier and records when it completed (see load_arrival_probe)
+    load_arrivals: int = 0
 
 
 class _Tracing:
@@ -131,6 +134,9 @@ class _Tracing:
         self.recorder: SliceRecorder | None = None
         self.cursor_slot = None
         self.storing_slot = None
+        # pipeline index -> stack slot: 1 while the ring's latest full-barrier arm has had
+        # no acquire after it (previous_load_arrival_probe)
+        self.armed_slots: dict[int, Any] = {}
 
 
 _lock = threading.RLock()
@@ -395,12 +401,133 @@ def _pipeline_method(original, op: str, kind: str):
             info = _pipeline_info(self)
             return rec.site(f"{info.name}.{op}", op, kind, info.index), kind
 
-        return _record_call(tag_of, lambda: NO_PAYLOAD, lambda: original(self, *args, **kwargs))
+        result = _record_call(tag_of, lambda: NO_PAYLOAD,
+                              lambda: original(self, *args, **kwargs))
+        if op == "producer_commit" and _active.load_arrivals > 0:
+            state = args[0] if args else kwargs.get("state")
+            load_arrival_probe(self, state, _active.load_arrivals)
+        return result
 
     wrapper.__wrapped__ = original
     wrapper.__name__ = getattr(original, "__name__", op)
     wrapper._cute_prof_autoprof = True
     return wrapper
+
+
+# A probed wait gives up after this long (ns): a kernel that commits a ring's item before it
+# issues the item's copy would otherwise wait for a load it has not issued yet
+LOAD_ARRIVAL_TIMEOUT_NS = 50_000
+# the probe's PTX: poll the full barrier's phase (try_wait suspends the warp in hardware
+# between polls, so the consumers on its SM sub-partition keep their issue slots) until it
+# completes or the timeout passes; $0 = 1 when the load arrived, 0 when the probe gave up
+_ARRIVAL_PTX = f"""{{
+.reg .pred arrived;
+.reg .u64 t0, t;
+mov.u64 t0, %globaltimer;
+ARRIVAL_POLL:
+mbarrier.try_wait.parity.shared::cta.b64 arrived, [$1], $2;
+@arrived bra ARRIVAL_DONE;
+mov.u64 t, %globaltimer;
+sub.u64 t, t, t0;
+setp.lt.u64 arrived, t, {LOAD_ARRIVAL_TIMEOUT_NS};
+@arrived bra ARRIVAL_POLL;
+ARRIVAL_DONE:
+selp.u32 $0, 1, 0, arrived;
+}}"""
+
+
+def is_tma_load_ring(pipeline) -> bool:
+    """A ring whose full barrier a TMA copy completes (the producer's acquire sets the bytes
+    it expects): its load's arrival is an event of its own, later than the commit."""
+    from cutlass import pipeline as pipelines
+
+    loads = tuple(getattr(pipelines, name) for name in ("PipelineTmaAsync", "PipelineTmaUmma",
+                                                           "PipelineTmaMultiConsumersAsync")
+                  if hasattr(pipelines, name))
+    return isinstance(pipeline, loads) and getattr(pipeline, "sync_object_full", None) is not None
+
+
+def load_arrival_probe(pipeline, state, every: int) -> None:
+    """After the commit of item ``state`` of a TMA-loaded ring, when ``state.count`` is a
+    multiple of ``every``: the producer warp waits until the item's full barrier completes
+    and records a region ``<ring>.load_arrival`` from just after the commit to then (payload
+    1; 0 when it gave up after ``LOAD_ARRIVAL_TIMEOUT_NS``). A ring whose consumers seldom
+    wait shows its loads' latency only as bounds; these sampled arrivals measure it, at the
+    price of the producer's wait (a deep ring's slack absorbs it; measure it on your kernel).
+    The producer state's phase is the flip of the consumer's, so the full barrier's phase of
+    this item has parity ``phase ^ 1``; a wrong guess returns at once, never hangs."""
+    count, index, phase = (getattr(state, name, None) for name in ("count", "index", "phase"))
+    if count is None or index is None or phase is None:
+        return
+    _probe(pipeline, Int32(count) % Int32(int(every)) == Int32(0), Int32(index),
+           Int32(phase) ^ Int32(1))
+
+
+def _armed_slot(tracing: _Tracing, pipeline) -> Any:
+    """The stack slot saying whether ``pipeline``'s latest full-barrier arm is still
+    unprobed (0 at the kernel's entry; the compiler keeps it in a register)."""
+    index = _pipeline_info(pipeline).index
+    slot = tracing.armed_slots.get(index)
+    if slot is None:
+        entry = tracing.kernel_op.regions[0].blocks[0]
+        with ir.InsertionPoint.at_block_begin(entry):
+            slot = llvm.alloca(llvm.PointerType.get(), Int32(1).ir_value(), T.i32(), alignment=4)
+            llvm.store(Int32(0).ir_value(), slot)
+        tracing.armed_slots[index] = slot
+    return slot
+
+
+def note_full_barrier_armed(pipeline) -> None:
+    """A producer armed the full barrier of ``pipeline``'s next item (``sync_object_full.
+    arrive``): the next acquire may probe that item's arrival."""
+    tracing = _tracing_here()
+    if tracing is None or not is_tma_load_ring(pipeline):
+        return
+    llvm.store(Int32(1).ir_value(), _armed_slot(tracing, pipeline))
+
+
+def previous_load_arrival_probe(pipeline, index, phase) -> None:
+    """A producer that drives the ring's barriers itself (``sync_object_empty.wait`` to
+    acquire, ``sync_object_full.arrive`` to arm the full barrier before its copies) has no
+    call after its copies but the next acquire: before the acquire of slot ``index``, the
+    previous item's arrival is probed, when that item sat in slot 0 with full-barrier parity
+    0 (one load in two turns of the ring) and its full barrier was armed since the previous
+    acquire (a drain of the ring before the producer exits loads nothing: its acquires
+    probe nothing)."""
+    stages = int(getattr(pipeline, "num_stages", 0) or 0)
+    tracing = _tracing_here()
+    if stages < 1 or tracing is None or not is_tma_load_ring(pipeline):
+        return
+    slot = _armed_slot(tracing, pipeline)
+    armed = Int32(llvm.load(T.i32(), slot)) == Int32(1)
+    # the previous item: slot (index - 1) mod stages; its full barrier's parity is the
+    # producer phase's flip, and the producer phase flips where the slot index wraps
+    not_wrapped = (Int32(index) + Int32(stages - 1)) // Int32(stages)
+    previous = (Int32(index) + Int32(stages - 1)) % Int32(stages)
+    parity = Int32(phase) ^ not_wrapped
+    _probe(pipeline, armed & (previous == Int32(0)) & (parity == Int32(0)), previous, parity)
+    llvm.store(Int32(0).ir_value(), slot)
+
+
+def _probe(pipeline, sampled, index: Int32, parity: Int32) -> None:
+    from cutlass.cutlass_dsl import if_generate
+
+    tracing = _tracing_here()
+    if tracing is None or not is_tma_load_ring(pipeline):
+        return
+    info = _pipeline_info(pipeline)
+    tag = tracing.recording.site(f"{info.name}.load_arrival", "load_arrival", "wait", info.index)
+
+    def probe():
+        with _outermost():
+            start = _span_start(tracing)
+            barrier = pipeline.sync_object_full.get_barrier(index)
+            address = llvm.ptrtoint(T.i32(), barrier.to_llvm_ptr())
+            arrived = Int32(inline_asm(T.i32(), [address, parity.ir_value()], _ARRIVAL_PTX,
+                                       "=r,r,r,~{memory}"))
+            _span_end(tracing, start, tag, arrived)
+
+    if_generate(sampled, probe)
 
 
 def _barrier_function(original, op: str, kind: str):
@@ -454,12 +581,18 @@ def _sync_object_method(original, method: str):
         pipeline, side = owner
         op = _SYNC_OPS[(side, method)]
         kind = "wait" if op in PIPELINE_WAITS else "signal"
+        probing = _active.load_arrivals > 0
 
         def tag_of(rec):
             info = _pipeline_info(pipeline)
             return rec.site(f"{info.name}.{op}", op, kind, info.index), kind
 
-        return _record_call(tag_of, lambda: NO_PAYLOAD, lambda: original(self, *args, **kwargs))
+        if probing and op == "producer_acquire" and len(args) >= 2:
+            previous_load_arrival_probe(pipeline, args[0], args[1])
+        result = _record_call(tag_of, lambda: NO_PAYLOAD, lambda: original(self, *args, **kwargs))
+        if probing and op == "producer_commit":
+            note_full_barrier_armed(pipeline)
+        return result
 
     wrapper.__wrapped__ = original
     wrapper._cute_prof_autoprof = True

@@ -1,0 +1,134 @@
+"""Sampled load arrivals (issue #27): a producer that probes one load in N records when the
+load's full barrier completed (``autoprofile(load_arrivals=N)``). The host measures each
+probed load from the commit before it; the what-if draws every item's latency from that
+sample instead of one latency read from the waits that happened to block."""
+
+import numpy as np
+import pytest
+
+from cute_prof.analysis.critical_path import (
+    infer_terms, match_records, predict_what_if, replay, what_if)
+from cute_prof.analysis.model import load_pipeline
+from cute_prof.analysis.pipelines import (
+    derive_pipeline, finish_zero_edit_trace, load_arrival_latency)
+from cute_prof.trace import EVENT_DTYPE, Trace
+
+from test_pipeline_model import make_trace, spec_dict
+from test_whatif_loaded import simulate, span
+
+SITES = [
+    {"tag": 0, "name": "pk.producer_commit", "op": "producer_commit", "kind": "signal", "pipeline": 0},
+    {"tag": 1, "name": "pk.load_arrival", "op": "load_arrival", "kind": "wait", "pipeline": 0},
+    {"tag": 2, "name": "pv.producer_commit", "op": "producer_commit", "kind": "signal", "pipeline": 1},
+    {"tag": 3, "name": "pv.load_arrival", "op": "load_arrival", "kind": "wait", "pipeline": 1},
+]
+
+
+def probed_trace(rows):
+    """rows: (cta, warp, tag, payload, start, dur) -> a finished zero-edit trace."""
+    ev = np.zeros(len(rows), dtype=EVENT_DTYPE)
+    for column, values in zip(("tid", "warp", "tag", "payload", "start_ns", "dur_ns"), zip(*rows)):
+        ev[column] = values
+    pipes = [{"index": i, "name": name, "cls": "PipelineTmaAsync", "stages": 2,
+              "created_at": "k.py:1"} for i, name in enumerate(("pk", "pv"))]
+    meta = {"autoprof": {"kernel": "k", "sites": SITES, "pipelines": pipes}}
+    raw = Trace(events=ev, tag_names=tuple(s["name"] for s in SITES), capacity=len(rows),
+                attempted=len(rows), overflow=0, incomplete=0, metadata=meta)
+    return finish_zero_edit_trace(raw)
+
+
+def test_each_probe_is_measured_from_the_commit_before_it():
+    trace = probed_trace([
+        # CTA 0, producer warp 0: K probed after its commit; V's probe gave up (payload 0)
+        (0, 0, 0, 0, 100, 0), (0, 0, 1, 1, 132, 700),
+        (0, 0, 2, 0, 900, 0), (0, 0, 3, 0, 932, 400),
+        # an unprobed commit, then one probed: measured from the latest commit
+        (0, 0, 0, 0, 2000, 0), (0, 0, 0, 0, 3000, 0), (0, 0, 1, 1, 3032, 500),
+        # CTA 1: a probe before any commit of its ring is left out; V's probe arrived
+        (1, 0, 1, 1, 50, 10), (1, 0, 0, 0, 200, 0), (1, 0, 1, 1, 240, 1000),
+        (1, 0, 2, 0, 300, 0), (1, 0, 3, 1, 340, 260),
+    ])
+    got = load_arrival_latency(trace)
+    assert sorted(got) == ["pk", "pv"]
+    np.testing.assert_array_equal(np.sort(got["pk"]), [532, 732, 1040])
+    np.testing.assert_array_equal(got["pv"], [300])
+
+
+def test_a_trace_without_probes_has_no_arrivals():
+    trace = probed_trace([(0, 0, 0, 0, 100, 0), (0, 0, 2, 0, 200, 0)])
+    assert load_arrival_latency(trace) == {}
+
+
+def varying_ring(latencies, depth=1, work=1000, produce=100):
+    """A ring whose k-th load takes ``latencies[k]`` (the exact schedule)."""
+    spans = {t: [] for t in ("w_e", "p", "w_f", "c")}
+    released, p_end, c_end = [], 0.0, 0.0
+    for k, latency in enumerate(latencies):
+        we_end = max(p_end, released[k - depth]) if k >= depth else p_end
+        spans["w_e"].append((p_end, we_end))
+        spans["p"].append((we_end, we_end + produce))
+        p_end = we_end + produce
+        wf_end = max(c_end, we_end + latency)
+        spans["w_f"].append((c_end, wf_end))
+        spans["c"].append((wf_end, wf_end + work))
+        c_end = wf_end + work
+        released.append(c_end)
+    return spans
+
+
+def test_replay_takes_each_items_own_latency():
+    latencies = [400, 2400, 900, 3000, 500, 1500, 700, 2000]
+    data = match_records(make_trace([(0, varying_ring(latencies))]), load_pipeline(spec_dict(1)))
+    wait = [r.tag for r in data.spec.regions].index("w_f")
+    exact = replay(data, item_latency={wait: np.array([latencies], dtype=float)})
+    np.testing.assert_allclose(exact.end[:, :, wait], data.end[:, :, wait])
+    # one latency for every item (the per-unit term) cannot follow them
+    assert not np.allclose(replay(data).end[:, :, wait], data.end[:, :, wait])
+
+
+def test_what_if_draws_the_latency_of_every_item_from_the_arrivals():
+    work, produce, iters, latency = 1000, 100, 40, 2400
+    base = simulate(4, work, produce, latency, iters)  # deep ring: the consumer never waits
+    data = match_records(make_trace([(0, base)]), load_pipeline(spec_dict(4)))
+    # every probed load took the same time: the change is the exact shallow ring's
+    got = what_if(data, depth={"ring": 1}, loaded_latency=True, arrivals={"ring": [latency] * 50})
+    assert got["predicted_kernel_ns"] == pytest.approx(
+        span(simulate(1, work, produce, latency, iters)))
+    # a starved ring pays each load in full: its time follows the sample's mean, not one
+    # quantile of it (here the median, 400 ns less than the mean)
+    sample = [1200] * 30 + [3200] * 20
+    drawn = what_if(data, depth={"ring": 1}, loaded_latency=True, arrivals={"ring": sample})
+    at_median = what_if(data, depth={"ring": 1}, latency={"w_f": float(np.median(sample))})
+    assert drawn["predicted_kernel_ns"] > at_median["predicted_kernel_ns"] + 0.1 * iters * 400
+
+
+def test_a_latency_no_wait_showed_is_predicted_once_loads_were_sampled():
+    work, produce, latency, iters, depth = 1000, 100, 800, 24, 4
+    spans = {t: list(v) for t, v in simulate(depth, work, produce, latency, iters).items()}
+    # the consumer begins 2000 ns late: every wait finds its item there (never blocked)
+    c_end, spans["w_f"], spans["c"] = 2000, [], []
+    for _ in range(iters):
+        spans["w_f"].append((c_end, c_end))
+        spans["c"].append((c_end, c_end + work))
+        c_end += work
+    data = match_records(make_trace([(sm, spans) for sm in range(8)]),
+                         load_pipeline(spec_dict(depth)))
+    terms = infer_terms(data)
+    unobserved = predict_what_if(data, {"depth": {"ring": 1}}, terms=terms)
+    assert unobserved["modelled"] is False and "bounds" in unobserved
+    sampled = predict_what_if(data, {"depth": {"ring": 1}}, terms=terms,
+                              arrivals={"ring": np.full(40, float(latency))})
+    assert sampled["modelled"] is True
+    at_latency = what_if(data, terms=terms, depth={"ring": 1}, latency={"w_f": latency})
+    assert sampled["predicted_change"] == pytest.approx(at_latency["predicted_change"])
+    assert unobserved["bounds"][0] < sampled["predicted_change"] <= unobserved["bounds"][1]
+
+
+def test_derived_model_names_the_probes_and_hands_their_latencies_on():
+    from test_derived_pipeline import software_pipelined
+
+    derived = derive_pipeline(software_pipelined())
+    assert derived.what_if_terms()["arrivals"] == {}
+    probed = probed_trace([(0, 0, 0, 0, 100, 0), (0, 0, 1, 1, 132, 868)] * 1)
+    terms = derived.what_if_terms(arrivals_from=probed)
+    np.testing.assert_array_equal(terms["arrivals"]["pk"], [900])
