@@ -26,7 +26,7 @@ sys.path.insert(0, str(ROOT))
 sys.path.insert(0, str(ROOT / "bench"))
 
 from cute_prof.analysis.pipelines import (  # noqa: E402
-    LOAD_ARRIVAL_OP, derive_pipeline, load_arrival_latency)
+    LOAD_ARRIVAL_OP, STAGGER_SHARE, derive_pipeline, load_arrival_latency, warpgroup_lead_shares)
 from tools.columns import load_columns  # noqa: E402
 
 WARPS_PER_WARPGROUP = 4
@@ -78,6 +78,24 @@ def probes(root: Path) -> list[str]:
     return lines
 
 
+def lead_shares(root: Path) -> list[str]:
+    lines = ["", "consumer warpgroups: on each consumes wait of the derived loop, the share of "
+             "items whose wait the leading warpgroup ends first (the derived model takes a "
+             f"role as staggered at >= {STAGGER_SHARE:.0%}: track_group)"]
+    for folder, base_name, _, label in KERNELS:
+        path = root / folder / base_name
+        if not path.exists():
+            continue
+        derived = derive_pipeline(load_columns(path))
+        names = list(derived.trace.tag_names)
+        waits = [names.index(r.tag) for r in derived.spec.regions if "consumes" in r.relations]
+        shares = warpgroup_lead_shares(derived.trace.events, waits,
+                                       int(derived.spec.roles.tid_stride))
+        lines.append(f"  {label}: " + ", ".join(f"{names[t]} {v:.3f}" for t, v in shares.items())
+                     + f"; track_group {derived.spec.track_group}")
+    return lines
+
+
 def warpgroups(root: Path) -> list[str]:
     lines = ["", "FA4 consumer warpgroups (slots 4-7 = wg1, 8-11 = wg2): mean blocked time per "
              "wait (ns) and how far wg2's call ends trail wg1's (median, ns)"]
@@ -126,7 +144,8 @@ def main(argv=None) -> int:
     ap.add_argument("--out", type=Path)
     args = ap.parse_args(argv)
     text = "\n".join([f"# python bench/whatif_probes.py GPU_OUT  (GPU_OUT: {args.gpu_out})",
-                      *probes(args.gpu_out), *warpgroups(args.gpu_out)]) + "\n"
+                      *probes(args.gpu_out), *lead_shares(args.gpu_out),
+                      *warpgroups(args.gpu_out)]) + "\n"
     print(text, end="")
     if args.out:
         args.out.write_text(text)

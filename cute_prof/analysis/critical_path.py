@@ -178,15 +178,36 @@ def match_records(trace: Trace, spec: PipelineSpec) -> PipelineData:
     origin = int(ev["start_ns"].min()) if ev.shape[0] else 0
     starts = (ev["start_ns"][rows] - origin).astype(np.float64)
     ends = starts + ev["dur_ns"][rows]
+    # each cell: its latest track's record (a slot is free once the last track released
+    # it). With track groups (spec.track_group: warpgroups), a consumes wait is its earliest
+    # group's, each group as late as its latest track: the role needs the item when its
+    # first group waits for it (FA4's second consumer warpgroup trails the first by
+    # 500-800 ns)
+    grouped = (np.array(["consumes" in r.relations for r in spec.regions])[step]
+               if spec.track_group else np.zeros(step.size, dtype=bool))
     start = np.full(size, -np.inf)
     end = np.full(size, -np.inf)
-    np.maximum.at(start, cell, starts)
-    np.maximum.at(end, cell, ends)
-    # the row of each cell's latest end (ties: the last row), as sorting by (cell, end)
+    np.maximum.at(start, cell[~grouped], starts[~grouped])
+    np.maximum.at(end, cell[~grouped], ends[~grouped])
+    if grouped.any():
+        slot_group = (tid_rows[grouped] % int(roles.tid_stride)) // int(spec.track_group)
+        groups = int(slot_group.max()) + 1
+        sub, sub_of = unique_ints(cell[grouped] * groups + slot_group, return_inverse=True)
+        group_start = np.full(sub.size, -np.inf)
+        group_end = np.full(sub.size, -np.inf)
+        np.maximum.at(group_start, sub_of, starts[grouped])
+        np.maximum.at(group_end, sub_of, ends[grouped])
+        first_start = np.full(size, np.inf)
+        first_end = np.full(size, np.inf)
+        np.minimum.at(first_start, sub // groups, group_start)
+        np.minimum.at(first_end, sub // groups, group_end)
+        taken = np.isfinite(first_end)
+        start[taken], end[taken] = first_start[taken], first_end[taken]
+    # the row of each cell's chosen end (ties: the last row), as sorting by (cell, end)
     # would put it last
-    latest = ends == end[cell]
+    chosen = ends == end[cell]
     row = np.full(size, -1, dtype=np.int64)
-    np.maximum.at(row, cell[latest], rows[latest])
+    np.maximum.at(row, cell[chosen], rows[chosen])
     bad_unit = missing_cells.reshape(units, -1).any(1)
     good = ~bad_unit
     gap = np.repeat(absent[:, :, None], n, axis=2).reshape(-1)
@@ -499,15 +520,30 @@ def _unblocked_wait_times(data: PipelineData, cost: np.ndarray) -> np.ndarray:
 
 
 def _wait_leads(data: PipelineData, record_ns: float = 0.0) -> dict:
-    """Per wait region that follows another wait (FA4: V's wait after K's): (U, K) the time
+    """Per wait region: (U, K) where it starts against the end of the role's region before
+    it, so that the replay keeps it. After another wait (FA4: V's wait after K's): the time
     between the two, which no region holds (the QK GEMM's issue, the records' own stores),
-    so that the replay keeps it; less one record's own time without recording."""
+    less one record's own time without recording. After a work region (whose time runs to
+    this wait's start: ``work_spans``), only a negative lead: a consumes wait is its role's
+    first warp's, which may wait for the next item before the role's last warp released
+    the one before (FA4's second consumer warpgroup trails the first)."""
     spec = data.spec
     prev, role_last = _role_sequences(spec)
+    begins, durations = _memo(data, ("work_spans",), lambda: work_spans(data))
     out = {}
     for i, r in enumerate(spec.regions):
         before = prev[i] if prev[i] >= 0 else role_last[i]
-        if r.kind != "wait" or spec.regions[before].kind != "wait":
+        if r.kind != "wait":
+            continue
+        if spec.regions[before].kind == "work":
+            if prev[i] >= 0:
+                previous_end = begins[:, :, before] + durations[:, :, before]
+            else:
+                previous_end = np.concatenate(
+                    [data.start[:, :1, i], (begins + durations)[:, :-1, before]], 1)
+            lead = np.minimum(np.nan_to_num(data.start[:, :, i] - previous_end, nan=0.0), 0.0)
+            if (lead < 0).any():
+                out[i] = lead
             continue
         if prev[i] >= 0:
             previous_end = data.end[:, :, before]
@@ -533,7 +569,10 @@ def _stamp_offsets(data: PipelineData, stamps: tuple, measured_begin: np.ndarray
     out = {}
     for i, at in stamps:
         offset = np.clip(np.nan_to_num(_stamp(data, i, at) - measured_begin[:, :, i]), 0.0, None)
-        out[i] = (offset, np.maximum(measured_dur[:, :, i] - offset, 0.0))
+        # a stamp past the region's end: a staggered role's release, by its trailing
+        # warpgroup after the leading one reached the role's next wait
+        overhang = np.maximum(offset - measured_dur[:, :, i], 0.0)
+        out[i] = (offset, np.maximum(measured_dur[:, :, i] - offset, 0.0), overhang)
     return out
 
 
@@ -702,14 +741,14 @@ def replay(data: PipelineData, spec: PipelineSpec | None = None, *,
                     rl = r.relations["releases"]
                     if k - rl.distance >= 0:
                         length = end[k, i] - begin
-                        after_start, before_end = release_at[i]
+                        after_start, before_end, overhang = release_at[i]
                         if i in jobs:  # after the job: measured from the end, and no
                             # sooner than a release that did not wait for its job
                             when = np.maximum(end[k, i] - np.minimum(before_end[k], length),
                                               begin + release_own[i])
                             end[k, i] = np.where(here, np.maximum(end[k, i], when), end[k, i])
                         else:
-                            when = begin + np.minimum(after_start[k], length)
+                            when = begin + np.minimum(after_start[k], length) + overhang[k]
                         rel[rl.resource][k - rl.distance] = when
                     if k == iters - 1:
                         lo = max(iters - rl.distance, 0)

@@ -128,10 +128,18 @@ class PipelineSpec:
     resources: Sequence[Resource]
     regions: Sequence[Region]  # per role in program order
     tile_modulo: int | None = None
+    # tracks that act as one, in groups of this many consecutive slots (tid % tid_stride //
+    # track_group: a warpgroup, whose collective wgmma waits for its last warp). A role
+    # needs an item when its first group waits for it (FA4's second consumer warpgroup
+    # trails the first), a group when its last track does. None: one group per role
+    track_group: int | None = None
 
     def __post_init__(self):
         if self.roles.tid_stride is None:
             raise ProfileBufferError("a pipeline needs roles with a tid_stride (units are groups)")
+        if self.track_group is not None and (not isinstance(self.track_group, int)
+                                             or self.track_group < 1):
+            raise ProfileBufferError(f"track_group must be an int >= 1, got {self.track_group!r}")
         names = [r.name for r in self.resources]
         if len(set(names)) != len(names):
             raise ProfileBufferError(f"duplicate resource names in {names}")
@@ -221,7 +229,7 @@ class PipelineSpec:
     # ------------------------------------------------------------------ JSON
     @classmethod
     def from_dict(cls, data: Mapping[str, Any]) -> "PipelineSpec":
-        unknown = set(data) - {"roles", "resources", "regions", "tile_modulo"}
+        unknown = set(data) - {"roles", "resources", "regions", "tile_modulo", "track_group"}
         if unknown:
             raise ProfileBufferError(f"unknown pipeline keys {sorted(unknown)}")
         for key in ("roles", "resources", "regions"):
@@ -257,7 +265,8 @@ class PipelineSpec:
             regions.append(Region(tag=str(r["tag"]), role=str(r["role"]), kind=r["kind"],
                                   relations=relations, asynchronous=bool(r.get("async", False))))
         return cls(roles=RoleSpec.from_dict(data["roles"]), resources=resources,
-                   regions=regions, tile_modulo=data.get("tile_modulo"))
+                   regions=regions, tile_modulo=data.get("tile_modulo"),
+                   track_group=data.get("track_group"))
 
 
 def load_pipeline(source: str | os.PathLike | Mapping[str, Any]) -> PipelineSpec:

@@ -23,7 +23,7 @@ from .roles import RoleSpec
 
 __all__ = ["finish_zero_edit_trace", "wait_breakdown", "format_wait_breakdown",
            "zero_edit_roles", "DerivedPipeline", "derive_pipeline", "call_balance",
-           "format_recording", "load_arrival_latency"]
+           "format_recording", "load_arrival_latency", "warpgroup_lead_shares"]
 
 PRODUCER_OPS = ("producer_acquire", "producer_commit")
 CONSUMER_OPS = ("consumer_wait", "consumer_release")
@@ -670,13 +670,60 @@ def derive_pipeline(trace: Trace) -> DerivedPipeline:
     roles = RoleSpec(roles={role: [int(s) for s in role_slots[role]] for role in role_tags},
                      tid_stride=stride, group_name="cta", tags={r.tag: r.kind for r in regions})
     try:
-        spec = PipelineSpec(roles=roles, resources=resources, regions=regions)
+        consumes = [new_names.index(r.tag) for r in regions if "consumes" in r.relations]
+        staggered = _staggered_warpgroups(new_ev, consumes, stride)
+        spec = PipelineSpec(roles=roles, resources=resources, regions=regions,
+                            track_group=WARPS_PER_WARPGROUP if staggered else None)
     except ProfileBufferError as err:
         raise ProfileBufferError(f"the pipeline calls of this trace do not make a model: {err} "
                                  "(pass a spec)") from None
     out = dataclasses.replace(trace, events=new_ev, tag_names=tuple(new_names))
     return DerivedPipeline(trace=out, spec=spec, offsets=offsets, skipped=skipped,
                            record_ns=record_ns)
+
+
+# one consumer warpgroup ends a ring's wait first in at least this share of the items: the
+# warpgroups are staggered (FA4's ping-pong: V's wait 100%, K's 86-97% one way), not peers
+# that take turns by chance (a cooperative GEMM's two warpgroups: 50-78%)
+STAGGER_SHARE = 0.9
+
+
+def warpgroup_lead_shares(ev: np.ndarray, wait_tags: list[int], stride: int) -> dict[int, float]:
+    """Per consumes wait made by more than one warpgroup (events of a derived trace:
+    payload = iteration): the share of the items on which the warpgroup that most often
+    ends its wait first (each warpgroup as late as its last warp) does so. About 1/2 for
+    peers that take turns, near 1 for a staggered pair."""
+    shares = {}
+    for tag in wait_tags:
+        rows = ev[ev["tag"] == tag]
+        tid = rows["tid"].astype(np.int64)
+        group = tid % stride // WARPS_PER_WARPGROUP
+        groups = unique_ints(group)
+        if groups.size < 2:
+            continue
+        width = int(groups.max()) + 1
+        item = (tid // stride) * (int(rows["payload"].max()) + 1) + rows["payload"].astype(np.int64)
+        sub, sub_of = unique_ints(item * width + group, return_inverse=True)
+        end = np.full(sub.size, np.iinfo(np.int64).min)
+        np.maximum.at(end, sub_of, (rows["start_ns"] + rows["dur_ns"]).astype(np.int64))
+        sub_item, sub_group = sub // width, sub % width
+        items, members = unique_ints(sub_item, return_counts=True)
+        whole = np.isin(sub_item, items[members == groups.size])
+        order = np.lexsort((end[whole], sub_item[whole]))
+        first_row = np.r_[True, sub_item[whole][order][1:] != sub_item[whole][order][:-1]]
+        leader = sub_group[whole][order][first_row]
+        if leader.size:
+            shares[int(tag)] = float(np.bincount(leader).max() / leader.size)
+    return shares
+
+
+def _staggered_warpgroups(ev: np.ndarray, wait_tags: list[int], stride: int) -> bool:
+    """True when, on a consumes wait of the loop made by more than one warpgroup, the same
+    warpgroup gets its items first (``warpgroup_lead_shares`` >= ``STAGGER_SHARE``): the
+    role then needs an item when its leading warpgroup waits for it
+    (``PipelineSpec.track_group``)."""
+    return any(share >= STAGGER_SHARE
+               for share in warpgroup_lead_shares(ev, wait_tags, stride).values())
 
 
 def _first_and_last_calls(site: np.ndarray, ordinal: np.ndarray, first_call: np.ndarray,

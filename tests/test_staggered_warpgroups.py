@@ -1,0 +1,101 @@
+"""A consumer role of two staggered warpgroups (FA4's ping-pong: the second trails the first
+on every item). The role needs an item when its leading warpgroup waits for it and frees
+the slot when the trailing one released it, so a shallower ring pays the stagger on every
+item; as one latest-warp track the leading warpgroup's waits were invisible (issue #27)."""
+
+import numpy as np
+import pytest
+
+from cute_prof.analysis.critical_path import match_records, replay, what_if
+from cute_prof.analysis.model import load_pipeline
+from cute_prof.analysis.pipelines import warpgroup_lead_shares
+from cute_prof.errors import ProfileBufferError
+from cute_prof.trace import EVENT_DTYPE, Trace
+
+TAGS = ("w_e", "p", "w_f", "c")
+STRIDE, WG1, WG2 = 12, (4, 5, 6, 7), (8, 9, 10, 11)
+
+
+def spec(depth, track_group=4):
+    return load_pipeline({
+        "roles": {"tid_stride": STRIDE, "roles": {"producer": [0], "consumer": [*WG1, *WG2]}},
+        "track_group": track_group,
+        "resources": [{"name": "ring", "kind": "ring", "depth": depth}],
+        "regions": [
+            {"tag": "w_e", "role": "producer", "kind": "wait", "acquires": {"resource": "ring"}},
+            {"tag": "p", "role": "producer", "kind": "work", "produces": {"resource": "ring"}},
+            {"tag": "w_f", "role": "consumer", "kind": "wait", "consumes": {"resource": "ring"}},
+            {"tag": "c", "role": "consumer", "kind": "work", "releases": {"resource": "ring"}}]})
+
+
+def staggered(depth, iters=30, work=1000, produce=100, latency=600, wake=50, stagger=300,
+              wait_cost=32):
+    """The exact schedule: the producer acquires a slot ``wake`` after the trailing
+    warpgroup released it; the leading warpgroup waits for each item from its own last
+    release, the trailing one from ``stagger`` after the leading one's wait ended."""
+    rows, release = [], {}
+    p_end = r1 = r2 = 0.0
+    for k in range(iters):
+        acquired = max(p_end, release[k - depth] + wake) if k >= depth else p_end
+        rows.append((0, 0, k, p_end, acquired))
+        rows.append((0, 1, k, acquired, acquired + produce))
+        p_end, arrival = acquired + produce, acquired + latency
+        e1 = max(r1 + wait_cost, arrival)
+        s2 = max(r2, e1 + stagger)
+        e2 = max(s2 + wait_cost, arrival)
+        for warps, start, end in ((WG1, r1, e1), (WG2, s2, e2)):
+            for w in warps:
+                rows.append((w, 2, k, start, end))
+                rows.append((w, 3, k, end, end + work))
+        r1, r2 = e1 + work, e2 + work
+        release[k] = r2
+    ev = np.zeros(len(rows), dtype=EVENT_DTYPE)
+    for j, column in enumerate(("tid", "tag", "payload", "start_ns")):
+        ev[column] = [r[j] for r in rows]
+    ev["dur_ns"] = [r[4] - r[3] for r in rows]
+    ev = ev[np.argsort(ev["start_ns"], kind="stable")]
+    return Trace(events=ev, tag_names=TAGS, capacity=len(rows), attempted=len(rows),
+                 overflow=0, incomplete=0)
+
+
+def span(trace):
+    ev = trace.events
+    return float((ev["start_ns"] + ev["dur_ns"]).max() - ev["start_ns"].min())
+
+
+def test_a_wait_is_its_leading_warpgroups_and_a_release_its_trailing_ones():
+    data = match_records(staggered(3), spec(3))
+    # the leading warpgroup's wait, the trailing one's release (300 ns + its own wait later)
+    np.testing.assert_allclose(data.end[0, :, 3] - data.end[0, :, 2], 1000 + 300 + 32)
+    merged = match_records(staggered(3), spec(3, track_group=None))
+    np.testing.assert_allclose(merged.end[0, :, 3] - merged.end[0, :, 2], 1000)
+
+
+def test_the_replay_keeps_the_stagger_and_a_shallower_ring_pays_it_every_item():
+    base = staggered(3)
+    data = match_records(base, spec(3))
+    sched = replay(data)
+    # every wait and the producer replay exactly; the role's work ends where its leading
+    # warpgroup goes on (its release, the trailing warpgroup's, lies past that end)
+    np.testing.assert_allclose(sched.end[:, :, :3], data.end[:, :, :3])
+    np.testing.assert_allclose(sched.start[:, :, :3], data.start[:, :, :3])
+    shallow = what_if(data, depth={"ring": 1})
+    assert shallow["predicted_kernel_ns"] == pytest.approx(span(staggered(1)))
+    # one latest-warp track hides the leading warpgroup's waits: too fast
+    merged = what_if(match_records(base, spec(3, track_group=None)), depth={"ring": 1})
+    assert merged["predicted_kernel_ns"] < span(staggered(1)) - 29 * 250
+
+
+def test_lead_shares_tell_staggered_warpgroups_from_peers_taking_turns():
+    ev = staggered(3).events
+    assert warpgroup_lead_shares(ev, [2], STRIDE) == {2: 1.0}
+    turns = ev.copy()
+    rows = np.flatnonzero((turns["tag"] == 2) & (turns["payload"] % 2 == 1))
+    turns["tid"][rows] = np.where(np.isin(turns["tid"][rows], WG1), turns["tid"][rows] + 4,
+                                  turns["tid"][rows] - 4)  # odd items: the other one first
+    assert warpgroup_lead_shares(turns, [2], STRIDE)[2] == pytest.approx(0.5, abs=0.05)
+
+
+def test_track_group_must_be_a_positive_int():
+    with pytest.raises(ProfileBufferError, match="track_group"):
+        spec(3, track_group=0)
