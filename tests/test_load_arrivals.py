@@ -3,6 +3,8 @@ load's full barrier completed (``autoprofile(load_arrivals=N)``). The host measu
 probed load from the commit before it; the what-if draws every item's latency from that
 sample instead of one latency read from the waits that happened to block."""
 
+import dataclasses
+
 import numpy as np
 import pytest
 
@@ -132,3 +134,14 @@ def test_derived_model_names_the_probes_and_hands_their_latencies_on():
     probed = probed_trace([(0, 0, 0, 0, 100, 0), (0, 0, 1, 1, 132, 868)] * 1)
     terms = derived.what_if_terms(arrivals_from=probed)
     np.testing.assert_array_equal(terms["arrivals"]["pk"], [900])
+
+
+def test_a_derived_trace_keeps_its_probes_measured_from_renamed_commits():
+    """derive_pipeline renames a loop's first calls <tag>@prologue: a probe after such a
+    commit is still measured from it."""
+    trace = probed_trace([(0, 0, 0, 0, 100, 0), (0, 0, 1, 1, 132, 700)])
+    names = list(trace.tag_names) + ["pk.producer_commit@prologue"]
+    events = trace.events.copy()
+    events["tag"][events["tag"] == 0] = len(names) - 1
+    renamed = dataclasses.replace(trace, events=events, tag_names=tuple(names))
+    np.testing.assert_array_equal(load_arrival_latency(renamed)["pk"], [732])

@@ -186,8 +186,11 @@ def load_arrival_latency(trace: Trace) -> dict[str, np.ndarray]:
     sites = _sites(meta)
     by_index = {int(p["index"]): p["name"] for p in meta["pipelines"]}
     arrival = {t: int(s["pipeline"]) for t, s in sites.items() if s["op"] == LOAD_ARRIVAL_OP}
-    commit = {t: int(s["pipeline"]) for t, s in sites.items()
-              if s["op"] == "producer_commit" and s.get("pipeline") is not None}
+    commit_sites = {s["name"]: int(s["pipeline"]) for s in sites.values()
+                    if s["op"] == "producer_commit" and s.get("pipeline") is not None}
+    # a derived trace renames the loop's first and last calls <tag>@prologue / @epilogue
+    commit = {t: commit_sites[name.split("@")[0]] for t, name in enumerate(trace.tag_names)
+              if name.split("@")[0] in commit_sites}
     out: dict[str, np.ndarray] = {}
     if not arrival:
         return out
