@@ -4,6 +4,7 @@ probed load from the commit before it; the what-if draws every item's latency fr
 sample instead of one latency read from the waits that happened to block."""
 
 import dataclasses
+from pathlib import Path
 
 import numpy as np
 import pytest
@@ -145,3 +146,32 @@ def test_a_derived_trace_keeps_its_probes_measured_from_renamed_commits():
     events["tag"][events["tag"] == 0] = len(names) - 1
     renamed = dataclasses.replace(trace, events=events, tag_names=tuple(names))
     np.testing.assert_array_equal(load_arrival_latency(renamed)["pk"], [732])
+
+
+def test_cli_takes_the_load_latencies_from_a_probed_launch(tmp_path, capsys):
+    import json
+
+    import cute_prof
+    from cute_prof.cli import main
+    from test_derived_pipeline import software_pipelined
+
+    base = cute_prof.save_trace(tmp_path / "base.npz", software_pipelined())
+    probed = cute_prof.save_trace(tmp_path / "probed.npz", probed_trace(
+        [(0, 0, 0, 0, 100 + 1000 * i, 0) for i in range(10)]
+        + [(0, 0, 1, 1, 132 + 1000 * i, 868) for i in range(10)]
+        + [(0, 0, 2, 0, 600 + 1000 * i, 0) for i in range(10)]
+        + [(0, 0, 3, 1, 632 + 1000 * i, 268) for i in range(10)]))
+    args = ["-q", "analyze", str(base), "--depth", "pk=1,pv=1", "--json"]
+    assert main(args) == 0
+    plain = json.loads(capsys.readouterr().out)["what_if"][0]
+    assert main(args + ["--arrivals", str(probed)]) == 0
+    sampled = json.loads(capsys.readouterr().out)["what_if"][0]
+    # pk's loads took 900 ns each, pv's 300: the change is predicted at those latencies
+    assert sampled["latency_ns"] == pytest.approx({"pk.consumer_wait": 900.0,
+                                                    "pv.consumer_wait": 300.0})
+    assert sampled["predicted_change"] != plain.get("predicted_change")
+    # a hand-written spec names no pipeline objects: the probes have nothing to attach to
+    spec = Path(__file__).resolve().parents[1] / "examples" / "ws_gemm_pipeline.json"
+    assert main(["-q", "analyze", str(base), "--pipeline", str(spec),
+                 "--arrivals", str(probed)]) != 0
+    assert "--arrivals needs a zero-edit trace" in capsys.readouterr().err
