@@ -373,7 +373,8 @@ def table(rows: list[dict], infos: list[dict], root: Path) -> str:
         sub = [r for r in done if r["base_trace"] == kind]
         rho_k = spearman([r["predicted"] for r in sub], [r["measured"] for r in sub])
         lines.append(f"- {kind} bases: {len(sub)} rows, Spearman {rho_k:+.3f}, within 3 pp "
-                     f"{sum(abs(r['error_pp']) <= 3 for r in sub)}, inside the interval "
+                     f"{sum(abs(r['error_pp']) <= 3 for r in sub)}, mean absolute error "
+                     f"{statistics.mean(abs(r['error_pp']) for r in sub):.2f} pp, inside the interval "
                      f"{sum(r.get('inside', False) for r in sub)} "
                      f"({sum(r.get('inside_with_noise', False) for r in sub)} +- launch noise).")
     return "\n".join(lines) + "\n", rho

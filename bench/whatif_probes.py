@@ -26,7 +26,7 @@ sys.path.insert(0, str(ROOT))
 sys.path.insert(0, str(ROOT / "bench"))
 
 from cute_prof.analysis.pipelines import (  # noqa: E402
-    LOAD_ARRIVAL_OP, STAGGER_SHARE, derive_pipeline, load_arrival_latency, warpgroup_lead_shares)
+    STAGGER_SHARE, derive_pipeline, load_arrival_latency, load_arrival_pairs, warpgroup_lead_shares)
 from tools.columns import load_columns  # noqa: E402
 
 WARPS_PER_WARPGROUP = 4
@@ -46,16 +46,9 @@ def span(trace) -> float:
 
 
 def commit_to_probe(trace) -> np.ndarray:
-    """Per probe: its first timer read less the stamp of the commit right before it."""
-    meta = trace.metadata["autoprof"]
-    probes = [int(s["tag"]) for s in meta["sites"] if s["op"] == LOAD_ARRIVAL_OP]
-    commits = [int(s["tag"]) for s in meta["sites"] if s["op"] == "producer_commit"]
-    ev = trace.events[np.isin(trace.events["tag"], probes + commits)]
-    ev = ev[np.lexsort((ev["start_ns"], ev["tid"]))]
-    is_probe = np.isin(ev["tag"], probes)
-    after_commit = np.r_[False, np.isin(ev["tag"][:-1], commits) & (ev["tid"][1:] == ev["tid"][:-1])]
-    at = np.flatnonzero(is_probe & after_commit)
-    return (ev["start_ns"][at] - ev["start_ns"][at - 1]).astype(np.float64)
+    """Per probe: its first timer read less the stamp of the commit it measures."""
+    pairs = load_arrival_pairs(trace)
+    return (pairs["probe"] - pairs["commit"]).astype(np.float64)
 
 
 def probes(root: Path) -> list[str]:

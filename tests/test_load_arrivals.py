@@ -127,7 +127,7 @@ def test_a_latency_no_wait_showed_is_predicted_once_loads_were_sampled():
     assert unobserved["bounds"][0] < sampled["predicted_change"] <= unobserved["bounds"][1]
 
 
-def test_derived_model_names_the_probes_and_hands_their_latencies_on():
+def test_what_if_terms_hand_on_a_probed_launchs_latencies():
     from test_derived_pipeline import software_pipelined
 
     derived = derive_pipeline(software_pipelined())

@@ -23,7 +23,8 @@ from .roles import RoleSpec
 
 __all__ = ["finish_zero_edit_trace", "wait_breakdown", "format_wait_breakdown",
            "zero_edit_roles", "DerivedPipeline", "derive_pipeline", "call_balance",
-           "format_recording", "load_arrival_latency", "warpgroup_lead_shares"]
+           "format_recording", "load_arrival_pairs", "load_arrival_latency",
+           "warpgroup_lead_shares"]
 
 PRODUCER_OPS = ("producer_acquire", "producer_commit")
 CONSUMER_OPS = ("consumer_wait", "consumer_release")
@@ -174,26 +175,24 @@ def _record_cost(tid: np.ndarray, start: np.ndarray, dur: np.ndarray,
     return float(np.quantile(gaps, RECORD_GAP_QUANTILE)) if gaps.size else 0.0
 
 
-def load_arrival_latency(trace: Trace) -> dict[str, np.ndarray]:
-    """Per TMA-loaded ring: the latency (ns) of each load the producer probed
-    (``autoprofile(load_arrivals=N)``), from the stamp of its commit (the warp's latest
-    commit of that ring before the probe: the same stamp the model produces an item at) to
-    the probe's end, when the full barrier had completed. A sample of every load, not only
-    those a consumer waited for: a deep ring's consumers seldom wait, and a wait shows the
-    latency only when the load was late. Probes that gave up (payload 0) and probes with no
-    commit before them (none yet in that warp) are left out. Empty when nothing was probed."""
+def load_arrival_pairs(trace: Trace) -> dict[str, np.ndarray]:
+    """Every probed load that arrived (``autoprofile(load_arrivals=N)``) with the commit it
+    measures: the warp's latest commit of that ring before the probe (the stamp the model
+    produces an item at). Columns: ``ring`` (pipeline index), ``commit`` (its stamp),
+    ``probe`` (the probe's first timer read) and ``arrived`` (the probe's end, when the full
+    barrier had completed), ns. Probes that gave up (payload 0) and probes with no commit
+    before them (none yet in that warp) are left out."""
     meta = _meta(trace)
     sites = _sites(meta)
-    by_index = {int(p["index"]): p["name"] for p in meta["pipelines"]}
     arrival = {t: int(s["pipeline"]) for t, s in sites.items() if s["op"] == LOAD_ARRIVAL_OP}
     commit_sites = {s["name"]: int(s["pipeline"]) for s in sites.values()
                     if s["op"] == "producer_commit" and s.get("pipeline") is not None}
     # a derived trace renames the loop's first and last calls <tag>@prologue / @epilogue
     commit = {t: commit_sites[name.split("@")[0]] for t, name in enumerate(trace.tag_names)
               if name.split("@")[0] in commit_sites}
-    out: dict[str, np.ndarray] = {}
+    empty = np.zeros(0, dtype=np.int64)
     if not arrival:
-        return out
+        return {"ring": empty, "commit": empty, "probe": empty, "arrived": empty}
     ev = trace.events
     tags = np.ascontiguousarray(ev["tag"]).astype(np.int64)
     # ring of each row's probe or commit (-1: neither), as one lookup
@@ -206,18 +205,28 @@ def load_arrival_latency(trace: Trace) -> dict[str, np.ndarray]:
     rows = np.flatnonzero(tags_in(tags, [*arrival, *commit]))
     # per warp and ring, in time order: a probe follows the commit it measures
     key = ev["tid"][rows].astype(np.int64) * ring.size + ring[tags[rows]]
-    rows = rows[np.lexsort((ev["start_ns"][rows], key))]
-    key = ev["tid"][rows].astype(np.int64) * ring.size + ring[tags[rows]]
+    order = np.lexsort((ev["start_ns"][rows], key))
+    rows, key = rows[order], key[order]
     probe = is_probe[tags[rows]]
     after_commit = np.r_[False, (key[1:] == key[:-1]) & ~probe[:-1]]
     keep = np.flatnonzero(probe & after_commit & (ev["payload"][rows] == 1))
-    arrived = ev["start_ns"][rows[keep]] + ev["dur_ns"][rows[keep]]
-    latency = (arrived - ev["start_ns"][rows[keep - 1]]).astype(np.float64)
-    ring_of = ring[tags[rows[keep]]]
-    for index, name in by_index.items():
-        here = latency[ring_of == index]
+    at = rows[keep]
+    return {"ring": ring[tags[at]], "commit": ev["start_ns"][rows[keep - 1]],
+            "probe": ev["start_ns"][at], "arrived": ev["start_ns"][at] + ev["dur_ns"][at]}
+
+
+def load_arrival_latency(trace: Trace) -> dict[str, np.ndarray]:
+    """Per TMA-loaded ring: the latency (ns) of each load the producer probed, from its
+    commit's stamp to its arrival (:func:`load_arrival_pairs`). A sample of every load, not
+    only those a consumer waited for: a deep ring's consumers seldom wait, and a wait shows
+    the latency only when the load was late. Empty when nothing was probed."""
+    pairs = load_arrival_pairs(trace)
+    latency = (pairs["arrived"] - pairs["commit"]).astype(np.float64)
+    out: dict[str, np.ndarray] = {}
+    for p in _meta(trace)["pipelines"]:
+        here = latency[pairs["ring"] == int(p["index"])]
         if here.size:
-            out[name] = here
+            out[p["name"]] = here
     return out
 
 
@@ -672,9 +681,9 @@ def derive_pipeline(trace: Trace) -> DerivedPipeline:
                  for p in sorted(pipelines.values(), key=lambda p: p["index"]) if p["name"] in used]
     roles = RoleSpec(roles={role: [int(s) for s in role_slots[role]] for role in role_tags},
                      tid_stride=stride, group_name="cta", tags={r.tag: r.kind for r in regions})
+    consumes = [new_names.index(r.tag) for r in regions if "consumes" in r.relations]
+    staggered = _staggered_warpgroups(new_ev, consumes, stride)
     try:
-        consumes = [new_names.index(r.tag) for r in regions if "consumes" in r.relations]
-        staggered = _staggered_warpgroups(new_ev, consumes, stride)
         spec = PipelineSpec(roles=roles, resources=resources, regions=regions,
                             track_group=WARPS_PER_WARPGROUP if staggered else None)
     except ProfileBufferError as err:

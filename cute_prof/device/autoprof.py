@@ -456,10 +456,11 @@ def load_arrival_probe(pipeline, state, every: int) -> None:
     price of the producer's wait (a deep ring's slack absorbs it; measure it on your kernel).
     The producer state's phase is the flip of the consumer's, so the full barrier's phase of
     this item has parity ``phase ^ 1``; a wrong guess returns at once, never hangs."""
+    tracing = _tracing_here()
     count, index, phase = (getattr(state, name, None) for name in ("count", "index", "phase"))
-    if count is None or index is None or phase is None:
+    if tracing is None or not is_tma_load_ring(pipeline) or None in (count, index, phase):
         return
-    _probe(pipeline, Int32(count) % Int32(int(every)) == Int32(0), Int32(index),
+    _probe(tracing, pipeline, Int32(count) % Int32(int(every)) == Int32(0), Int32(index),
            Int32(phase) ^ Int32(1))
 
 
@@ -505,16 +506,16 @@ def previous_load_arrival_probe(pipeline, index, phase) -> None:
     not_wrapped = (Int32(index) + Int32(stages - 1)) // Int32(stages)
     previous = (Int32(index) + Int32(stages - 1)) % Int32(stages)
     parity = Int32(phase) ^ not_wrapped
-    _probe(pipeline, armed & (previous == Int32(0)) & (parity == Int32(0)), previous, parity)
+    _probe(tracing, pipeline, armed & (previous == Int32(0)) & (parity == Int32(0)), previous,
+           parity)
     llvm.store(Int32(0).ir_value(), slot)
 
 
-def _probe(pipeline, sampled, index: Int32, parity: Int32) -> None:
+def _probe(tracing: _Tracing, pipeline, sampled, index: Int32, parity: Int32) -> None:
+    """Where ``sampled`` holds: wait for item ``index``'s full barrier phase of ``parity``
+    and record the wait as ``<ring>.load_arrival`` (payload: arrived)."""
     from cutlass.cutlass_dsl import if_generate
 
-    tracing = _tracing_here()
-    if tracing is None or not is_tma_load_ring(pipeline):
-        return
     info = _pipeline_info(pipeline)
     tag = tracing.recording.site(f"{info.name}.load_arrival", "load_arrival", "wait", info.index)
 
