@@ -39,7 +39,7 @@ from cute_prof import storage  # noqa: E402
 from cute_prof.analysis.critical_path import (  # noqa: E402
     latency_sample, match_records, predict_what_if, timer_step)
 from cute_prof.analysis.model import PipelineSpec, load_pipeline  # noqa: E402
-from cute_prof.analysis.pipelines import derive_pipeline, load_arrival_latency  # noqa: E402
+from cute_prof.analysis.pipelines import derive_pipeline  # noqa: E402
 from cute_prof.trace import Trace  # noqa: E402
 
 sys.path.insert(0, str(ROOT / "bench"))
@@ -213,14 +213,17 @@ def check_entry(root: Path, entry: Entry) -> tuple[list[dict], dict]:
     arrivals, probe_cost = {}, None
     if entry.derived:
         derived = derive_pipeline(trace)
-        trace, spec, record_ns = derived.trace, derived.spec, derived.record_ns
-        first_load, first_source = derived.first_load_latency()
+        trace, spec = derived.trace, derived.spec
+        first_source = derived.first_load_latency()[1]
         probed_file = folder / entry.arrivals_trace if entry.arrivals_trace else None
+        probed = None
         if probed_file is not None and probed_file.exists():
             probed = entry.load(probed_file)
-            arrivals = load_arrival_latency(probed)
             # what the probes cost: the probed launch's span against the base trace's
             probe_cost = trace_span(probed) / trace_span(raw) - 1
+        # the model's inputs as the library hands them over (cute-prof analyze --arrivals)
+        terms = derived.what_if_terms(arrivals_from=probed)
+        first_load, record_ns, arrivals = terms["first_load"], terms["record_ns"], terms["arrivals"]
     else:
         spec = entry.spec(trace)
     data = match_records(trace, spec)

@@ -97,6 +97,8 @@ def test_fa4_every_pipeline_call_site_gets_its_records(compiled, causal):
     run = compiled[causal]
     names = {s["name"]: s for s in run["sites"]}
     assert {p["name"] for p in run["pipelines"]} >= {"pipeline_q", "pipeline_k", "pipeline_v"}
+    # FA4 arms its TMA rings in producer_acquire (PipelineTmaAsync), before the copies
+    assert not any(p["commit_arms_copies"] for p in run["pipelines"])
     for name, kind in [("pipeline_k.producer_acquire", "wait"), ("pipeline_k.consumer_wait", "wait"),
                        ("pipeline_k.consumer_release", "signal"),
                        ("pipeline_v.producer_acquire", "wait"), ("pipeline_v.consumer_wait", "wait"),

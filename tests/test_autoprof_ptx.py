@@ -59,6 +59,9 @@ def test_every_pipeline_call_site_is_named_and_recorded(compiled):
     names = {s["name"]: s for s in compiled["sites"]}
     assert {p["name"] for p in compiled["pipelines"]} == {"ab_pipe", "store_pipe"}
     assert next(p for p in compiled["pipelines"] if p["name"] == "ab_pipe")["stages"] == 4
+    # ws_gemm arms ab_pipe's full barrier itself (sync_object_full.arrive), before its copies
+    arms = {p["name"]: p["commit_arms_copies"] for p in compiled["pipelines"]}
+    assert arms == {"ab_pipe": True, "store_pipe": False}
     for name, kind in [("ab_pipe.consumer_wait", "wait"), ("ab_pipe.consumer_release", "signal"),
                        ("ab_pipe.producer_acquire", "wait"), ("store_pipe.producer_acquire", "wait"),
                        ("store_pipe.producer_commit", "signal"), ("bar1.sync", "wait")]:

@@ -263,6 +263,23 @@ def test_one_records_time_is_read_from_back_to_back_records():
     assert record_cost_ns(gemm_like()) > 32.0  # there, work lies between every two records
 
 
+def test_one_records_time_is_not_rounded_to_the_timers_tick():
+    """Records 45 ns apart, stamped by a timer that steps every 32 ns (%globaltimer), read
+    32 or 64 ns apart: the lowest gaps say 32 ns, every time. Their mean over the low tick
+    and the tick above gives back the 45 ns (records fall at any phase of the tick)."""
+    from cute_prof.analysis.pipelines import record_cost_ns
+    rng = np.random.default_rng(3)
+    rows = []
+    for warp in range(64):
+        at = rng.uniform(0, 32) + 10_000 * warp
+        for k in range(40):  # a commit, its next acquire 45 ns on, then 400 ns of other work
+            commit = at + k * 445.0
+            rows += [(0, warp, 1, 0, commit // 32 * 32, 0),
+                     (0, warp, 0, 0, (commit + 45) // 32 * 32, 40 // 32 * 32)]
+    cost = record_cost_ns(_raw_trace(rows))
+    assert abs(cost - 45.0) < 2.0
+
+
 def test_the_unrecorded_replay_takes_two_records_off_each_work_region():
     from cute_prof.analysis.critical_path import work_spans
     derived = derive_pipeline(mma_bound())

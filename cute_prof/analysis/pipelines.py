@@ -140,7 +140,7 @@ def finish_zero_edit_trace(trace: Trace) -> Trace:
         metadata={**trace.metadata, "autoprof": meta})
 
 
-# the quantile of a warp's instant -> next-record gaps taken as one record's own time: the
+# the quantile of a warp's instant -> next-record gaps where one record's own time lies: the
 # low end is where nothing but the record and the loop's branch lies between the two stamps
 RECORD_GAP_QUANTILE = 0.05
 
@@ -151,7 +151,13 @@ def record_cost_ns(trace: Trace) -> float:
     store, whatever the kernel does, and the next record's timer read; where the kernel does
     nothing in between (a producer's commit, then its next acquire) the gap is one record's
     own time. The what-if model removes it from the work it replays, to predict the kernel
-    without recording."""
+    without recording.
+
+    A timer that steps in ticks (``%globaltimer``: 32 ns) reads a constant gap g as the tick
+    below it or the tick above, in the proportions that keep the mean at g (records fall at
+    any phase of the tick). So the cost is the mean of the gaps at the low end's tick and the
+    tick above it: the low end alone is always a whole tick (32 ns) where records take
+    40-54 ns."""
     ev = trace.events
     # columns first: gathering from one column reads less memory than from the records
     tid, start = np.ascontiguousarray(ev["tid"]), np.ascontiguousarray(ev["start_ns"])
@@ -172,7 +178,12 @@ def _record_cost(tid: np.ndarray, start: np.ndarray, dur: np.ndarray,
     same_warp[np.cumsum(size)[:-1] - 1] = False
     start = start[order]
     gaps = (start[1:] - start[:-1])[instant & same_warp]
-    return float(np.quantile(gaps, RECORD_GAP_QUANTILE)) if gaps.size else 0.0
+    if not gaps.size:
+        return 0.0
+    low = float(np.quantile(gaps, RECORD_GAP_QUANTILE))
+    # the timer's tick: every gap is a whole number of them
+    tick = float(np.gcd.reduce(gaps.astype(np.int64)))
+    return float(gaps[(gaps >= low) & (gaps <= low + tick)].mean())
 
 
 def load_arrival_pairs(trace: Trace) -> dict[str, np.ndarray]:
@@ -404,10 +415,26 @@ class DerivedPipeline:
             np.minimum.at(head, warp[at_earliest], rows[at_earliest])
             chosen = first[inv[head]] == first_wait[inv[head]]
             np.maximum.at(wait_end, inv[head[chosen]], ends[head[chosen]])
-        issue = first_issue[np.arange(ctas.size), wait_ring]
+        # a ring armed before its copies issues them one record after the commit's stamp
+        late = np.zeros(n_pipes)
+        for index, ns in self.copy_issue_delay_ns(by_index=True).items():
+            if index < n_pipes:
+                late[index] = ns
+        issue = first_issue[np.arange(ctas.size), wait_ring] + late[wait_ring]
         ok = np.isfinite(issue) & np.isfinite(wait_end) & (issue > loaded_after) \
             & (wait_end >= issue)
         return (wait_end - issue)[ok], "first load of CTAs started under load"
+
+    def copy_issue_delay_ns(self, *, by_index: bool = False) -> dict:
+        """Per ring (name, or pipeline index with ``by_index``): how long after its commit's
+        stamp the recorded kernel issues the ring's copies. One record where the commit is
+        the arm a kernel makes before its copies (``commit_arms_copies``: ws_gemm's
+        ``sync_object_full.arrive``), whose store comes before them; a load's latency read
+        from that stamp holds it, and the kernel without recording does not. Nothing where
+        the copies come before the commit (``PipelineTmaAsync``'s own ``producer_acquire``
+        arms), or in a trace recorded before the flag existed."""
+        return {int(p["index"]) if by_index else p["name"]: self.record_ns
+                for p in _meta(self.trace)["pipelines"] if p.get("commit_arms_copies")}
 
     def what_if_terms(self, *, arrivals_from: Trace | None = None) -> dict[str, Any]:
         """What ``analyze_pipeline`` / ``predict_what_if`` take to predict the unrecorded
@@ -416,8 +443,9 @@ class DerivedPipeline:
         (:func:`load_arrival_latency`) of ``arrivals_from``, a run of the same kernel with
         ``autoprofile(load_arrivals=N)`` (this trace's own, if it was that run)."""
         probed = load_arrival_latency(arrivals_from if arrivals_from is not None else self.trace)
+        late = self.copy_issue_delay_ns()
         return {"first_load": self.first_load_latency()[0], "record_ns": self.record_ns,
-                "arrivals": probed}
+                "arrivals": {ring: x - late.get(ring, 0.0) for ring, x in probed.items()}}
 
     def format_text(self) -> str:
         d = self.describe()

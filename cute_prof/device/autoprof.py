@@ -67,6 +67,10 @@ class PipelineInfo:
     cls: str
     stages: int
     created_at: str  # file:line of the create() call
+    # its producer_commit is the full barrier's own arrive on a TMA-loaded ring: the arm
+    # (expect-tx) a kernel that drives the barriers itself makes before its copies, so the
+    # copies issue after the commit's record, not before it
+    commit_arms_copies: bool = False
 
     def to_dict(self) -> dict[str, Any]:
         return dataclasses.asdict(self)
@@ -586,6 +590,8 @@ def _sync_object_method(original, method: str):
 
         def tag_of(rec):
             info = _pipeline_info(pipeline)
+            if op == "producer_commit" and is_tma_load_ring(pipeline):
+                info.commit_arms_copies = True
             return rec.site(f"{info.name}.{op}", op, kind, info.index), kind
 
         if probing and op == "producer_acquire" and len(args) >= 2:
