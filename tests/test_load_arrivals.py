@@ -137,6 +137,39 @@ def test_what_if_terms_hand_on_a_probed_launchs_latencies():
     np.testing.assert_array_equal(terms["arrivals"]["pk"], [900])
 
 
+def test_a_ring_armed_before_its_copies_loses_one_record_off_its_latencies():
+    """ws_gemm arms its full barrier (its commit) and stores that commit's record before it
+    issues the copies: its loads, read from the commit's stamp, hold that record, which the
+    kernel without recording does not. A ring whose copies come before its commit
+    (PipelineTmaAsync's own acquire arms it) keeps its latencies, as does a trace recorded
+    before the flag existed."""
+    from test_derived_pipeline import software_pipelined
+
+    plain = derive_pipeline(software_pipelined())
+    meta = plain.trace.metadata["autoprof"]
+    pipes = [dict(p, commit_arms_copies=p["name"] == "pk") for p in meta["pipelines"]]
+    armed = dataclasses.replace(plain, trace=dataclasses.replace(
+        plain.trace, metadata={**plain.trace.metadata, "autoprof": {**meta, "pipelines": pipes}}),
+        record_ns=45.0)
+    assert armed.copy_issue_delay_ns() == {"pk": 45.0}
+    assert plain.copy_issue_delay_ns() == {}
+    probed = probed_trace([(0, 0, 0, 0, 100, 0), (0, 0, 1, 1, 132, 868),
+                           (0, 0, 2, 0, 1100, 0), (0, 0, 3, 1, 1132, 468)])
+    terms = armed.what_if_terms(arrivals_from=probed)
+    np.testing.assert_array_equal(terms["arrivals"]["pk"], [900 - 45.0])
+    np.testing.assert_array_equal(terms["arrivals"]["pv"], [500])
+    # each CTA's first load is read from its copies' issue too: one record after the commit
+    from test_derived_model_terms import gemm_like
+    unarmed = derive_pipeline(gemm_like(ctas=4))
+    gemm = unarmed.trace
+    pipes = [dict(p, commit_arms_copies=True) for p in gemm.metadata["autoprof"]["pipelines"]]
+    armed = dataclasses.replace(unarmed, trace=dataclasses.replace(gemm, metadata={
+        **gemm.metadata, "autoprof": {**gemm.metadata["autoprof"], "pipelines": pipes}}),
+        record_ns=45.0)
+    np.testing.assert_array_equal(armed.first_load_latency()[0],
+                                  unarmed.first_load_latency()[0] - 45.0)
+
+
 def test_a_derived_trace_keeps_its_probes_measured_from_renamed_commits():
     """derive_pipeline renames a loop's first calls <tag>@prologue: a probe after such a
     commit is still measured from it."""
