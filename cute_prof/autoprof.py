@@ -101,8 +101,9 @@ def autoprofile(*, per_warp: int = DEFAULT_PER_WARP, max_warps: int = DEFAULT_MA
     inside the block each is an empty cache of the same type, so the kernel compiles again
     and records, and the old one is back afterwards (the block's cache stays on
     ``AutoProfile.caches``, to launch the recording kernel again). ``load_arrivals``: N > 0
-    also samples the load latency of every TMA-loaded ring: after one commit in N, the
-    producer waits for that load and records ``<ring>.load_arrival`` (the probe delays the
+    also samples the load latency of every TMA-loaded ring: after one commit in N (each cluster
+    at its own place in the period, so that every position of the loop is sampled alike),
+    the producer waits for that load and records ``<ring>.load_arrival`` (the probe delays the
     producer, so take the pipeline's timings from a run without it; read the latencies with
     ``analysis.pipelines.load_arrival_latency``). Yields an :class:`AutoProfile`."""
     from .device.autoprof import RecordingConfig, recording

@@ -241,6 +241,15 @@ def _cta_linear_index() -> Int32:
     return Int32(bx) + Int32(gx) * (Int32(by) + Int32(gy) * Int32(bz))
 
 
+def _cluster_linear_index() -> Int32:
+    """The launch's cluster this CTA is in, linear (a launch without clusters: its CTA)."""
+    from cutlass import cute
+
+    cx, cy, cz = cute.arch.cluster_idx()
+    nx, ny, _ = cute.arch.cluster_dim()
+    return Int32(cx) + Int32(nx) * (Int32(cy) + Int32(ny) * Int32(cz))
+
+
 def _open(state: _Tracing) -> None:
     """At the kernel's entry: the two stack slots of the cursor and the slice's open."""
     rec = state.recording
@@ -451,9 +460,22 @@ def is_tma_load_ring(pipeline) -> bool:
     return isinstance(pipeline, loads) and getattr(pipeline, "sync_object_full", None) is not None
 
 
+def sampling_offset(period: int) -> Int32:
+    """Where in each period of ``period`` loads this CTA samples: its cluster's linear index
+    modulo the period. A sample that starts at each CTA's (or tile's) first load takes that
+    load, the slowest (it meets the CTA's start burst), in every CTA: 1 in ``period``
+    samples where it is 1 in the CTA's loads (FA4 b4: a fifth of the K/V samples, 1 load in
+    31). Spread over the clusters, every position of the loop is sampled as often as any
+    other. The CTAs of one cluster sample the same loads: a probe stalls its producer, and a
+    peer waiting for this CTA's multicast half would read that stall as its own load's
+    latency (per-CTA offsets on ws_gemm's 2x1 clusters: p95 1824 ns against 1344)."""
+    return _cluster_linear_index() % Int32(int(period))
+
+
 def load_arrival_probe(pipeline, state, every: int) -> None:
-    """After the commit of item ``state`` of a TMA-loaded ring, when ``state.count`` is a
-    multiple of ``every``: the producer warp waits until the item's full barrier completes
+    """After the commit of item ``state`` of a TMA-loaded ring, when ``state.count`` plus
+    this CTA's :func:`sampling_offset` is a multiple of ``every``: the producer warp waits
+    until the item's full barrier completes
     and records a region ``<ring>.load_arrival`` from just after the commit to then (payload
     1; 0 when it gave up after ``LOAD_ARRIVAL_TIMEOUT_NS``). A ring whose consumers seldom
     wait shows its loads' latency only as bounds; these sampled arrivals measure it, at the
@@ -464,8 +486,8 @@ def load_arrival_probe(pipeline, state, every: int) -> None:
     count, index, phase = (getattr(state, name, None) for name in ("count", "index", "phase"))
     if tracing is None or not is_tma_load_ring(pipeline) or None in (count, index, phase):
         return
-    _probe(tracing, pipeline, Int32(count) % Int32(int(every)) == Int32(0), Int32(index),
-           Int32(phase) ^ Int32(1))
+    sampled = (Int32(count) + sampling_offset(every)) % Int32(int(every)) == Int32(0)
+    _probe(tracing, pipeline, sampled, Int32(index), Int32(phase) ^ Int32(1))
 
 
 def _armed_slot(tracing: _Tracing, pipeline) -> Any:
@@ -495,10 +517,11 @@ def previous_load_arrival_probe(pipeline, index, phase) -> None:
     """A producer that drives the ring's barriers itself (``sync_object_empty.wait`` to
     acquire, ``sync_object_full.arrive`` to arm the full barrier before its copies) has no
     call after its copies but the next acquire: before the acquire of slot ``index``, the
-    previous item's arrival is probed, when that item sat in slot 0 with full-barrier parity
-    0 (one load in two turns of the ring) and its full barrier was armed since the previous
-    acquire (a drain of the ring before the producer exits loads nothing: its acquires
-    probe nothing)."""
+    previous item's arrival is probed, when that item sat in this CTA's sampled slot with
+    its sampled full-barrier parity (one load in two turns of the ring, at the CTA's
+    :func:`sampling_offset`) and its full barrier was armed since the previous acquire (a
+    drain of the ring before the producer exits loads nothing: its acquires probe
+    nothing)."""
     stages = int(getattr(pipeline, "num_stages", 0) or 0)
     tracing = _tracing_here()
     if stages < 1 or tracing is None or not is_tma_load_ring(pipeline):
@@ -510,8 +533,10 @@ def previous_load_arrival_probe(pipeline, index, phase) -> None:
     not_wrapped = (Int32(index) + Int32(stages - 1)) // Int32(stages)
     previous = (Int32(index) + Int32(stages - 1)) % Int32(stages)
     parity = Int32(phase) ^ not_wrapped
-    _probe(tracing, pipeline, armed & (previous == Int32(0)) & (parity == Int32(0)), previous,
-           parity)
+    # the sampled turn: a slot and a parity, one of the 2 x stages a load can sit at
+    turn = sampling_offset(2 * stages)
+    sampled = armed & (previous == turn % Int32(stages)) & (parity == turn // Int32(stages))
+    _probe(tracing, pipeline, sampled, previous, parity)
     llvm.store(Int32(0).ir_value(), slot)
 
 

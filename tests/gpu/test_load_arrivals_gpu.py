@@ -27,6 +27,45 @@ def _probes(trace):
     return trace.events[np.isin(trace.events["tag"], tags)]
 
 
+def _first_load_share(trace, ring: str) -> float:
+    """The share of the ring's producer warps that probed their first load (a probe between
+    the warp's first and second commit). Each cluster samples at its own place in the period
+    (``sampling_offset``): about one CTA in the period, where a sample starting at the first
+    load took it in every CTA."""
+    meta = trace.metadata["autoprof"]
+    index = next(int(p["index"]) for p in meta["pipelines"] if p["name"] == ring)
+    sites = [s for s in meta["sites"] if s.get("pipeline") == index]
+    ev = trace.events
+    commits = ev[np.isin(ev["tag"], [int(s["tag"]) for s in sites if s["op"] == "producer_commit"])]
+    probes = ev[np.isin(ev["tag"], [int(s["tag"]) for s in sites if s["op"] == "load_arrival"])]
+    probed_first = []
+    for warp in np.unique(commits["tid"]):
+        first, second = np.sort(commits["start_ns"][commits["tid"] == warp])[:2]
+        at = probes["start_ns"][probes["tid"] == warp]
+        probed_first.append(bool(((at >= first) & (at < second)).any()))
+    return float(np.mean(probed_first))
+
+
+def _first_probed_commit(trace, ring: str) -> dict[int, int]:
+    """Per CTA (ws_gemm's CTA linear index: x fastest, the 2x1 cluster's two CTAs
+    adjacent): the ordinal of the commit its producer's first probe followed."""
+    from cute_prof.analysis.pipelines import zero_edit_roles
+
+    stride = int(zero_edit_roles(trace).tid_stride)
+    meta = trace.metadata["autoprof"]
+    index = next(int(p["index"]) for p in meta["pipelines"] if p["name"] == ring)
+    sites = [s for s in meta["sites"] if s.get("pipeline") == index]
+    ev = trace.events
+    commits = ev[np.isin(ev["tag"], [int(s["tag"]) for s in sites if s["op"] == "producer_commit"])]
+    probes = ev[np.isin(ev["tag"], [int(s["tag"]) for s in sites if s["op"] == "load_arrival"])]
+    out = {}
+    for warp in np.unique(probes["tid"]):
+        first_probe = probes["start_ns"][probes["tid"] == warp].min()
+        stamps = commits["start_ns"][commits["tid"] == warp]
+        out[int(warp) // stride] = int((stamps <= first_probe).sum()) - 1
+    return out
+
+
 def test_ws_gemm_probes_every_second_turn_of_its_ring():
     m, n, k = 2048, 2048, 4096
     a = torch.randn(m, k, device="cuda", dtype=torch.bfloat16)
@@ -41,9 +80,19 @@ def test_ws_gemm_probes_every_second_turn_of_its_ring():
     assert trace.overflow == 0 and trace.metadata["slices_unclosed_warps"] == 0
     probes = _probes(trace)
     assert (probes["payload"] == 1).all()  # none gave up
-    # slot 0 at full-barrier parity 0: one load in 2 x depth, each CTA's
-    per_cta = gemm.gemm.k_tiles(k) // (2 * gemm.gemm.num_stages)
-    assert probes.shape[0] >= gemm.gemm.num_ctas(m, n) * per_cta
+    # one slot at one full-barrier parity: one load in 2 x depth, each CTA's
+    period = 2 * gemm.gemm.num_stages
+    assert probes.shape[0] >= gemm.gemm.num_ctas(m, n) * (gemm.gemm.k_tiles(k) // period)
+    # each cluster at its own turn: the first load in about one CTA in the period, not in all
+    assert 0 < _first_load_share(trace, "ab_pipe") < 2.0 / period
+    # and the two CTAs of a 2x1 cluster at the same turn (a probe stalls its producer: the
+    # peer would read the stall of this CTA's multicast half as its own load's latency)
+    turns = _first_probed_commit(trace, "ab_pipe")
+    clusters = {}
+    for cta, turn in turns.items():
+        clusters.setdefault(cta // 2, set()).add(turn)
+    assert len(clusters) > 1 and all(len(t) == 1 for t in clusters.values())
+    assert len({next(iter(t)) for t in clusters.values()}) > 1
     latency = load_arrival_latency(trace)["ab_pipe"]
     assert latency.size == probes.shape[0]
     assert 100 < np.median(latency) < 5_000 and latency.max() < 50_000
@@ -65,3 +114,5 @@ def test_flash_attention_probes_k_and_v_after_their_commits():
     assert {"pipeline_k", "pipeline_v"} <= set(latency)
     for ring in ("pipeline_k", "pipeline_v"):
         assert 100 < np.median(latency[ring]) < 5_000
+        # 128 CTAs, one in 7 samples at its first load (every CTA did, at count 0)
+        assert 0 < _first_load_share(trace, ring) < 2.0 / 7
