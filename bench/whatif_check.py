@@ -38,7 +38,7 @@ sys.path.insert(0, str(ROOT))
 from cute_prof import storage  # noqa: E402
 from cute_prof.analysis.critical_path import (  # noqa: E402
     latency_sample, match_records, predict_what_if, timer_step)
-from cute_prof.analysis.model import PipelineSpec, load_pipeline  # noqa: E402
+from cute_prof.analysis.model import PipelineSpec, arrival_latencies, load_pipeline  # noqa: E402
 from cute_prof.analysis.pipelines import derive_pipeline  # noqa: E402
 from cute_prof.trace import Trace  # noqa: E402
 
@@ -230,7 +230,7 @@ def check_entry(root: Path, entry: Entry) -> tuple[list[dict], dict]:
     wait = entry.wait or next(r.tag for r in spec.regions if "consumes" in r.relations)
     ring = next(r.relations["consumes"].resource for r in spec.regions if r.tag == wait)
     if len(arrivals.get(ring, ())) >= 8:
-        sample = arrivals[ring]
+        sample = arrival_latencies(arrivals[ring])
         source = (f"{len(sample):,} loads sampled as they arrived, in a second base launch "
                   f"whose producer probed them (it ran {probe_cost:+.1%} against the base "
                   "trace's span)")
@@ -283,7 +283,8 @@ def check_entry(root: Path, entry: Entry) -> tuple[list[dict], dict]:
             "latency_ns": {q: float(np.quantile(sample, q)) for q in (0.05, 0.25, 0.5, 0.75)},
             "timer_step_ns": timer_step(data), "record_ns": record_ns,
             "probe_cost": probe_cost,
-            "arrival_latency_ns": {name: {q: float(np.quantile(x, q)) for q in (0.05, 0.5)}
+            "arrival_latency_ns": {name: {q: float(np.quantile(arrival_latencies(x), q))
+                                          for q in (0.05, 0.5)}
                                    for name, x in arrivals.items()}}
     return rows, info
 
@@ -315,7 +316,8 @@ def table(rows: list[dict], infos: list[dict], root: Path) -> str:
              "ring sharing from the launch's cluster in the trace metadata); latency: where the GPU "
              "half traced a second base launch whose producer probed one load in 7 "
              "(autoprofile(load_arrivals=7)), every replayed item draws its own latency from "
-             "those sampled arrivals (commit -> full barrier complete; each draw's time past the "
+             "those sampled arrivals (commit -> full barrier complete), from the 64 sampled "
+             "nearest its place in the loop (each draw's time past the "
              "sample's 5th percentile scaled by Little's law), else each CTA's "
              "first load (CTAs started under load), capped by the steady state's bound (waits "
              "that did not block ended after their data); level-2 bases: hand-written spec, "

@@ -12,8 +12,9 @@ import pytest
 from cute_prof.analysis.critical_path import (
     infer_terms, match_records, predict_what_if, replay, what_if)
 from cute_prof.analysis.model import load_pipeline
+from cute_prof.analysis.model import ARRIVAL_SAMPLE_DTYPE
 from cute_prof.analysis.pipelines import (
-    derive_pipeline, finish_zero_edit_trace, load_arrival_latency)
+    derive_pipeline, finish_zero_edit_trace, load_arrival_latency, load_arrival_sample)
 from cute_prof.trace import EVENT_DTYPE, Trace
 
 from test_pipeline_model import make_trace, spec_dict
@@ -55,6 +56,12 @@ def test_each_probe_is_measured_from_the_commit_before_it():
     assert sorted(got) == ["pk", "pv"]
     np.testing.assert_array_equal(np.sort(got["pk"]), [532, 732, 1040])
     np.testing.assert_array_equal(got["pv"], [300])
+    # and where in its warp's loop each probed load was issued: the commit's ordinal
+    sample = load_arrival_sample(trace)
+    pk = sample["pk"][np.argsort(sample["pk"]["latency_ns"])]
+    np.testing.assert_array_equal(pk["latency_ns"], [532, 732, 1040])
+    np.testing.assert_array_equal(pk["position"], [2, 0, 0])  # CTA 0's third, each first
+    np.testing.assert_array_equal(sample["pv"]["position"], [0])
 
 
 def test_a_trace_without_probes_has_no_arrivals():
@@ -105,6 +112,26 @@ def test_what_if_draws_the_latency_of_every_item_from_the_arrivals():
     assert drawn["predicted_kernel_ns"] > at_median["predicted_kernel_ns"] + 0.1 * iters * 400
 
 
+def test_each_item_draws_from_the_loads_sampled_near_its_place_in_the_loop():
+    """A CTA's first four loads meet its start burst (4 us), the rest take 600 ns. Drawn
+    anywhere in the loop, the slow loads land everywhere and a 3-deep ring stalls on each;
+    drawn from the loads sampled near each item's place, they stay at the start, as on the
+    GPU: the prediction lands near the exact 3-deep schedule."""
+    iters = 40
+    latencies = [4000.0] * 4 + [600.0] * (iters - 4)
+    data = match_records(make_trace([(0, varying_ring(latencies, depth=4))]),
+                         load_pipeline(spec_dict(4)))
+    sample = np.zeros(5 * iters, dtype=ARRIVAL_SAMPLE_DTYPE)
+    sample["position"] = np.tile(np.arange(iters), 5)
+    sample["latency_ns"] = np.asarray(latencies)[sample["position"]]
+    exact = varying_ring(latencies, depth=3)
+    exact_ns = exact["c"][-1][1] - exact["w_e"][0][0]
+    near, anywhere = (what_if(data, depth={"ring": 3}, loaded_latency=True,
+                              arrivals={"ring": x})["predicted_kernel_ns"]
+                      for x in (sample, sample["latency_ns"]))
+    assert abs(near - exact_ns) < 0.02 * exact_ns < abs(anywhere - exact_ns)
+
+
 def test_a_latency_no_wait_showed_is_predicted_once_loads_were_sampled():
     work, produce, latency, iters, depth = 1000, 100, 800, 24, 4
     spans = {t: list(v) for t, v in simulate(depth, work, produce, latency, iters).items()}
@@ -134,7 +161,8 @@ def test_what_if_terms_hand_on_a_probed_launchs_latencies():
     assert derived.what_if_terms()["arrivals"] == {}
     probed = probed_trace([(0, 0, 0, 0, 100, 0), (0, 0, 1, 1, 132, 868)] * 1)
     terms = derived.what_if_terms(arrivals_from=probed)
-    np.testing.assert_array_equal(terms["arrivals"]["pk"], [900])
+    np.testing.assert_array_equal(terms["arrivals"]["pk"]["latency_ns"], [900])
+    np.testing.assert_array_equal(terms["arrivals"]["pk"]["position"], [0])
 
 
 def test_a_ring_armed_before_its_copies_loses_one_record_off_its_latencies():
@@ -156,8 +184,8 @@ def test_a_ring_armed_before_its_copies_loses_one_record_off_its_latencies():
     probed = probed_trace([(0, 0, 0, 0, 100, 0), (0, 0, 1, 1, 132, 868),
                            (0, 0, 2, 0, 1100, 0), (0, 0, 3, 1, 1132, 468)])
     terms = armed.what_if_terms(arrivals_from=probed)
-    np.testing.assert_array_equal(terms["arrivals"]["pk"], [900 - 45.0])
-    np.testing.assert_array_equal(terms["arrivals"]["pv"], [500])
+    np.testing.assert_array_equal(terms["arrivals"]["pk"]["latency_ns"], [900 - 45.0])
+    np.testing.assert_array_equal(terms["arrivals"]["pv"]["latency_ns"], [500])
     # each CTA's first load is read from its copies' issue too: one record after the commit
     from test_derived_model_terms import gemm_like
     unarmed = derive_pipeline(gemm_like(ctas=4))

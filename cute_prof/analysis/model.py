@@ -44,10 +44,30 @@ from collections.abc import Mapping, Sequence
 from dataclasses import dataclass, field, replace
 from typing import Any
 
+import numpy as np
+
 from ..errors import ProfileBufferError
 from .roles import RoleSpec, read_spec
 
-__all__ = ["Relation", "Resource", "Region", "PipelineSpec", "load_pipeline"]
+__all__ = ["Relation", "Resource", "Region", "PipelineSpec", "load_pipeline",
+           "ARRIVAL_SAMPLE_DTYPE", "arrival_latencies", "arrival_positions"]
+
+# a sampled load of a ring (pipelines.load_arrival_sample): its latency, and its place in the
+# loop (the ordinal of its commit in its producer warp)
+ARRIVAL_SAMPLE_DTYPE = np.dtype([("latency_ns", np.float64), ("position", np.int64)])
+
+
+def arrival_latencies(sample) -> np.ndarray:
+    """The latencies (ns) of a ring's sampled loads: an ``ARRIVAL_SAMPLE_DTYPE`` array's
+    field, or the values of a plain sequence of latencies."""
+    sample = np.asarray(sample)
+    return sample["latency_ns"] if sample.dtype.names else sample.astype(np.float64)
+
+
+def arrival_positions(sample) -> np.ndarray | None:
+    """Where in the loop each sampled load was issued, None for a plain sequence."""
+    sample = np.asarray(sample)
+    return sample["position"] if sample.dtype.names else None
 
 RESOURCE_KINDS = ("ring", "state")
 REGION_KINDS = ("wait", "work")

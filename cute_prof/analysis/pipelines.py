@@ -19,11 +19,12 @@ import numpy as np
 from ..errors import ProfileBufferError
 from ..trace import Trace
 from .grouping import rows_by_value, tags_in, unique_ints, warp_order
+from .model import ARRIVAL_SAMPLE_DTYPE
 from .roles import RoleSpec
 
 __all__ = ["finish_zero_edit_trace", "wait_breakdown", "format_wait_breakdown",
            "zero_edit_roles", "DerivedPipeline", "derive_pipeline", "call_balance",
-           "format_recording", "load_arrival_pairs", "load_arrival_latency",
+           "format_recording", "load_arrival_pairs", "load_arrival_latency", "load_arrival_sample",
            "warpgroup_lead_shares"]
 
 PRODUCER_OPS = ("producer_acquire", "producer_commit")
@@ -191,8 +192,9 @@ def load_arrival_pairs(trace: Trace) -> dict[str, np.ndarray]:
     measures: the warp's latest commit of that ring before the probe (the stamp the model
     produces an item at). Columns: ``ring`` (pipeline index), ``commit`` (its stamp),
     ``probe`` (the probe's first timer read) and ``arrived`` (the probe's end, when the full
-    barrier had completed), ns. Probes that gave up (payload 0) and probes with no commit
-    before them (none yet in that warp) are left out."""
+    barrier had completed), ns, and ``position``, the commit's ordinal among the warp's
+    commits of that ring (its place in the loop). Probes that gave up (payload 0) and probes
+    with no commit before them (none yet in that warp) are left out."""
     meta = _meta(trace)
     sites = _sites(meta)
     arrival = {t: int(s["pipeline"]) for t, s in sites.items() if s["op"] == LOAD_ARRIVAL_OP}
@@ -203,7 +205,8 @@ def load_arrival_pairs(trace: Trace) -> dict[str, np.ndarray]:
               if name.split("@")[0] in commit_sites}
     empty = np.zeros(0, dtype=np.int64)
     if not arrival:
-        return {"ring": empty, "commit": empty, "probe": empty, "arrived": empty}
+        return {"ring": empty, "position": empty, "commit": empty, "probe": empty,
+                "arrived": empty}
     ev = trace.events
     tags = np.ascontiguousarray(ev["tag"]).astype(np.int64)
     # ring of each row's probe or commit (-1: neither), as one lookup
@@ -222,23 +225,43 @@ def load_arrival_pairs(trace: Trace) -> dict[str, np.ndarray]:
     after_commit = np.r_[False, (key[1:] == key[:-1]) & ~probe[:-1]]
     keep = np.flatnonzero(probe & after_commit & (ev["payload"][rows] == 1))
     at = rows[keep]
-    return {"ring": ring[tags[at]], "commit": ev["start_ns"][rows[keep - 1]],
-            "probe": ev["start_ns"][at], "arrived": ev["start_ns"][at] + ev["dur_ns"][at]}
+    # each commit's ordinal among its warp's commits of the ring: the commits so far, less
+    # those of the warps and rings before it in this order
+    commits_so_far = np.cumsum(~probe)
+    group = np.cumsum(np.r_[True, key[1:] != key[:-1]]) - 1
+    group_start = np.flatnonzero(np.r_[True, key[1:] != key[:-1]])
+    before_group = np.r_[0, commits_so_far][group_start]
+    position = commits_so_far[keep - 1] - before_group[group[keep - 1]] - 1
+    return {"ring": ring[tags[at]], "position": position.astype(np.int64),
+            "commit": ev["start_ns"][rows[keep - 1]], "probe": ev["start_ns"][at],
+            "arrived": ev["start_ns"][at] + ev["dur_ns"][at]}
 
 
-def load_arrival_latency(trace: Trace) -> dict[str, np.ndarray]:
-    """Per TMA-loaded ring: the latency (ns) of each load the producer probed, from its
-    commit's stamp to its arrival (:func:`load_arrival_pairs`). A sample of every load, not
-    only those a consumer waited for: a deep ring's consumers seldom wait, and a wait shows
-    the latency only when the load was late. Empty when nothing was probed."""
+def load_arrival_sample(trace: Trace) -> dict[str, np.ndarray]:
+    """Per TMA-loaded ring: each load the producer probed, as a record of
+    ``ARRIVAL_SAMPLE_DTYPE``: its latency (ns, from its commit's stamp to its arrival:
+    :func:`load_arrival_pairs`) and its place in the loop (the commit's ordinal in its warp).
+    A sample of every load, not only those a consumer waited for: a deep ring's consumers
+    seldom wait, and a wait shows the latency only when the load was late. A load's latency
+    depends on where in the loop it is issued (a CTA's first loads meet its start burst):
+    the what-if draws each item's latency from the loads sampled nearest its place. Empty
+    when nothing was probed."""
     pairs = load_arrival_pairs(trace)
     latency = (pairs["arrived"] - pairs["commit"]).astype(np.float64)
     out: dict[str, np.ndarray] = {}
     for p in _meta(trace)["pipelines"]:
-        here = latency[pairs["ring"] == int(p["index"])]
-        if here.size:
-            out[p["name"]] = here
+        here = pairs["ring"] == int(p["index"])
+        if here.any():
+            sample = np.zeros(int(here.sum()), dtype=ARRIVAL_SAMPLE_DTYPE)
+            sample["latency_ns"], sample["position"] = latency[here], pairs["position"][here]
+            out[p["name"]] = sample
     return out
+
+
+def load_arrival_latency(trace: Trace) -> dict[str, np.ndarray]:
+    """Per TMA-loaded ring: the latency (ns) of each load the producer probed
+    (:func:`load_arrival_sample` without the places)."""
+    return {ring: x["latency_ns"].copy() for ring, x in load_arrival_sample(trace).items()}
 
 
 def format_recording(trace: Trace) -> str:
@@ -442,10 +465,12 @@ class DerivedPipeline:
         latency, one record's own time, and the sampled loads' latencies
         (:func:`load_arrival_latency`) of ``arrivals_from``, a run of the same kernel with
         ``autoprofile(load_arrivals=N)`` (this trace's own, if it was that run)."""
-        probed = load_arrival_latency(arrivals_from if arrivals_from is not None else self.trace)
+        probed = load_arrival_sample(arrivals_from if arrivals_from is not None else self.trace)
         late = self.copy_issue_delay_ns()
+        for ring, sample in probed.items():
+            sample["latency_ns"] -= late.get(ring, 0.0)
         return {"first_load": self.first_load_latency()[0], "record_ns": self.record_ns,
-                "arrivals": {ring: x - late.get(ring, 0.0) for ring, x in probed.items()}}
+                "arrivals": probed}
 
     def format_text(self) -> str:
         d = self.describe()
