@@ -104,8 +104,8 @@ def autoprofile(*, per_warp: int = DEFAULT_PER_WARP, max_warps: int = DEFAULT_MA
     also samples the load latency of every TMA-loaded ring: after one commit in N (each cluster
     at its own place in the period, so that every position of the loop is sampled alike),
     the producer waits for that load and records ``<ring>.load_arrival`` (the probe delays the
-    producer, so take the pipeline's timings from a run without it; read the latencies with
-    ``analysis.pipelines.load_arrival_latency``). Yields an :class:`AutoProfile`."""
+    producer, so take the pipeline's timings from a run without it; read the loads with
+    ``analysis.pipelines.load_arrival_sample``). Yields an :class:`AutoProfile`."""
     from .device.autoprof import RecordingConfig, recording
 
     if isinstance(kernels, str):

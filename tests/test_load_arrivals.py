@@ -14,7 +14,8 @@ from cute_prof.analysis.critical_path import (
 from cute_prof.analysis.model import load_pipeline
 from cute_prof.analysis.model import ARRIVAL_SAMPLE_DTYPE
 from cute_prof.analysis.pipelines import (
-    derive_pipeline, finish_zero_edit_trace, load_arrival_latency, load_arrival_sample)
+    derive_pipeline, finish_zero_edit_trace, load_arrival_latency, load_arrival_pairs,
+    load_arrival_sample)
 from cute_prof.trace import EVENT_DTYPE, Trace
 
 from test_pipeline_model import make_trace, spec_dict
@@ -62,6 +63,10 @@ def test_each_probe_is_measured_from_the_commit_before_it():
     np.testing.assert_array_equal(pk["latency_ns"], [532, 732, 1040])
     np.testing.assert_array_equal(pk["position"], [2, 0, 0])  # CTA 0's third, each first
     np.testing.assert_array_equal(sample["pv"]["position"], [0])
+    # and by which producer warp: CTA 0's and CTA 1's, one each
+    pairs = load_arrival_pairs(trace)
+    assert np.unique(pairs["tid"]).size == 2
+    assert np.unique(pairs["tid"][pairs["commit"] == 200]).size == 1  # CTA 1's K commit
 
 
 def test_a_trace_without_probes_has_no_arrivals():

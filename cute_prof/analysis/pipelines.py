@@ -158,7 +158,7 @@ def record_cost_ns(trace: Trace) -> float:
     below it or the tick above, in the proportions that keep the mean at g (records fall at
     any phase of the tick). So the cost is the mean of the gaps at the low end's tick and the
     tick above it: the low end alone is always a whole tick (32 ns) where records take
-    40-54 ns."""
+    41-54 ns (the six checked kernels)."""
     ev = trace.events
     # columns first: gathering from one column reads less memory than from the records
     tid, start = np.ascontiguousarray(ev["tid"]), np.ascontiguousarray(ev["start_ns"])
@@ -190,7 +190,8 @@ def _record_cost(tid: np.ndarray, start: np.ndarray, dur: np.ndarray,
 def load_arrival_pairs(trace: Trace) -> dict[str, np.ndarray]:
     """Every probed load that arrived (``autoprofile(load_arrivals=N)``) with the commit it
     measures: the warp's latest commit of that ring before the probe (the stamp the model
-    produces an item at). Columns: ``ring`` (pipeline index), ``commit`` (its stamp),
+    produces an item at). Columns: ``ring`` (pipeline index), ``tid`` (the producer
+    warp), ``commit`` (its stamp),
     ``probe`` (the probe's first timer read) and ``arrived`` (the probe's end, when the full
     barrier had completed), ns, and ``position``, the commit's ordinal among the warp's
     commits of that ring (its place in the loop). Probes that gave up (payload 0) and probes
@@ -205,8 +206,8 @@ def load_arrival_pairs(trace: Trace) -> dict[str, np.ndarray]:
               if name.split("@")[0] in commit_sites}
     empty = np.zeros(0, dtype=np.int64)
     if not arrival:
-        return {"ring": empty, "position": empty, "commit": empty, "probe": empty,
-                "arrived": empty}
+        return {"ring": empty, "tid": empty, "position": empty, "commit": empty,
+                "probe": empty, "arrived": empty}
     ev = trace.events
     tags = np.ascontiguousarray(ev["tag"]).astype(np.int64)
     # ring of each row's probe or commit (-1: neither), as one lookup
@@ -228,11 +229,11 @@ def load_arrival_pairs(trace: Trace) -> dict[str, np.ndarray]:
     # each commit's ordinal among its warp's commits of the ring: the commits so far, less
     # those of the warps and rings before it in this order
     commits_so_far = np.cumsum(~probe)
-    group = np.cumsum(np.r_[True, key[1:] != key[:-1]]) - 1
-    group_start = np.flatnonzero(np.r_[True, key[1:] != key[:-1]])
-    before_group = np.r_[0, commits_so_far][group_start]
-    position = commits_so_far[keep - 1] - before_group[group[keep - 1]] - 1
-    return {"ring": ring[tags[at]], "position": position.astype(np.int64),
+    new_group = np.r_[True, key[1:] != key[:-1]]
+    before_group = np.r_[0, commits_so_far][np.flatnonzero(new_group)]
+    position = commits_so_far[keep - 1] - before_group[np.cumsum(new_group)[keep - 1] - 1] - 1
+    return {"ring": ring[tags[at]], "tid": ev["tid"][at].astype(np.int64),
+            "position": position.astype(np.int64),
             "commit": ev["start_ns"][rows[keep - 1]], "probe": ev["start_ns"][at],
             "arrived": ev["start_ns"][at] + ev["dur_ns"][at]}
 
@@ -439,32 +440,34 @@ class DerivedPipeline:
             chosen = first[inv[head]] == first_wait[inv[head]]
             np.maximum.at(wait_end, inv[head[chosen]], ends[head[chosen]])
         # a ring armed before its copies issues them one record after the commit's stamp
+        delay = self.copy_issue_delay_ns()
         late = np.zeros(n_pipes)
-        for index, ns in self.copy_issue_delay_ns(by_index=True).items():
-            if index < n_pipes:
-                late[index] = ns
+        for p in meta["pipelines"]:
+            if int(p["index"]) < n_pipes:
+                late[int(p["index"])] = delay.get(p["name"], 0.0)
         issue = first_issue[np.arange(ctas.size), wait_ring] + late[wait_ring]
         ok = np.isfinite(issue) & np.isfinite(wait_end) & (issue > loaded_after) \
             & (wait_end >= issue)
         return (wait_end - issue)[ok], "first load of CTAs started under load"
 
-    def copy_issue_delay_ns(self, *, by_index: bool = False) -> dict:
-        """Per ring (name, or pipeline index with ``by_index``): how long after its commit's
+    def copy_issue_delay_ns(self) -> dict[str, float]:
+        """Per ring whose copies issue after its commit's record: how long after its commit's
         stamp the recorded kernel issues the ring's copies. One record where the commit is
         the arm a kernel makes before its copies (``commit_arms_copies``: ws_gemm's
         ``sync_object_full.arrive``), whose store comes before them; a load's latency read
         from that stamp holds it, and the kernel without recording does not. Nothing where
         the copies come before the commit (``PipelineTmaAsync``'s own ``producer_acquire``
         arms), or in a trace recorded before the flag existed."""
-        return {int(p["index"]) if by_index else p["name"]: self.record_ns
+        return {p["name"]: self.record_ns
                 for p in _meta(self.trace)["pipelines"] if p.get("commit_arms_copies")}
 
     def what_if_terms(self, *, arrivals_from: Trace | None = None) -> dict[str, Any]:
         """What ``analyze_pipeline`` / ``predict_what_if`` take to predict the unrecorded
         kernel as ``bench/whatif_check.py`` checks it: each CTA's first load as the loaded
-        latency, one record's own time, and the sampled loads' latencies
-        (:func:`load_arrival_latency`) of ``arrivals_from``, a run of the same kernel with
-        ``autoprofile(load_arrivals=N)`` (this trace's own, if it was that run)."""
+        latency, one record's own time, and the sampled loads (:func:`load_arrival_sample`,
+        their latencies from the copies' issue: ``copy_issue_delay_ns``) of
+        ``arrivals_from``, a run of the same kernel with ``autoprofile(load_arrivals=N)``
+        (this trace's own, if it was that run)."""
         probed = load_arrival_sample(arrivals_from if arrivals_from is not None else self.trace)
         late = self.copy_issue_delay_ns()
         for ring, sample in probed.items():

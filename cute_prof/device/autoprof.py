@@ -475,9 +475,9 @@ def sampling_offset(period: int) -> Int32:
 def load_arrival_probe(pipeline, state, every: int) -> None:
     """After the commit of item ``state`` of a TMA-loaded ring, when ``state.count`` plus
     this CTA's :func:`sampling_offset` is a multiple of ``every``: the producer warp waits
-    until the item's full barrier completes
-    and records a region ``<ring>.load_arrival`` from just after the commit to then (payload
-    1; 0 when it gave up after ``LOAD_ARRIVAL_TIMEOUT_NS``). A ring whose consumers seldom
+    until the item's full barrier completes and records a region ``<ring>.load_arrival``
+    from just after the commit to then (payload 1; 0 when it gave up after
+    ``LOAD_ARRIVAL_TIMEOUT_NS``). A ring whose consumers seldom
     wait shows its loads' latency only as bounds; these sampled arrivals measure it, at the
     price of the producer's wait (a deep ring's slack absorbs it; measure it on your kernel).
     The producer state's phase is the flip of the consumer's, so the full barrier's phase of

@@ -17,7 +17,7 @@ if torch.cuda.get_device_capability()[0] != 9:
     pytest.skip("the kernels here need an sm_90 (Hopper) GPU", allow_module_level=True)
 
 import cute_prof  # noqa: E402
-from cute_prof.analysis.pipelines import load_arrival_latency  # noqa: E402
+from cute_prof.analysis.pipelines import load_arrival_latency, load_arrival_pairs  # noqa: E402
 from examples import ws_gemm as W  # noqa: E402
 
 
@@ -27,23 +27,21 @@ def _probes(trace):
     return trace.events[np.isin(trace.events["tag"], tags)]
 
 
+def _probed_places(trace, ring: str) -> dict[int, np.ndarray]:
+    """Per producer warp of the ring: the places in its loop (commit ordinals) it probed."""
+    index = next(int(p["index"]) for p in trace.metadata["autoprof"]["pipelines"]
+                 if p["name"] == ring)
+    pairs = load_arrival_pairs(trace)
+    mine = pairs["ring"] == index
+    tid, position = pairs["tid"][mine], pairs["position"][mine]
+    return {int(w): position[tid == w] for w in np.unique(tid)}
+
+
 def _first_load_share(trace, ring: str) -> float:
-    """The share of the ring's producer warps that probed their first load (a probe between
-    the warp's first and second commit). Each cluster samples at its own place in the period
-    (``sampling_offset``): about one CTA in the period, where a sample starting at the first
-    load took it in every CTA."""
-    meta = trace.metadata["autoprof"]
-    index = next(int(p["index"]) for p in meta["pipelines"] if p["name"] == ring)
-    sites = [s for s in meta["sites"] if s.get("pipeline") == index]
-    ev = trace.events
-    commits = ev[np.isin(ev["tag"], [int(s["tag"]) for s in sites if s["op"] == "producer_commit"])]
-    probes = ev[np.isin(ev["tag"], [int(s["tag"]) for s in sites if s["op"] == "load_arrival"])]
-    probed_first = []
-    for warp in np.unique(commits["tid"]):
-        first, second = np.sort(commits["start_ns"][commits["tid"] == warp])[:2]
-        at = probes["start_ns"][probes["tid"] == warp]
-        probed_first.append(bool(((at >= first) & (at < second)).any()))
-    return float(np.mean(probed_first))
+    """The share of the ring's producer warps that probed their first load. Each cluster
+    samples at its own place in the period (``sampling_offset``): about one CTA in the
+    period, where a sample starting at the first load took it in every CTA."""
+    return float(np.mean([(0 in places) for places in _probed_places(trace, ring).values()]))
 
 
 def _first_probed_commit(trace, ring: str) -> dict[int, int]:
@@ -52,18 +50,8 @@ def _first_probed_commit(trace, ring: str) -> dict[int, int]:
     from cute_prof.analysis.pipelines import zero_edit_roles
 
     stride = int(zero_edit_roles(trace).tid_stride)
-    meta = trace.metadata["autoprof"]
-    index = next(int(p["index"]) for p in meta["pipelines"] if p["name"] == ring)
-    sites = [s for s in meta["sites"] if s.get("pipeline") == index]
-    ev = trace.events
-    commits = ev[np.isin(ev["tag"], [int(s["tag"]) for s in sites if s["op"] == "producer_commit"])]
-    probes = ev[np.isin(ev["tag"], [int(s["tag"]) for s in sites if s["op"] == "load_arrival"])]
-    out = {}
-    for warp in np.unique(probes["tid"]):
-        first_probe = probes["start_ns"][probes["tid"] == warp].min()
-        stamps = commits["start_ns"][commits["tid"] == warp]
-        out[int(warp) // stride] = int((stamps <= first_probe).sum()) - 1
-    return out
+    return {warp // stride: int(places.min())
+            for warp, places in _probed_places(trace, ring).items()}
 
 
 def test_ws_gemm_probes_every_second_turn_of_its_ring():
