@@ -129,12 +129,41 @@ def test_each_item_draws_from_the_loads_sampled_near_its_place_in_the_loop():
     sample = np.zeros(5 * iters, dtype=ARRIVAL_SAMPLE_DTYPE)
     sample["position"] = np.tile(np.arange(iters), 5)
     sample["latency_ns"] = np.asarray(latencies)[sample["position"]]
+    sample["issued_ns"] = sample["position"] * 1000.0 + np.repeat(np.arange(5) * 7.0, iters)
     exact = varying_ring(latencies, depth=3)
     exact_ns = exact["c"][-1][1] - exact["w_e"][0][0]
     near, anywhere = (what_if(data, depth={"ring": 3}, loaded_latency=True,
                               arrivals={"ring": x})["predicted_kernel_ns"]
                       for x in (sample, sample["latency_ns"]))
     assert abs(near - exact_ns) < 0.02 * exact_ns < abs(anywhere - exact_ns)
+
+
+def test_a_congested_stretch_of_the_base_is_not_carried_into_the_change():
+    """Two samples of one latency distribution: in one the slow loads were all issued in
+    one stretch of time (the memory congested for every CTA then), in the other they are
+    spread over the launch (each load's own path). A load's congestion is taken as the
+    typical one at its place in the loop, so a 1-deep ring replays the congested sample as
+    if every load were fast, and pays the scattered slow loads (the GPU's 3-deep rings did
+    not meet their 4-deep bases' congested stretches: README)."""
+    work, produce, iters, count = 1000, 100, 40, 400
+    data = match_records(make_trace([(0, simulate(4, work, produce, 1200, iters))]),
+                         load_pipeline(spec_dict(4)))
+    sample = np.zeros(count, dtype=ARRIVAL_SAMPLE_DTYPE)
+    sample["position"] = np.arange(count) % iters
+    sample["issued_ns"] = np.arange(count) * 50.0
+    slow = np.zeros(count, dtype=bool)
+    slow[100:200] = True  # one stretch of 5 us
+    scattered_slow = np.random.default_rng(0).permutation(slow)
+
+    def predict(latency):
+        arrivals = sample.copy()
+        arrivals["latency_ns"] = latency
+        return what_if(data, depth={"ring": 1}, loaded_latency=True,
+                       arrivals={"ring": arrivals})["predicted_change"]
+
+    fast = predict(np.full(count, 1000.0))
+    assert predict(np.where(slow, 3000.0, 1000.0)) == pytest.approx(fast)
+    assert predict(np.where(scattered_slow, 3000.0, 1000.0)) > fast + 0.2
 
 
 def test_a_latency_no_wait_showed_is_predicted_once_loads_were_sampled():

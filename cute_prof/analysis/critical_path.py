@@ -23,7 +23,7 @@ import numpy as np
 from ..errors import ProfileBufferError
 from ..trace import Trace
 from .grouping import unique_ints
-from .model import PipelineSpec, arrival_latencies, arrival_positions
+from .model import PipelineSpec, arrival_issue_times, arrival_latencies, arrival_positions
 
 BLOCKED_MARGIN_NS = 64.0
 _FLOAT_MAX = np.finfo(np.float64).max
@@ -1030,23 +1030,56 @@ def with_latency(terms, column: int, value: float):
     return (terms[0], lat, *terms[2:])
 
 
-def _draw_latencies(rng, latency: np.ndarray, position: np.ndarray | None,
-                    shape: tuple[int, int]) -> np.ndarray:
-    """(units, iterations) one latency per replayed item, drawn from a ring's sampled loads.
-    With their places in the loop, iteration k draws from the ``NEAREST_ARRIVALS`` loads
-    sampled nearest place k: a load's latency depends on where in the loop it is issued (a
-    CTA's first loads meet its start burst; ws_gemm's loads differ by their place modulo 8),
-    and a 3-deep ring stalls on every draw from a tail that, drawn anywhere, lies
-    everywhere (the persistent GEMM's 2-deep ring: +46.8% predicted drawn anywhere, +34.6%
-    drawn near, +34.8% measured). Without places: from the whole sample."""
+def _window_starts(sorted_keys: np.ndarray, at: np.ndarray) -> np.ndarray:
+    """For each of ``at``, the first index of the ``NEAREST_ARRIVALS`` sorted keys nearest
+    it (the windows of ``sliding_window_view``)."""
+    return np.clip(np.searchsorted(sorted_keys, at) - NEAREST_ARRIVALS // 2, 0,
+                   sorted_keys.size - NEAREST_ARRIVALS)
+
+
+def _window_medians(values: np.ndarray, keys: np.ndarray, at: np.ndarray) -> np.ndarray:
+    """The median of the ``NEAREST_ARRIVALS`` values whose keys lie nearest each of ``at``."""
+    order = np.argsort(keys, kind="stable")
+    windows = np.lib.stride_tricks.sliding_window_view(values[order], NEAREST_ARRIVALS)
+    return np.median(windows, axis=1)[_window_starts(keys[order], at)]
+
+
+def _draw_latencies(rng, sample, shape: tuple[int, int]) -> tuple[np.ndarray, np.ndarray]:
+    """(units, iterations) one latency per replayed item from a ring's sampled loads, as
+    (queued, fixed): the part that scales with the memory's load (Little's law) and the
+    part that does not; the item's latency is their sum.
+
+    With the loads' issue times (``ARRIVAL_SAMPLE_DTYPE``) a load's latency splits in two.
+    Its congestion, the median latency of the ``NEAREST_ARRIVALS`` loads issued nearest it
+    in time, is shared by every CTA then; an item takes the typical congestion at its place
+    in the loop (the median over the loads sampled nearest that place), and the part of it
+    above the least congested times' (``UNQUEUED_QUANTILE``) is queued. The load's own
+    deviation from its congestion (its path, its CTA's start burst) is fixed, drawn from
+    the loads sampled near the item's place. So the base's congested stretches are not
+    carried into the change: on the GPU a 3-deep ring met loads as slow as its 4-deep
+    base's own, but not its congested stretches (ws_gemm: the base's sample spread 330 ns,
+    the 3-deep ring's waits 167), and independent draws of them stalled the replay
+    (+8.1% predicted, +1.0% measured). Without issue times, the part above the sample's
+    ``UNQUEUED_QUANTILE`` is queued: iteration k draws from the loads sampled nearest place
+    k, or without places from the whole sample."""
+    latency, position = arrival_latencies(sample), arrival_positions(sample)
+    issued = arrival_issue_times(sample)
     if position is None or latency.size <= NEAREST_ARRIVALS:
-        return rng.choice(latency, size=shape)
-    order = np.argsort(position, kind="stable")
-    position, latency = position[order], latency[order]
-    near = NEAREST_ARRIVALS
-    first = np.clip(np.searchsorted(position, np.arange(shape[1])) - near // 2, 0,
-                    latency.size - near)
-    return latency[first[None, :] + rng.integers(0, near, size=shape)]
+        drawn = rng.choice(latency, size=shape)
+    else:
+        order = np.argsort(position, kind="stable")
+        iteration = np.arange(shape[1])
+        pick = (_window_starts(position[order], iteration)[None, :]
+                + rng.integers(0, NEAREST_ARRIVALS, size=shape))
+        if issued is not None and np.ptp(issued) > 0:
+            congestion = _window_medians(latency, issued, issued)
+            floor = np.quantile(congestion, UNQUEUED_QUANTILE)
+            queued = np.maximum(_window_medians(congestion, position, iteration) - floor, 0.0)
+            own = (latency - congestion)[order][pick]
+            return np.repeat(queued[None, :], shape[0], 0), floor + own
+        drawn = latency[order][pick]  # no issue times to tell congestion by
+    floor = np.quantile(latency, UNQUEUED_QUANTILE)
+    return np.maximum(drawn - floor, 0.0), np.minimum(drawn, floor)
 
 
 def what_if(data: PipelineData, *, depth: dict | None = None, shared_by: dict | None = None,
@@ -1094,12 +1127,11 @@ def what_if(data: PipelineData, *, depth: dict | None = None, shared_by: dict | 
                     at = np.quantile(probed, latency_quantile)
                     low = np.quantile(probed, UNQUEUED_QUANTILE)
                     # every item draws its own latency from the sample (one seed per wait:
-                    # the base and the change see the same draws), the whole sample moved
-                    # so that its median sits at the quantile asked for
+                    # the base and the change see the same draws), its queued part moved
+                    # by the quantile asked for less the sample's median
                     rng = np.random.default_rng(LATENCY_DRAW_SEED + i)
-                    draws[i] = (_draw_latencies(rng, probed, arrival_positions(sample),
-                                                data.shape[:2])
-                                + (at - np.median(probed)) + latency_shift_ns)
+                    queued, fixed = _draw_latencies(rng, sample, data.shape[:2])
+                    draws[i] = (queued + (at - np.median(probed)) + latency_shift_ns, fixed)
                 elif first_load is not None and len(first_load) >= MIN_LATENCY_SAMPLE:
                     steady = steady_bound(data, terms, i)
                     steady = steady if steady.size else np.asarray(first_load, float)
@@ -1113,18 +1145,18 @@ def what_if(data: PipelineData, *, depth: dict | None = None, shared_by: dict | 
                     low = np.quantile(sample, UNQUEUED_QUANTILE)
                 loaded[i] = (float(at) + latency_shift_ns, float(low))
                 terms = with_latency(terms, i, loaded[i][0])
-    base = replay(data, terms=terms, record_ns=record_ns, item_latency=draws)
+    base = replay(data, terms=terms, record_ns=record_ns,
+                  item_latency={i: queued + fixed for i, (queued, fixed) in draws.items()})
     changed_spec = data.spec.with_changes(depth=depth, shared_by=shared_by)
     base_end = np.nanmax(base.end.reshape(base.end.shape[0], -1), 1)
-    changed_terms, ratio, changed_draws = terms, 1.0, draws
+    changed_terms, ratio, changed_draws = terms, 1.0, {}
     for _ in range(8 if loaded else 1):
         for i, (at_base, unqueued) in loaded.items():
             value = unqueued + max(at_base - unqueued, 0.0) / max(ratio, 1e-6)
             changed_terms = with_latency(changed_terms, i, value)
-        # each drawn load's queueing (its time past an unqueued load's) scales the same way
-        changed_draws = {i: np.where(x > loaded[i][1],
-                                     loaded[i][1] + (x - loaded[i][1]) / max(ratio, 1e-6), x)
-                         for i, x in draws.items()}
+        # each drawn load's queueing scales the same way
+        changed_draws = {i: fixed + queued / max(ratio, 1e-6)
+                         for i, (queued, fixed) in draws.items()}
         changed = replay(data, changed_spec, scale=scale, terms=changed_terms,
                          record_ns=record_ns, item_latency=changed_draws)
         new_end = np.nanmax(changed.end.reshape(changed.end.shape[0], -1), 1)

@@ -50,11 +50,13 @@ from ..errors import ProfileBufferError
 from .roles import RoleSpec, read_spec
 
 __all__ = ["Relation", "Resource", "Region", "PipelineSpec", "load_pipeline",
-           "ARRIVAL_SAMPLE_DTYPE", "arrival_latencies", "arrival_positions"]
+           "ARRIVAL_SAMPLE_DTYPE", "arrival_latencies", "arrival_positions", "arrival_issue_times"]
 
-# a sampled load of a ring (pipelines.load_arrival_sample): its latency, and its place in the
-# loop (the ordinal of its commit in its producer warp)
-ARRIVAL_SAMPLE_DTYPE = np.dtype([("latency_ns", np.float64), ("position", np.int64)])
+# a sampled load of a ring (pipelines.load_arrival_sample): its latency, its place in the
+# loop (the ordinal of its commit in its producer warp) and when it was issued (its commit's
+# stamp, ns: the loads issued around one time share the memory's congestion)
+ARRIVAL_SAMPLE_DTYPE = np.dtype([("latency_ns", np.float64), ("position", np.int64),
+                                 ("issued_ns", np.float64)])
 
 
 def arrival_latencies(sample) -> np.ndarray:
@@ -68,6 +70,14 @@ def arrival_positions(sample) -> np.ndarray | None:
     """Where in the loop each sampled load was issued, None for a plain sequence."""
     sample = np.asarray(sample)
     return sample["position"] if sample.dtype.names else None
+
+
+def arrival_issue_times(sample) -> np.ndarray | None:
+    """When each sampled load was issued (ns), None for a plain sequence or a sample made
+    without the field."""
+    sample = np.asarray(sample)
+    names = sample.dtype.names or ()
+    return sample["issued_ns"] if "issued_ns" in names else None
 
 RESOURCE_KINDS = ("ring", "state")
 REGION_KINDS = ("wait", "work")

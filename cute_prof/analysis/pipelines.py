@@ -241,7 +241,8 @@ def load_arrival_pairs(trace: Trace) -> dict[str, np.ndarray]:
 def load_arrival_sample(trace: Trace) -> dict[str, np.ndarray]:
     """Per TMA-loaded ring: each load the producer probed, as a record of
     ``ARRIVAL_SAMPLE_DTYPE``: its latency (ns, from its commit's stamp to its arrival:
-    :func:`load_arrival_pairs`) and its place in the loop (the commit's ordinal in its warp).
+    :func:`load_arrival_pairs`), its place in the loop (the commit's ordinal in its warp)
+    and when it was issued (the commit's stamp).
     A sample of every load, not only those a consumer waited for: a deep ring's consumers
     seldom wait, and a wait shows the latency only when the load was late. A load's latency
     depends on where in the loop it is issued (a CTA's first loads meet its start burst):
@@ -255,6 +256,7 @@ def load_arrival_sample(trace: Trace) -> dict[str, np.ndarray]:
         if here.any():
             sample = np.zeros(int(here.sum()), dtype=ARRIVAL_SAMPLE_DTYPE)
             sample["latency_ns"], sample["position"] = latency[here], pairs["position"][here]
+            sample["issued_ns"] = pairs["commit"][here]
             out[p["name"]] = sample
     return out
 
