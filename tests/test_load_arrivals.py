@@ -11,8 +11,7 @@ import pytest
 
 from cute_prof.analysis.critical_path import (
     infer_terms, match_records, predict_what_if, replay, what_if)
-from cute_prof.analysis.model import load_pipeline
-from cute_prof.analysis.model import ARRIVAL_SAMPLE_DTYPE
+from cute_prof.analysis.model import ARRIVAL_SAMPLE_DTYPE, load_pipeline
 from cute_prof.analysis.pipelines import (
     derive_pipeline, finish_zero_edit_trace, load_arrival_latency, load_arrival_pairs,
     load_arrival_sample)
@@ -63,6 +62,9 @@ def test_each_probe_is_measured_from_the_commit_before_it():
     np.testing.assert_array_equal(pk["latency_ns"], [532, 732, 1040])
     np.testing.assert_array_equal(pk["position"], [2, 0, 0])  # CTA 0's third, each first
     np.testing.assert_array_equal(sample["pv"]["position"], [0])
+    # and when: the commit's stamp (loads issued together share the memory's congestion)
+    np.testing.assert_array_equal(pk["issued_ns"], [3000, 100, 200])
+    np.testing.assert_array_equal(sample["pv"]["issued_ns"], [300])
     # and by which producer warp: CTA 0's and CTA 1's, one each
     pairs = load_arrival_pairs(trace)
     assert np.unique(pairs["tid"]).size == 2

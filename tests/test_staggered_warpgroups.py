@@ -12,20 +12,17 @@ from cute_prof.analysis.pipelines import warpgroup_lead_shares
 from cute_prof.errors import ProfileBufferError
 from cute_prof.trace import EVENT_DTYPE, Trace
 
+from test_pipeline_model import spec_dict
+
 TAGS = ("w_e", "p", "w_f", "c")
 STRIDE, WG1, WG2 = 12, (4, 5, 6, 7), (8, 9, 10, 11)
 
 
 def spec(depth, track_group=4):
-    return load_pipeline({
-        "roles": {"tid_stride": STRIDE, "roles": {"producer": [0], "consumer": [*WG1, *WG2]}},
-        "track_group": track_group,
-        "resources": [{"name": "ring", "kind": "ring", "depth": depth}],
-        "regions": [
-            {"tag": "w_e", "role": "producer", "kind": "wait", "acquires": {"resource": "ring"}},
-            {"tag": "p", "role": "producer", "kind": "work", "produces": {"resource": "ring"}},
-            {"tag": "w_f", "role": "consumer", "kind": "wait", "consumes": {"resource": "ring"}},
-            {"tag": "c", "role": "consumer", "kind": "work", "releases": {"resource": "ring"}}]})
+    """The one-ring pipeline of ``test_pipeline_model``, its consumer two warpgroups."""
+    return load_pipeline({**spec_dict(depth), "track_group": track_group,
+                          "roles": {"tid_stride": STRIDE,
+                                    "roles": {"producer": [0], "consumer": [*WG1, *WG2]}}})
 
 
 def staggered(depth, iters=30, work=1000, produce=100, latency=600, wake=50, stagger=300,

@@ -30,7 +30,8 @@ _FLOAT_MAX = np.finfo(np.float64).max
 
 __all__ = ["PipelineData", "Schedule", "match_records", "replay", "critical_path",
            "blockers", "ring_occupancy", "initiation_interval", "what_if", "latency_sample",
-           "timer_step", "predict_what_if", "never_blocked", "analyze_pipeline", "perfetto_outputs", "format_pipeline_report"]
+           "timer_step", "load_congestion", "predict_what_if", "never_blocked",
+           "analyze_pipeline", "perfetto_outputs", "format_pipeline_report"]
 
 # loaded latency: at least this many observations of one kind before it is used
 MIN_LATENCY_SAMPLE = 8
@@ -1041,7 +1042,13 @@ def _window_medians(values: np.ndarray, keys: np.ndarray, at: np.ndarray) -> np.
     """The median of the ``NEAREST_ARRIVALS`` values whose keys lie nearest each of ``at``."""
     order = np.argsort(keys, kind="stable")
     windows = np.lib.stride_tricks.sliding_window_view(values[order], NEAREST_ARRIVALS)
-    return np.median(windows, axis=1)[_window_starts(keys[order], at)]
+    return np.median(windows[_window_starts(keys[order], at)], axis=1)
+
+
+def load_congestion(latency: np.ndarray, issued: np.ndarray) -> np.ndarray:
+    """Each sampled load's congestion: the median latency of the ``NEAREST_ARRIVALS`` loads
+    issued nearest it in time (``issued``, ns), what every CTA's loads met then."""
+    return _window_medians(latency, issued, issued)
 
 
 def _draw_latencies(rng, sample, shape: tuple[int, int]) -> tuple[np.ndarray, np.ndarray]:
@@ -1072,7 +1079,7 @@ def _draw_latencies(rng, sample, shape: tuple[int, int]) -> tuple[np.ndarray, np
         pick = (_window_starts(position[order], iteration)[None, :]
                 + rng.integers(0, NEAREST_ARRIVALS, size=shape))
         if issued is not None and np.ptp(issued) > 0:
-            congestion = _window_medians(latency, issued, issued)
+            congestion = load_congestion(latency, issued)
             floor = np.quantile(congestion, UNQUEUED_QUANTILE)
             queued = np.maximum(_window_medians(congestion, position, iteration) - floor, 0.0)
             own = (latency - congestion)[order][pick]

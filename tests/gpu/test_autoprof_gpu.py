@@ -8,12 +8,9 @@ from __future__ import annotations
 import numpy as np
 import pytest
 
-torch = pytest.importorskip("torch")
-if not torch.cuda.is_available():
-    pytest.skip("no CUDA GPU", allow_module_level=True)
-pytest.importorskip("cutlass")
-if torch.cuda.get_device_capability()[0] != 9:
-    pytest.skip("the kernels here need an sm_90 (Hopper) GPU", allow_module_level=True)
+from gpu_required import require_gpu  # noqa: E402
+
+torch = require_gpu("cutlass", hopper=True)
 
 import cute_prof  # noqa: E402
 from examples import ws_gemm as W  # noqa: E402

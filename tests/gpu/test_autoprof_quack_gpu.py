@@ -12,13 +12,9 @@ from pathlib import Path
 
 import pytest
 
-torch = pytest.importorskip("torch")
-if not torch.cuda.is_available():
-    pytest.skip("no CUDA GPU", allow_module_level=True)
-pytest.importorskip("cutlass")
-pytest.importorskip("quack")
-if torch.cuda.get_device_capability()[0] != 9:
-    pytest.skip("the kernels here need an sm_90 (Hopper) GPU", allow_module_level=True)
+from gpu_required import require_gpu  # noqa: E402
+
+torch = require_gpu("cutlass", "quack", hopper=True)
 
 ROOT = Path(__file__).resolve().parents[2]
 

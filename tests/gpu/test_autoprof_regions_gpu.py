@@ -4,12 +4,10 @@ payload the kernel passed, and the kernel still computes its result."""
 from __future__ import annotations
 
 import numpy as np
-import pytest
 
-torch = pytest.importorskip("torch")
-if not torch.cuda.is_available():
-    pytest.skip("no CUDA GPU", allow_module_level=True)
-pytest.importorskip("cutlass")
+from gpu_required import require_gpu  # noqa: E402
+
+torch = require_gpu("cutlass")
 
 import cute_prof  # noqa: E402
 

@@ -11,10 +11,9 @@ import time
 
 import pytest
 
-torch = pytest.importorskip("torch")
-if not torch.cuda.is_available():
-    pytest.skip("no CUDA GPU", allow_module_level=True)
-pytest.importorskip("cutlass")
+from gpu_required import require_gpu  # noqa: E402
+
+torch = require_gpu("cutlass")
 
 HERE = os.path.dirname(os.path.abspath(__file__))
 sys.path.insert(0, HERE)

@@ -12,10 +12,9 @@ from pathlib import Path
 
 import pytest
 
-torch = pytest.importorskip("torch")
-if not torch.cuda.is_available():
-    pytest.skip("no CUDA GPU", allow_module_level=True)
-pytest.importorskip("iket")
+from gpu_required import require_gpu  # noqa: E402
+
+torch = require_gpu("iket")
 
 ROOT = Path(__file__).resolve().parents[2]
 RUN_IKET = ("import sys; from iket.cli.main import entrypoint; "

@@ -10,10 +10,9 @@ import sys
 import numpy as np
 import pytest
 
-torch = pytest.importorskip("torch")
-if not torch.cuda.is_available():
-    pytest.skip("no CUDA GPU", allow_module_level=True)
-pytest.importorskip("cutlass")
+from gpu_required import require_gpu  # noqa: E402
+
+torch = require_gpu("cutlass")
 
 sys.path.insert(0, os.path.dirname(os.path.dirname(os.path.dirname(os.path.abspath(__file__)))))
 from examples import torch_loop as L  # noqa: E402

@@ -6,12 +6,10 @@ the others' claimed slots empty, so the decoder reports exactly those as lost.""
 from __future__ import annotations
 
 import numpy as np
-import pytest
 
-torch = pytest.importorskip("torch")
-if not torch.cuda.is_available():
-    pytest.skip("no CUDA GPU", allow_module_level=True)
-pytest.importorskip("cutlass")
+from gpu_required import require_gpu  # noqa: E402
+
+torch = require_gpu("cutlass")
 
 import cutlass  # noqa: E402
 import cutlass.cute as cute  # noqa: E402

@@ -7,12 +7,10 @@ from __future__ import annotations
 import warnings
 
 import numpy as np
-import pytest
 
-torch = pytest.importorskip("torch")
-if not torch.cuda.is_available():
-    pytest.skip("no CUDA GPU", allow_module_level=True)
-pytest.importorskip("cutlass")
+from gpu_required import require_gpu  # noqa: E402
+
+torch = require_gpu("cutlass")
 
 import cutlass  # noqa: E402
 import cutlass.cute as cute  # noqa: E402

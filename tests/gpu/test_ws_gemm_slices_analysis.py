@@ -10,12 +10,9 @@ import sys
 import numpy as np
 import pytest
 
-torch = pytest.importorskip("torch")
-if not torch.cuda.is_available():
-    pytest.skip("no CUDA GPU", allow_module_level=True)
-pytest.importorskip("cutlass")
-if torch.cuda.get_device_capability()[0] != 9:
-    pytest.skip("ws_gemm needs an sm_90 (Hopper) GPU", allow_module_level=True)
+from gpu_required import require_gpu  # noqa: E402
+
+torch = require_gpu("cutlass", hopper=True)
 
 ROOT = os.path.dirname(os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
 sys.path.insert(0, ROOT)
