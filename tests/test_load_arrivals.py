@@ -168,6 +168,30 @@ def test_a_congested_stretch_of_the_base_is_not_carried_into_the_change():
     assert predict(np.where(scattered_slow, 3000.0, 1000.0)) > fast + 0.2
 
 
+def test_the_reported_latency_is_the_one_the_replay_waited_on():
+    """With sampled loads every replayed item draws its own latency: the what-if reports
+    their mean, not the one scalar latency (the sample's 5th percentile plus its scaled
+    median) that the replay overrides."""
+    iters, count = 40, 400
+    spans = simulate(4, 1000, 100, 1200, iters)
+    data = match_records(make_trace([(sm, spans) for sm in range(8)]),
+                         load_pipeline(spec_dict(4)))
+    sample = np.zeros(count, dtype=ARRIVAL_SAMPLE_DTYPE)
+    sample["position"] = np.arange(count) % iters
+    # the loop's late loads met more congestion, and one load in five a slow path of its own
+    sample["issued_ns"] = sample["position"] * 1000.0 + np.arange(count) // iters
+    slow_path = np.random.default_rng(1).random(count) < 0.2
+    sample["latency_ns"] = 600.0 + 40.0 * sample["position"] + np.where(slow_path, 3000.0, 0.0)
+    unchanged = what_if(data, loaded_latency=True, arrivals={"ring": sample})
+    reported = unchanged["latency_ns"]["w_f"]
+    # no change: the draws keep the sample's level (its mean, give or take the draws)
+    assert reported == pytest.approx(sample["latency_ns"].mean(), rel=0.1)
+    assert reported != pytest.approx(np.median(sample["latency_ns"]), rel=0.1)
+    # a 1-deep ring loads memory less: its draws' queued part shrinks, and so does the figure
+    shallow = what_if(data, depth={"ring": 1}, loaded_latency=True, arrivals={"ring": sample})
+    assert shallow["latency_ns"]["w_f"] < reported
+
+
 def test_a_latency_no_wait_showed_is_predicted_once_loads_were_sampled():
     work, produce, latency, iters, depth = 1000, 100, 800, 24, 4
     spans = {t: list(v) for t, v in simulate(depth, work, produce, latency, iters).items()}

@@ -1189,8 +1189,10 @@ def what_if(data: PipelineData, *, depth: dict | None = None, shared_by: dict | 
             "unit_delta_median_ns": float(np.median(delta)),
             "half_changes": halves,
             "replay_error_median": fidelity,
-            "latency_ns": {tags[i]: float(changed_terms[1][0, i]) for i in loaded},
-            "latency_mean_ns": {tags[i]: float(np.mean(x)) for i, x in changed_draws.items()}}
+            # the latency the change's replay waited on: the mean of its items' draws where
+            # the ring's loads were sampled, else the one loaded latency
+            "latency_ns": {tags[i]: float(np.mean(changed_draws[i])) if i in changed_draws
+                           else float(changed_terms[1][0, i]) for i in loaded}}
 
 
 def predict_what_if(data: PipelineData, change: dict, *, terms=None,
