@@ -132,6 +132,101 @@ def exact_latency(data, terms, tags, record_ns, change, target) -> float | None:
     return (lo + hi) / 2
 
 
+def group_times(derived, tag: str) -> dict[int, tuple[np.ndarray, np.ndarray]]:
+    """Per track group of the staggered role (warpgroups, ``spec.track_group``): the sorted
+    keys (CTA, iteration) of region ``tag``'s records and, per key, the end of the group's
+    latest warp."""
+    trace, spec = derived.trace, derived.spec
+    ev = trace.events
+    rows = ev["tag"] == list(trace.tag_names).index(tag)
+    tid = ev["tid"][rows].astype(np.int64)
+    stride = int(spec.roles.tid_stride)
+    group = (tid % stride) // int(spec.track_group)
+    key = spec.roles.group_of(tid) * (int(ev["payload"].max()) + 1) \
+        + ev["payload"][rows].astype(np.int64)
+    # ns after the trace's start: a float64 resolves %globaltimer's raw ~1.8e18 ns to 256
+    end = (ev["start_ns"][rows] + ev["dur_ns"][rows] - int(ev["start_ns"].min())).astype(float)
+    out = {}
+    for g in np.unique(group):
+        here = group == g
+        keys, inverse = np.unique(key[here], return_inverse=True)
+        latest = np.full(keys.size, -np.inf)
+        np.maximum.at(latest, inverse, end[here])
+        out[int(g)] = (keys, latest)
+    return out
+
+
+def trailing_release(derived) -> str | None:
+    """For a role whose warpgroups run staggered (FA4's two consumer warpgroups): where the
+    trailing group releases the first ring's item, after the leading group's first and
+    last consumes waits' ends (FA4: K's and V's), median (1st percentile) over the middle
+    half of the loop; and the leading group's own release after its last wait. The model
+    keeps the release where the base had it after the last wait; a variant whose last
+    wait blocks shows how much of that was the leading group's earlier work, still
+    running in the base."""
+    spec = derived.spec
+    if not spec.track_group:
+        return None
+    waits = [r for r in spec.regions if "consumes" in r.relations]
+    if len(waits) < 2:
+        return None
+    ring = waits[0].relations["consumes"].resource
+    release = next(r.tag for r in spec.regions if "releases" in r.relations
+                   and r.relations["releases"].resource == ring)
+    first_wait = group_times(derived, waits[0].tag)
+    last_wait = group_times(derived, waits[-1].tag)
+    released = group_times(derived, release)
+    lead, trail = min(first_wait), max(first_wait)
+    keys = first_wait[lead][0]
+    iteration = keys % (int(derived.trace.events["payload"].max()) + 1)
+    middle = (iteration >= iteration.max() // 4) & (iteration < 3 * iteration.max() // 4)
+
+    def at(times, g):
+        k, v = times[g]
+        pos = np.clip(np.searchsorted(k, keys), 0, k.size - 1)
+        return np.where(k[pos] == keys, v[pos], np.nan)
+
+    k1, e1 = at(first_wait, lead), at(last_wait, lead)
+    t2, r1 = at(released, trail), at(released, lead)
+
+    def cell(x):
+        x = x[middle & np.isfinite(x)]
+        return f"{np.median(x):.0f} ({np.quantile(x, 0.01):.0f})" if x.size else "-"
+    return (f"{release} by the trailing warpgroup after the leading one's {waits[-1].tag} "
+            f"ends {cell(t2 - e1)} ns, after its {waits[0].tag} ends {cell(t2 - k1)}; the "
+            f"leading one's own {cell(r1 - e1)} after its {waits[-1].tag}")
+
+
+def recorder_split(folder: Path, entry, raw, data, model_terms: dict) -> list[str]:
+    """Each variant's error split in two: the model of the recorded kernel (record_ns 0)
+    against the variant's traced change (one launch each), and the recorder's cost, each
+    launch's traced span against its CUPTI median, next to the cost the model takes off
+    the variant (its unrecorded and recorded predictions, from the base's measured cost)."""
+    timings = entry.load_timings(folder)
+    cupti = {name: statistics.median(t) * entry.timings_ns for name, t in timings.items() if t}
+    base_cost = trace_span(raw) / cupti[entry.base]
+    lines = [f"  recorder's cost (traced span / CUPTI): base {(base_cost - 1) * 100:+.1f}%"]
+    for name, change in entry.variants.items():
+        path = folder / (entry.variant_trace or "").format(variant=name)
+        if not (isinstance(change, dict) and entry.variant_trace and path.exists()
+                and name in cupti):
+            continue
+        span = trace_span(entry.load(path))
+        predicted = {record_ns: cp.what_if(
+            data, loaded_latency=True, first_load=model_terms["first_load"],
+            record_ns=record_ns, arrivals=model_terms["arrivals"], **change)["predicted_change"]
+            for record_ns in (0.0, model_terms["record_ns"])}
+        recorded, unrecorded = predicted[0.0], predicted[model_terms["record_ns"]]
+        traced = span / trace_span(raw) - 1
+        model_cost = (1 + recorded) / (1 + unrecorded) * base_cost
+        lines.append(
+            f"  {name:16s} recorded kernel: predicted {recorded * 100:+.2f}%, traced "
+            f"{traced * 100:+.2f}% (error {(recorded - traced) * 100:+.2f} pp); recorder's cost "
+            f"in the variant {(span / cupti[name] - 1) * 100:+.1f}%, the model's "
+            f"{(model_cost - 1) * 100:+.1f}%")
+    return lines
+
+
 def describe(name: str, got: dict) -> str:
     fast = got["fastest"]
     lat = "-" if got["blocked_latency"] is None else \
@@ -171,12 +266,20 @@ def main(argv=None) -> int:
         record_ns = base["derived"].record_ns
         lines.append("  " + recorder_share(folder, entry, base_trace, data, terms, record_ns,
                                            replayed))
+        probed = folder / entry.arrivals_trace if entry.arrivals_trace else None
+        model_terms = base["derived"].what_if_terms(
+            arrivals_from=entry.load(probed) if probed and probed.exists() else None)
+        lines += recorder_split(folder, entry, base_trace, data, model_terms)
+        lag = trailing_release(base["derived"])
+        if lag:
+            lines.append(f"  {'base':16s} {lag}")
         for name, change in entry.variants.items():
             path = folder / (entry.variant_trace or "").format(variant=name)
             if not (entry.variant_trace and path.exists()):
                 continue
             got = loads(entry.load(path))
-            lines += [describe(name, got),
+            lag = trailing_release(got["derived"])
+            lines += [describe(name, got)] + ([f"  {name:16s} {lag}"] if lag else []) + [
                       f"  {'':16s} per loop quarter, waits blocked / blocked loads' median (ns): "
                       f"{quarters(got)}"]
             if isinstance(change, dict) and got["blocked_latency"] is not None \
