@@ -178,7 +178,8 @@ def trailing_release(derived) -> str | None:
     released = group_times(derived, release)
     lead, trail = min(first_wait), max(first_wait)
     keys = first_wait[lead][0]
-    iteration = keys % (int(derived.trace.events["payload"].max()) + 1)
+    payload = keys % (int(derived.trace.events["payload"].max()) + 1)
+    iteration = payload % spec.tile_modulo if spec.tile_modulo else payload
     middle = (iteration >= iteration.max() // 4) & (iteration < 3 * iteration.max() // 4)
 
     def at(times, g):
