@@ -37,7 +37,7 @@ sys.path.insert(0, str(ROOT))
 
 from cute_prof import storage  # noqa: E402
 from cute_prof.analysis.critical_path import (  # noqa: E402
-    latency_sample, match_records, predict_what_if, timer_step)
+    latency_sample, match_records, predict_what_if, timer_step, what_if)
 from cute_prof.analysis.model import PipelineSpec, arrival_latencies, load_pipeline  # noqa: E402
 from cute_prof.analysis.pipelines import derive_pipeline  # noqa: E402
 from cute_prof.trace import Trace  # noqa: E402
@@ -286,6 +286,14 @@ def check_entry(root: Path, entry: Entry) -> tuple[list[dict], dict]:
             "arrival_latency_ns": {name: {q: float(np.quantile(arrival_latencies(x), q))
                                           for q in (0.05, 0.5)}
                                    for name, x in arrivals.items()}}
+    if record_ns:
+        # the model of the recorded kernel (no record's time removed), to set against the
+        # traced change: which half of a row's error is the recorder's cost (diagnosis)
+        for row in rows:
+            if row["modelled"] and not isinstance(row["traced"], str):
+                row["predicted_recorded"] = what_if(
+                    data, loaded_latency=True, first_load=first_load, record_ns=0.0,
+                    arrivals=arrivals, **row["change"])["predicted_change"]
     return rows, info
 
 
@@ -295,7 +303,10 @@ def pct(v):
 
 def traced_txt(row: dict) -> str:
     value = row.get("traced", "-")
-    return value if isinstance(value, str) else pct(value)
+    if isinstance(value, str):
+        return value
+    recorded = row.get("predicted_recorded")
+    return pct(value) + ("" if recorded is None else f" ({pct(recorded)})")
 
 
 def table(rows: list[dict], infos: list[dict], root: Path) -> str:
@@ -338,7 +349,10 @@ def table(rows: list[dict], infos: list[dict], root: Path) -> str:
              "launch noise: half the base launches' IQR, relative. "
              "traced (diagnosis, not a model input): the variant's own zero-edit trace span "
              "against the base trace's, one launch each: the change of the recorded kernel, "
-             "whose recurrences carry the recorder's cost.", ""]
+             "whose recurrences carry the recorder's cost; in brackets the model's prediction "
+             "of that recorded kernel (no record's time removed): the difference from traced "
+             "is the model's error on the recorded kernel, the rest of the row's error the "
+             "recorder's cost it took off (bench/whatif_diagnose.py).", ""]
     for i in infos:
         if "skipped" in i:
             lines.append(f"- {i['kernel']} ({i.get('base_trace', '')} base): skipped "
@@ -355,7 +369,7 @@ def table(rows: list[dict], infos: list[dict], root: Path) -> str:
                      + (f", one record {i['record_ns']:.0f} ns (removed from the replayed "
                         "work)" if i.get("record_ns") else ""))
     lines += ["", "| kernel | base trace | what-if | predicted | interval | measured | "
-              "error (pp) | inside interval | inside +- launch noise | traced |",
+              "error (pp) | inside interval | inside +- launch noise | traced (recorded-kernel model) |",
               "|---|---|---|---:|---|---:|---:|---|---|---:|"]
     for r in rows:
         if r["modelled"]:

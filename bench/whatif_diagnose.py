@@ -20,7 +20,7 @@ sys.path.insert(0, str(ROOT / "bench"))
 
 from cute_prof.analysis import critical_path as cp  # noqa: E402
 from cute_prof.analysis.pipelines import derive_pipeline  # noqa: E402
-from whatif_check import ENTRIES, folder_of, trace_span  # noqa: E402
+from whatif_check import ENTRIES, folder_of, trace_span, traced_change  # noqa: E402
 
 # the sensitivity sweeps the README cites: kernel folder -> (what-if, latencies in ns)
 SWEEPS = {"gemm_ze": ({"depth": {"ab_pipe": 2}}, (768, 896, 1024, 1140)),
@@ -218,7 +218,7 @@ def recorder_split(folder: Path, entry, raw, data, model_terms: dict) -> list[st
             record_ns=record_ns, arrivals=model_terms["arrivals"], **change)["predicted_change"]
             for record_ns in (0.0, model_terms["record_ns"])}
         recorded, unrecorded = predicted[0.0], predicted[model_terms["record_ns"]]
-        traced = span / trace_span(raw) - 1
+        traced = traced_change(folder, entry, name, raw)
         model_cost = (1 + recorded) / (1 + unrecorded) * base_cost
         lines.append(
             f"  {name:16s} recorded kernel: predicted {recorded * 100:+.2f}%, traced "
