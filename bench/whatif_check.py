@@ -289,12 +289,20 @@ def check_entry(root: Path, entry: Entry) -> tuple[list[dict], dict]:
     if record_ns:
         # the model of the recorded kernel (no record's time removed), to set against the
         # traced change: which half of a row's error is the recorder's cost (diagnosis)
+        inputs = {"first_load": first_load, "arrivals": arrivals}
         for row in rows:
             if row["modelled"] and not isinstance(row["traced"], str):
-                row["predicted_recorded"] = what_if(
-                    data, loaded_latency=True, first_load=first_load, record_ns=0.0,
-                    arrivals=arrivals, **row["change"])["predicted_change"]
+                row["predicted_recorded"] = point_prediction(data, inputs, row["change"],
+                                                             record_ns=0.0)
     return rows, info
+
+
+def point_prediction(data, inputs: dict, change: dict, *, record_ns: float) -> float:
+    """The model's change (the middle of ``predict_what_if``'s interval) with ``record_ns``
+    of each work region's recording removed; ``inputs``: the ``first_load`` and
+    ``arrivals`` of ``DerivedPipeline.what_if_terms``."""
+    return what_if(data, loaded_latency=True, first_load=inputs["first_load"],
+                   record_ns=record_ns, arrivals=inputs["arrivals"], **change)["predicted_change"]
 
 
 def pct(v):

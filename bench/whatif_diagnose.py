@@ -19,8 +19,9 @@ sys.path.insert(0, str(ROOT))
 sys.path.insert(0, str(ROOT / "bench"))
 
 from cute_prof.analysis import critical_path as cp  # noqa: E402
-from cute_prof.analysis.pipelines import derive_pipeline  # noqa: E402
-from whatif_check import ENTRIES, folder_of, trace_span, traced_change  # noqa: E402
+from cute_prof.analysis.pipelines import derive_pipeline, warpgroup_ends  # noqa: E402
+from whatif_check import (  # noqa: E402
+    ENTRIES, folder_of, point_prediction, trace_span, traced_change)
 
 # the sensitivity sweeps the README cites: kernel folder -> (what-if, latencies in ns)
 SWEEPS = {"gemm_ze": ({"depth": {"ab_pipe": 2}}, (768, 896, 1024, 1140)),
@@ -132,60 +133,38 @@ def exact_latency(data, terms, tags, record_ns, change, target) -> float | None:
     return (lo + hi) / 2
 
 
-def group_times(derived, tag: str) -> dict[int, tuple[np.ndarray, np.ndarray]]:
-    """Per track group of the staggered role (warpgroups, ``spec.track_group``): the sorted
-    keys (CTA, iteration) of region ``tag``'s records and, per key, the end of the group's
-    latest warp."""
-    trace, spec = derived.trace, derived.spec
-    ev = trace.events
-    rows = ev["tag"] == list(trace.tag_names).index(tag)
-    tid = ev["tid"][rows].astype(np.int64)
-    stride = int(spec.roles.tid_stride)
-    group = (tid % stride) // int(spec.track_group)
-    key = spec.roles.group_of(tid) * (int(ev["payload"].max()) + 1) \
-        + ev["payload"][rows].astype(np.int64)
-    # ns after the trace's start: a float64 resolves %globaltimer's raw ~1.8e18 ns to 256
-    end = (ev["start_ns"][rows] + ev["dur_ns"][rows] - int(ev["start_ns"].min())).astype(float)
-    out = {}
-    for g in np.unique(group):
-        here = group == g
-        keys, inverse = np.unique(key[here], return_inverse=True)
-        latest = np.full(keys.size, -np.inf)
-        np.maximum.at(latest, inverse, end[here])
-        out[int(g)] = (keys, latest)
-    return out
-
-
 def trailing_release(derived) -> str | None:
     """For a role whose warpgroups run staggered (FA4's two consumer warpgroups): where the
     trailing group releases the first ring's item, after the leading group's first and
     last consumes waits' ends (FA4: K's and V's), median (1st percentile) over the middle
-    half of the loop; and the leading group's own release after its last wait. The model
-    keeps the release where the base had it after the last wait; a variant whose last
-    wait blocks shows how much of that was the leading group's earlier work, still
-    running in the base."""
+    half of the loop; and the leading group's own release after its last wait (leading:
+    the lower warp slots, FA4's first consumer warpgroup). The model keeps the release
+    where the base had it after the last wait; a variant whose last wait blocks shows how
+    much of that was the leading group's earlier work, still running in the base."""
     spec = derived.spec
-    if not spec.track_group:
-        return None
     waits = [r for r in spec.regions if "consumes" in r.relations]
-    if len(waits) < 2:
+    if not spec.track_group or len(waits) < 2:
         return None
     ring = waits[0].relations["consumes"].resource
     release = next(r.tag for r in spec.regions if "releases" in r.relations
                    and r.relations["releases"].resource == ring)
-    first_wait = group_times(derived, waits[0].tag)
-    last_wait = group_times(derived, waits[-1].tag)
-    released = group_times(derived, release)
-    lead, trail = min(first_wait), max(first_wait)
-    keys = first_wait[lead][0]
-    payload = keys % (int(derived.trace.events["payload"].max()) + 1)
+    ev, names = derived.trace.events, list(derived.trace.tag_names)
+    stride = int(spec.roles.tid_stride)
+    first_wait, last_wait, released = (
+        warpgroup_ends(ev, names.index(tag), stride)
+        for tag in (waits[0].tag, waits[-1].tag, release))
+    lead, trail = first_wait[1].min(), first_wait[1].max()
+    keys = first_wait[0][first_wait[1] == lead]
+    payload = keys % (int(ev["payload"].max()) + 1)
     iteration = payload % spec.tile_modulo if spec.tile_modulo else payload
     middle = (iteration >= iteration.max() // 4) & (iteration < 3 * iteration.max() // 4)
 
-    def at(times, g):
-        k, v = times[g]
-        pos = np.clip(np.searchsorted(k, keys), 0, k.size - 1)
-        return np.where(k[pos] == keys, v[pos], np.nan)
+    def at(ends, group):  # each of ``keys``' end in ``group``, ns after the first key's
+        mine = ends[1] == group
+        item, end = ends[0][mine], ends[2][mine]
+        pos = np.clip(np.searchsorted(item, keys), 0, item.size - 1)
+        return np.where(item[pos] == keys, (end[pos] - ev["start_ns"].min()).astype(float),
+                        np.nan)
 
     k1, e1 = at(first_wait, lead), at(last_wait, lead)
     t2, r1 = at(released, trail), at(released, lead)
@@ -200,24 +179,22 @@ def trailing_release(derived) -> str | None:
 
 def recorder_split(folder: Path, entry, raw, data, model_terms: dict) -> list[str]:
     """Each variant's error split in two: the model of the recorded kernel (record_ns 0)
-    against the variant's traced change (one launch each), and the recorder's cost, each
-    launch's traced span against its CUPTI median, next to the cost the model takes off
-    the variant (its unrecorded and recorded predictions, from the base's measured cost)."""
+    against the variant's traced change (one launch each), and the recorder's cost in the
+    variant, its traced span against its CUPTI median, next to the cost the model takes
+    off it (its unrecorded and recorded predictions, from the base's measured cost, which
+    ``recorder_share`` prints)."""
     timings = entry.load_timings(folder)
     cupti = {name: statistics.median(t) * entry.timings_ns for name, t in timings.items() if t}
     base_cost = trace_span(raw) / cupti[entry.base]
-    lines = [f"  recorder's cost (traced span / CUPTI): base {(base_cost - 1) * 100:+.1f}%"]
+    lines = []
     for name, change in entry.variants.items():
         path = folder / (entry.variant_trace or "").format(variant=name)
         if not (isinstance(change, dict) and entry.variant_trace and path.exists()
                 and name in cupti):
             continue
         span = trace_span(entry.load(path))
-        predicted = {record_ns: cp.what_if(
-            data, loaded_latency=True, first_load=model_terms["first_load"],
-            record_ns=record_ns, arrivals=model_terms["arrivals"], **change)["predicted_change"]
-            for record_ns in (0.0, model_terms["record_ns"])}
-        recorded, unrecorded = predicted[0.0], predicted[model_terms["record_ns"]]
+        recorded, unrecorded = (point_prediction(data, model_terms, change, record_ns=r)
+                                for r in (0.0, model_terms["record_ns"]))
         traced = traced_change(folder, entry, name, raw)
         model_cost = (1 + recorded) / (1 + unrecorded) * base_cost
         lines.append(

@@ -73,11 +73,9 @@ def arrival_positions(sample) -> np.ndarray | None:
 
 
 def arrival_issue_times(sample) -> np.ndarray | None:
-    """When each sampled load was issued (ns), None for a plain sequence or a sample made
-    without the field."""
+    """When each sampled load was issued (ns), None for a plain sequence."""
     sample = np.asarray(sample)
-    names = sample.dtype.names or ()
-    return sample["issued_ns"] if "issued_ns" in names else None
+    return sample["issued_ns"] if sample.dtype.names else None
 
 RESOURCE_KINDS = ("ring", "state")
 REGION_KINDS = ("wait", "work")

@@ -25,7 +25,7 @@ from .roles import RoleSpec
 __all__ = ["finish_zero_edit_trace", "wait_breakdown", "format_wait_breakdown",
            "zero_edit_roles", "DerivedPipeline", "derive_pipeline", "call_balance",
            "format_recording", "load_arrival_pairs", "load_arrival_latency", "load_arrival_sample",
-           "warpgroup_lead_shares"]
+           "warpgroup_ends", "warpgroup_lead_shares"]
 
 PRODUCER_OPS = ("producer_acquire", "producer_commit")
 CONSUMER_OPS = ("consumer_wait", "consumer_release")
@@ -758,6 +758,25 @@ def derive_pipeline(trace: Trace) -> DerivedPipeline:
 STAGGER_SHARE = 0.9
 
 
+def warpgroup_ends(ev: np.ndarray, tag: int, stride: int):
+    """Per item (CTA and payload) and warpgroup that recorded region ``tag`` (events of a
+    derived trace: payload = iteration): the item's key, the warpgroup and when its latest
+    warp's record ended (int ns). Keys are sorted, and comparable across the tags of one
+    ``ev``: ``tid // stride * (ev's largest payload + 1) + payload``."""
+    rows = ev[ev["tag"] == tag]
+    if not rows.size:
+        empty = np.zeros(0, dtype=np.int64)
+        return empty, empty, empty
+    tid = rows["tid"].astype(np.int64)
+    group = tid % stride // WARPS_PER_WARPGROUP
+    width = int(group.max()) + 1
+    item = (tid // stride) * (int(ev["payload"].max()) + 1) + rows["payload"].astype(np.int64)
+    sub, sub_of = unique_ints(item * width + group, return_inverse=True)
+    end = np.full(sub.size, np.iinfo(np.int64).min)
+    np.maximum.at(end, sub_of, (rows["start_ns"] + rows["dur_ns"]).astype(np.int64))
+    return sub // width, sub % width, end
+
+
 def warpgroup_lead_shares(ev: np.ndarray, wait_tags: list[int], stride: int) -> dict[int, float]:
     """Per consumes wait made by more than one warpgroup (events of a derived trace:
     payload = iteration): the share of the items on which the warpgroup that most often
@@ -765,18 +784,10 @@ def warpgroup_lead_shares(ev: np.ndarray, wait_tags: list[int], stride: int) -> 
     peers that take turns, near 1 for a staggered pair."""
     shares = {}
     for tag in wait_tags:
-        rows = ev[ev["tag"] == tag]
-        tid = rows["tid"].astype(np.int64)
-        group = tid % stride // WARPS_PER_WARPGROUP
-        groups = unique_ints(group)
+        sub_item, sub_group, end = warpgroup_ends(ev, tag, stride)
+        groups = unique_ints(sub_group)
         if groups.size < 2:
             continue
-        width = int(groups.max()) + 1
-        item = (tid // stride) * (int(rows["payload"].max()) + 1) + rows["payload"].astype(np.int64)
-        sub, sub_of = unique_ints(item * width + group, return_inverse=True)
-        end = np.full(sub.size, np.iinfo(np.int64).min)
-        np.maximum.at(end, sub_of, (rows["start_ns"] + rows["dur_ns"]).astype(np.int64))
-        sub_item, sub_group = sub // width, sub % width
         items, members = unique_ints(sub_item, return_counts=True)
         whole = np.isin(sub_item, items[members == groups.size])
         order = np.lexsort((end[whole], sub_item[whole]))
