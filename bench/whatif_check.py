@@ -250,6 +250,7 @@ def check_entry(root: Path, entry: Entry) -> tuple[list[dict], dict]:
         row = {"kernel": entry.kernel, "base_trace": entry.base_trace, "what_if": name,
                "change": change, "measured": measured,
                "traced": traced_change(folder, entry, name, raw)}
+        row.update(recorded_changes(timings, entry.base, name))
         pred = (predict_what_if(data, change, first_load=first_load, record_ns=record_ns,
                                 arrivals=arrivals)
                 if isinstance(change, dict)
@@ -291,10 +292,26 @@ def check_entry(root: Path, entry: Entry) -> tuple[list[dict], dict]:
         # traced change: which half of a row's error is the recorder's cost (diagnosis)
         inputs = {"first_load": first_load, "arrivals": arrivals}
         for row in rows:
-            if row["modelled"] and not isinstance(row["traced"], str):
+            if row["modelled"] and ("measured_recorded" in row
+                                    or not isinstance(row["traced"], str)):
                 row["predicted_recorded"] = point_prediction(data, inputs, row["change"],
                                                              record_ns=0.0)
     return rows, info
+
+
+def recorded_changes(timings: dict, base: str, variant: str) -> dict:
+    """Where the GPU half timed the recording kernels too (``<name>:recorded``, CUPTI, the
+    same shuffled rounds): the recorded kernel's change (``measured_recorded``) and the
+    recorder's cost in the base and in the variant (recorded / plain - 1). One traced
+    launch's span read the recorded change 2-19 pp off these medians (FA4 b1 s1024 2->1:
+    +30.47% traced, +11.3% over 30 launches)."""
+    names = (base, variant, f"{base}:recorded", f"{variant}:recorded")
+    if not all(timings.get(n) for n in names):
+        return {}
+    plain, changed, plain_rec, changed_rec = (statistics.median(timings[n]) for n in names)
+    return {"measured_recorded": changed_rec / plain_rec - 1,
+            "recorder_cost_base": plain_rec / plain - 1,
+            "recorder_cost_variant": changed_rec / changed - 1}
 
 
 def point_prediction(data, inputs: dict, change: dict, *, record_ns: float) -> float:
@@ -310,11 +327,17 @@ def pct(v):
 
 
 def traced_txt(row: dict) -> str:
-    value = row.get("traced", "-")
+    value = row.get("measured_recorded", row.get("traced", "-"))
     if isinstance(value, str):
         return value
     recorded = row.get("predicted_recorded")
     return pct(value) + ("" if recorded is None else f" ({pct(recorded)})")
+
+
+def recorder_txt(row: dict) -> str:
+    if "recorder_cost_variant" not in row:
+        return "-"
+    return f"{pct(row['recorder_cost_base'])} / {pct(row['recorder_cost_variant'])}"
 
 
 def table(rows: list[dict], infos: list[dict], root: Path) -> str:
@@ -355,12 +378,14 @@ def table(rows: list[dict], infos: list[dict], root: Path) -> str:
              "before the copies (ws_gemm) issues them one record after the commit's stamp, "
              "which its loads' latencies lose. "
              "launch noise: half the base launches' IQR, relative. "
-             "traced (diagnosis, not a model input): the variant's own zero-edit trace span "
-             "against the base trace's, one launch each: the change of the recorded kernel, "
+             "recorded (diagnosis, not a model input): the change of the recording kernels, "
+             "CUPTI medians of the same rounds where the GPU half timed them (else the "
+             "variant's own zero-edit trace span against the base trace's, one launch each), "
              "whose recurrences carry the recorder's cost; in brackets the model's prediction "
-             "of that recorded kernel (no record's time removed): the difference from traced "
-             "is the model's error on the recorded kernel, the rest of the row's error the "
-             "recorder's cost it took off (bench/whatif_diagnose.py).", ""]
+             "of that recorded kernel (no record's time removed): the difference is the "
+             "model's error on the recorded kernel, the rest of the row's error the "
+             "recorder's cost it took off (bench/whatif_diagnose.py). recorder's cost: the "
+             "recording kernel against the plain one, base / variant (CUPTI).", ""]
     for i in infos:
         if "skipped" in i:
             lines.append(f"- {i['kernel']} ({i.get('base_trace', '')} base): skipped "
@@ -377,8 +402,9 @@ def table(rows: list[dict], infos: list[dict], root: Path) -> str:
                      + (f", one record {i['record_ns']:.0f} ns (removed from the replayed "
                         "work)" if i.get("record_ns") else ""))
     lines += ["", "| kernel | base trace | what-if | predicted | interval | measured | "
-              "error (pp) | inside interval | inside +- launch noise | traced (recorded-kernel model) |",
-              "|---|---|---|---:|---|---:|---:|---|---|---:|"]
+              "error (pp) | inside interval | inside +- launch noise | recorded (recorded-kernel "
+              "model) | recorder's cost |",
+              "|---|---|---|---:|---|---:|---:|---|---|---:|---:|"]
     for r in rows:
         if r["modelled"]:
             lo, hi = r["interval"]
@@ -389,12 +415,12 @@ def table(rows: list[dict], infos: list[dict], root: Path) -> str:
             lines.append(f"| {r['kernel']} | {r['base_trace']} | {r['what_if']} "
                          f"{json.dumps(r['change'])} | "
                          f"{pct(r['predicted'])} | [{pct(lo)}, {pct(hi)}] | {pct(r['measured'])} "
-                         f"| {err} | {inside} | {noisy} | {traced_txt(r)} |")
+                         f"| {err} | {inside} | {noisy} | {traced_txt(r)} | {recorder_txt(r)} |")
         else:
             label = "not predicted" if "bounds" in r else "not modelled"
             lines.append(f"| {r['kernel']} | {r['base_trace']} | {r['what_if']} | {label}: "
                          f"{r['reason']} | - | "
-                         f"{pct(r['measured'])} | - | - | - | {traced_txt(r)} |")
+                         f"{pct(r['measured'])} | - | - | - | {traced_txt(r)} | {recorder_txt(r)} |")
     within = sum(abs(r["error_pp"]) <= 3 for r in done)
     inside = sum(r.get("inside", False) for r in done)
     noisy = sum(r.get("inside_with_noise", False) for r in done)

@@ -296,3 +296,26 @@ def test_cli_takes_the_load_latencies_from_a_probed_launch(tmp_path, capsys):
     assert main(["-q", "analyze", str(base), "--pipeline", str(spec),
                  "--arrivals", str(probed)]) != 0
     assert "--arrivals needs a zero-edit trace" in capsys.readouterr().err
+
+
+def test_the_ctas_of_a_cluster_draw_one_latency_per_multicast_item():
+    """A ring shared by a 2x1 cluster waits for both CTAs' releases. Its item is one
+    multicast load landing in both: the peers take one draw (on the GPU their latencies of
+    one item correlate 0.97-0.99). Drawn apart, each item would wait for the later of two
+    independent loads, and the shallow ring would pay that maximum on every item."""
+    iters = 40
+    spans = simulate(4, 1000, 100, 1200, iters)
+    sample = np.random.default_rng(3).permutation([600.0] * 60 + [3000.0] * 40)
+
+    def predict(ctas, shared_by):
+        spec = spec_dict(4)
+        spec["resources"][0]["shared_by"] = shared_by
+        data = match_records(make_trace([(sm, spans) for sm in range(ctas)]), load_pipeline(spec))
+        return what_if(data, depth={"ring": 1}, loaded_latency=True,
+                       arrivals={"ring": sample})["predicted_kernel_ns"]
+
+    alone = predict(1, 1)
+    # the peers take the first CTA's draws: sharing the ring costs nothing more
+    assert predict(2, 2) == pytest.approx(alone, rel=1e-9)
+    # two CTAs that share nothing draw apart, and the kernel lasts as long as the slower
+    assert predict(2, 1) > alone
