@@ -123,10 +123,12 @@ def main(argv=None) -> int:
                                        load_arrivals=probes) as zprof:
                 launch = runner.prepare(a, b, c, dummy, 0, 0)
                 launch()
-            for _ in range(10):  # warm caches and clocks: the launch kept follows these
-                launch()
+            # the launch kept follows ten of its own kernel, as the timed ones do (zeroing the
+            # buffer right before it would evict the inputs from L2); each launch rewrites its
+            # slices from the start, so the buffer is zeroed once, before them
             zprof.reset()
-            launch()
+            for _ in range(11):
+                launch()
             torch.cuda.synchronize()
             ztrace = zprof.trace()
             if name != "base_arrivals":  # timed next to the plain kernels: the recorder's cost
