@@ -1138,7 +1138,8 @@ def what_if(data: PipelineData, *, depth: dict | None = None, shared_by: dict | 
     ``arrivals``: ring -> loads sampled as they arrived (``pipelines.load_arrival_sample``:
     every load, not only the late ones a consumer waited for; or plain latencies); a
     consumes wait on such a ring takes its L_b and L_0 from that sample, ahead of
-    ``first_load``, and each item its own latency (``_draw_latencies``)."""
+    ``first_load``, and each item its own latency (``_draw_latencies``), one per item for
+    the CTAs of a cluster that share the ring (a multicast load lands in all of them)."""
     terms = terms if terms is not None else infer_terms(data)
     tags = [r.tag for r in data.spec.regions]
     for tag, value in (latency or {}).items():
