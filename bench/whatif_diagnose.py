@@ -21,7 +21,7 @@ sys.path.insert(0, str(ROOT / "bench"))
 from cute_prof.analysis import critical_path as cp  # noqa: E402
 from cute_prof.analysis.pipelines import derive_pipeline, warpgroup_ends  # noqa: E402
 from whatif_check import (  # noqa: E402
-    ENTRIES, folder_of, point_prediction, trace_span, traced_change)
+    ENTRIES, folder_of, point_prediction, recorded_changes, trace_span, traced_change)
 
 # the sensitivity sweeps the README cites: kernel folder -> (what-if, latencies in ns)
 SWEEPS = {"gemm_ze": ({"depth": {"ab_pipe": 2}}, (768, 896, 1024, 1140)),
@@ -104,9 +104,13 @@ def recorder_share(folder: Path, entry, trace, data, terms, record_ns: float,
         return float(np.nansum(np.nanmax(schedule.end.reshape(units, -1), 1) - first))
     kept, shed = busy(replayed), busy(cp.replay(data, terms=terms, record_ns=record_ns))
     span = trace_span(trace)
+    recorded = timings.get(f"{entry.base}:recorded")
+    timed = "" if not recorded else (
+        f" (the recording kernel's CUPTI median: "
+        f"{(statistics.median(recorded) / statistics.median(timings[entry.base]) - 1) * 100:+.1f}%)")
     return (f"recorder: traced span {span / 1e3:.2f} us against {cupti / 1e3:.2f} us unrecorded "
-            f"(CUPTI): {(span / cupti - 1) * 100:+.1f}%; the replay without recording takes "
-            f"{(1 - shed / kept) * 100:.1f}% off the units' spans")
+            f"(CUPTI): {(span / cupti - 1) * 100:+.1f}%{timed}; the replay without recording "
+            f"takes {(1 - shed / kept) * 100:.1f}% off the units' spans")
 
 
 def measured_changes(folder: Path, entry) -> dict:
@@ -179,29 +183,35 @@ def trailing_release(derived) -> str | None:
 
 def recorder_split(folder: Path, entry, raw, data, model_terms: dict) -> list[str]:
     """Each variant's error split in two: the model of the recorded kernel (record_ns 0)
-    against the variant's traced change (one launch each), and the recorder's cost in the
-    variant, its traced span against its CUPTI median, next to the cost the model takes
-    off it (its unrecorded and recorded predictions, from the base's measured cost, which
-    ``recorder_share`` prints)."""
+    against the recorded kernel's change, and the recorder's cost in the variant against the
+    cost the model takes off it (its unrecorded and recorded predictions, from the base's
+    measured cost, which ``recorder_share`` prints). Measured: the recording kernels' CUPTI
+    medians where the GPU half timed them (``whatif_check.recorded_changes``), else each
+    variant's traced span (one launch) against the base trace's and the CUPTI median."""
     timings = entry.load_timings(folder)
     cupti = {name: statistics.median(t) * entry.timings_ns for name, t in timings.items() if t}
-    base_cost = trace_span(raw) / cupti[entry.base]
     lines = []
     for name, change in entry.variants.items():
         path = folder / (entry.variant_trace or "").format(variant=name)
-        if not (isinstance(change, dict) and entry.variant_trace and path.exists()
-                and name in cupti):
+        if not isinstance(change, dict) or name not in cupti:
             continue
-        span = trace_span(entry.load(path))
+        timed = recorded_changes(timings, entry.base, name)
+        if timed:
+            traced, base_cost = timed["measured_recorded"], 1 + timed["recorder_cost_base"]
+            cost, source = timed["recorder_cost_variant"], "timed"
+        elif entry.variant_trace and path.exists():
+            traced, base_cost = traced_change(folder, entry, name, raw), \
+                trace_span(raw) / cupti[entry.base]
+            cost, source = trace_span(entry.load(path)) / cupti[name] - 1, "traced"
+        else:
+            continue
         recorded, unrecorded = (point_prediction(data, model_terms, change, record_ns=r)
                                 for r in (0.0, model_terms["record_ns"]))
-        traced = traced_change(folder, entry, name, raw)
         model_cost = (1 + recorded) / (1 + unrecorded) * base_cost
         lines.append(
-            f"  {name:16s} recorded kernel: predicted {recorded * 100:+.2f}%, traced "
+            f"  {name:16s} recorded kernel: predicted {recorded * 100:+.2f}%, {source} "
             f"{traced * 100:+.2f}% (error {(recorded - traced) * 100:+.2f} pp); recorder's cost "
-            f"in the variant {(span / cupti[name] - 1) * 100:+.1f}%, the model's "
-            f"{(model_cost - 1) * 100:+.1f}%")
+            f"in the variant {cost * 100:+.1f}%, the model's {(model_cost - 1) * 100:+.1f}%")
     return lines
 
 
