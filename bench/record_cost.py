@@ -18,6 +18,9 @@ PARTS = [
          "GPU", "bench/results/record_cost/iket_nest_table.md"),
     Part("anatomy", "bench/parts/record_anatomy.py", "raw-PTX variants of one slices record",
          "GPU", "bench/results/record_cost/runs/2026-11-23_hot3_h100.tar.xz"),
+    Part("chain", "bench/parts/record_chain.py",
+         "one zero-edit record on a dependency chain: two warps' 1-stage PipelineAsync ping-pong",
+         "GPU", "bench/results/record_cost/chain.md"),
     Part("flight", "bench/parts/flight_cost.py", "flight-recorder position marks against a normal record",
          "GPU", "bench/results/flight_cost/flight_cost.md"),
 ]

@@ -1,0 +1,147 @@
+"""What one zero-edit record adds to a dependency chain (GPU).
+
+The what-if model removes a record's own time from a starved ring's round trip, where a
+record sits between a wait's return and the arrive the other side waits for. Its estimate of
+that time is the gap between an instant's stamp and the warp's next stamp (42-54 ns on six
+kernels), which also holds whatever the kernel runs between two pipeline calls. This probe
+measures the record alone on a pure chain: in each CTA two warps hand one item back and
+forth through a 1-stage ``cutlass.pipeline.PipelineAsync`` (producer: acquire, commit;
+consumer: wait, release), ``--iters`` times, once plain and once compiled inside
+``cute_prof.autoprofile()``. Per round trip two records lie on the chain (the acquire's and
+the wait's end, each before the arrive that follows it); the commit's and the release's
+instants follow their arrive and end where the warp blocks anyway.
+
+    python bench/record_cost.py chain --rounds 20 --out bench/results/record_cost/chain.md
+
+Timing: CUPTI kernel durations, both kernels once per round in a fresh random order, after
+a warm-up; medians. ns per record on the chain = (recorded - plain) / (iters x 2).
+"""
+
+
+import argparse
+import json
+import os
+import statistics
+import sys
+import time
+from pathlib import Path
+
+ROOT = Path(__file__).resolve().parents[2]
+sys.path.insert(0, str(ROOT))
+sys.path.insert(0, str(ROOT / "bench"))
+
+THREADS = 64  # warp 0 produces, warp 1 consumes
+
+
+def build(iters: int):
+    """The ping-pong kernel's host launcher: ``launch(out, stream)``."""
+    import cutlass
+    import cutlass.cute as cute
+    from cutlass import pipeline
+    from cutlass.cute.runtime import from_dlpack  # noqa: F401  (the DSL's own import order)
+    try:
+        from cutlass.utils import SmemAllocator
+    except ImportError:
+        from cutlass.memory import SmemAllocator
+
+    @cute.kernel
+    def pingpong(out: cute.Tensor, n: cutlass.Int32):
+        warp = cute.arch.make_warp_uniform(cute.arch.warp_idx())
+        smem = SmemAllocator()
+        barriers = smem.allocate_array(cutlass.Int64, 2)
+        ring = pipeline.PipelineAsync.create(
+            num_stages=1, barrier_storage=barriers,
+            producer_group=pipeline.CooperativeGroup(pipeline.Agent.Thread, 32),
+            consumer_group=pipeline.CooperativeGroup(pipeline.Agent.Thread, 32))
+        if warp == 0:
+            state = pipeline.make_pipeline_state(pipeline.PipelineUserType.Producer, 1)
+            for _ in cutlass.range(n, unroll=1):
+                ring.producer_acquire(state)
+                ring.producer_commit(state)
+                state.advance()
+        if warp == 1:
+            state = pipeline.make_pipeline_state(pipeline.PipelineUserType.Consumer, 1)
+            for _ in cutlass.range(n, unroll=1):
+                ring.consumer_wait(state)
+                ring.consumer_release(state)
+                state.advance()
+            tidx, _, _ = cute.arch.thread_idx()
+            bidx, _, _ = cute.arch.block_idx()
+            if tidx == 32:
+                out[bidx] = n
+
+    @cute.jit
+    def launch(out: cute.Tensor, n: cutlass.Int32, stream):
+        pingpong(out, n).launch(grid=(out.shape[0], 1, 1), block=(THREADS, 1, 1),
+                                smem=64, stream=stream)
+
+    return launch
+
+
+def main(argv=None) -> int:
+    ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    ap.add_argument("--iters", type=int, default=20000, help="round trips per CTA")
+    ap.add_argument("--ctas", type=int, default=132, help="one per SM")
+    ap.add_argument("--rounds", type=int, default=20)
+    ap.add_argument("--out", type=Path, default=None, help="the Markdown result")
+    args = ap.parse_args(argv)
+    import cuda.bindings.driver as cuda
+    import cutlass
+    import cutlass.cute as cute
+    import torch
+    from cutlass.cute.runtime import from_dlpack
+
+    import cute_prof
+    from cute_prof.analysis.pipelines import record_cost_ns
+    from tools.cupti import time_shuffled
+
+    out = torch.zeros(args.ctas, dtype=torch.int32, device="cuda")
+    view = from_dlpack(out)
+    stream = cuda.CUstream(torch.cuda.current_stream().cuda_stream)
+    n = cutlass.Int32(args.iters)
+    launcher = build(args.iters)
+    plain = cute.compile(launcher, view, n, stream)
+    # records per warp: a wait is two words, a signal one: 3 per round trip, and the slack
+    per_warp = 3 * args.iters + 64
+    with cute_prof.autoprofile(per_warp=per_warp, max_warps=args.ctas * THREADS // 32) as prof:
+        recorded = cute.compile(launcher, view, n, stream)
+    calls = {"plain": lambda: plain(view, n, stream), "recorded": lambda: recorded(view, n, stream)}
+    for call in calls.values():
+        call()
+    torch.cuda.synchronize()
+    assert int(out.min()) == args.iters, "the ping-pong did not finish"
+    trace = prof.trace()
+    times = time_shuffled(calls, rounds=args.rounds, warmup=3)
+    med = {name: statistics.median(v) * 1e6 for name, v in times.items()}  # ns
+    per_trip = {name: t / args.iters for name, t in med.items()}
+    per_record = (med["recorded"] - med["plain"]) / (args.iters * 2)
+    device = f"{torch.cuda.get_device_name()}, CUDA {torch.version.cuda}"
+    record_ns = record_cost_ns(trace)
+    lines = [
+        "# One zero-edit record on a dependency chain (`bench/parts/record_chain.py`)", "",
+        f"- device: {device}; date {time.strftime('%Y-%m-%d %H:%M UTC', time.gmtime())}",
+        f"- command: `python bench/record_cost.py chain {' '.join(argv or sys.argv[1:])}`",
+        f"- {args.ctas} CTAs x {args.iters} round trips; CUPTI medians of {args.rounds} shuffled "
+        f"rounds; the recorded launch: {len(trace.events):,} records, overflow {trace.overflow}",
+        "",
+        "| kernel | median us | ns per round trip |",
+        "|---|---:|---:|",
+        *(f"| {name} | {med[name] / 1e3:.1f} | {per_trip[name]:.1f} |" for name in calls),
+        "",
+        f"One record on the chain: **{per_record:.1f} ns** ((recorded - plain) / (round trips x "
+        f"2 records)). The trace's own estimate of one record (`record_cost_ns`, the instant -> "
+        f"next stamp gap) on this launch: {record_ns:.1f} ns.",
+    ]
+    text = "\n".join(lines) + "\n"
+    print(text)
+    if args.out:
+        args.out.write_text(text)
+    target = Path(os.environ.get("OUT", "."))
+    (target / "record_chain.json").write_text(json.dumps(
+        {"device": device, "iters": args.iters, "ctas": args.ctas, "times_ms": times,
+         "per_record_ns": per_record, "record_cost_ns": record_ns}, indent=1))
+    return 0
+
+
+if __name__ == "__main__":
+    raise SystemExit(main())
