@@ -81,7 +81,10 @@ class AutoProfile:
         return {r.name: self.trace(r.name) for r in self.recordings}
 
     def reset(self) -> None:
-        """Zero every buffer (the next launch starts an empty trace)."""
+        """Zero every buffer (the next launch starts an empty trace). Zeroing a large buffer
+        evicts the kernel's inputs from L2: trace a launch that follows launches of its own
+        kernel, not the one right after this (each launch rewrites its slices from the
+        start, and the trace reads each slice's own count)."""
         for recording in self.recordings:
             reset_slices(recording.buffer)
 
