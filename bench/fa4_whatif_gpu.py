@@ -34,7 +34,7 @@ sys.path.insert(0, str(ROOT))
 sys.path.insert(0, str(ROOT / "bench"))
 
 from tools.columns import save_columns  # noqa: E402
-from tools.cupti import time_shuffled  # noqa: E402
+from tools.cupti import time_shuffled, trace_warm_launch  # noqa: E402
 
 import cute_prof  # noqa: E402
 
@@ -46,9 +46,6 @@ VARIANTS = {
     "pv_ss": ({"mma_pv_is_rs": False}, {}),
     "stages3": ({}, {"num_stages": 3}),  # last: it may not fit in shared memory
 }
-
-
-WARM_LAUNCHES = 10  # back to back before the traced launch of each recording kernel
 
 
 @contextlib.contextmanager
@@ -120,17 +117,9 @@ def main(argv=None) -> int:
                 with cute_prof.autoprofile(per_warp=4096, load_arrivals=probes,
                                            caches=[(fa._flash_attn_fwd, "compile_cache")]) as prof:
                     fa._flash_attn_fwd(q, k, v, causal=args.causal, **call_kwargs)
-                # the launch traced follows launches of its own kernel, as the timed ones do:
-                # zeroing the buffer (50 MB for b1 s1024) right before it evicted the inputs
-                # from L2, and its loads took twice as long (FA4 b1 s1024 2->1: the traced
-                # span +28% over the base's, the recording kernel's CUPTI median +11%). Each
-                # launch rewrites its warps' slices from the start and the decode reads each
-                # slice's own count, so the buffer is zeroed once, before them
-                prof.reset()
                 fa._flash_attn_fwd.compile_cache = prof.caches[0]
-                for _ in range(WARM_LAUNCHES + 1):
-                    fa._flash_attn_fwd(q, k, v, causal=args.causal, **call_kwargs)
-                torch.cuda.synchronize()
+                trace_warm_launch(prof, lambda: fa._flash_attn_fwd(
+                    q, k, v, causal=args.causal, **call_kwargs))
         except Exception as err:  # a variant FA4 cannot build (shared memory) is reported
             info[name] = {"error": f"{type(err).__name__}: {str(err).splitlines()[0][:200]}"}
             print(f"{name}: cannot build: {info[name]['error']}", flush=True)

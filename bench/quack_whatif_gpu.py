@@ -35,12 +35,9 @@ sys.path.insert(0, str(ROOT / "bench"))
 
 import cute_prof  # noqa: E402
 from tools.columns import save_columns  # noqa: E402
-from tools.cupti import time_shuffled  # noqa: E402
+from tools.cupti import time_shuffled, trace_warm_launch  # noqa: E402
 
 QUACK_VERSION = "0.6.5"
-
-
-WARM_LAUNCHES = 10  # back to back before the traced launch of each recording kernel
 
 
 def compile_cache(compile_fn) -> dict:
@@ -120,13 +117,7 @@ def main(argv=None) -> int:
         try:
             with cute_prof.autoprofile(per_warp=4096, load_arrivals=probes) as prof:
                 build(offset)
-            # trace a launch that follows launches of its own kernel, as the timed ones do (not
-            # the first after the compile, nor one right after zeroing the buffer, which
-            # evicts the inputs from L2): each launch rewrites its slices from the start
-            prof.reset()
-            for _ in range(WARM_LAUNCHES + 1):
-                launch()
-            torch.cuda.synchronize()
+            trace_warm_launch(prof, launch)
         except Exception as err:  # e.g. one stage more than shared memory holds
             if name == "base":
                 raise

@@ -249,8 +249,9 @@ def check_entry(root: Path, entry: Entry) -> tuple[list[dict], dict]:
         measured = (statistics.median(timings[name]) - base) / base if timings.get(name) else None
         row = {"kernel": entry.kernel, "base_trace": entry.base_trace, "what_if": name,
                "change": change, "measured": measured,
-               "traced": traced_change(folder, entry, name, raw)}
-        row.update(recorded_changes(timings, entry.base, name))
+               **recorded_changes(timings, entry.base, name)}
+        if "measured_recorded" not in row:  # no timed recording kernel: one traced launch
+            row["traced"] = traced_change(folder, entry, name, raw)
         pred = (predict_what_if(data, change, first_load=first_load, record_ns=record_ns,
                                 arrivals=arrivals)
                 if isinstance(change, dict)
@@ -292,8 +293,8 @@ def check_entry(root: Path, entry: Entry) -> tuple[list[dict], dict]:
         # traced change: which half of a row's error is the recorder's cost (diagnosis)
         inputs = {"first_load": first_load, "arrivals": arrivals}
         for row in rows:
-            if row["modelled"] and ("measured_recorded" in row
-                                    or not isinstance(row["traced"], str)):
+            if row["modelled"] and not isinstance(
+                    row.get("measured_recorded", row.get("traced")), str):
                 row["predicted_recorded"] = point_prediction(data, inputs, row["change"],
                                                              record_ns=0.0)
     return rows, info

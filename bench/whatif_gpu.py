@@ -30,6 +30,7 @@ sys.path.insert(0, str(ROOT / "bench"))
 
 import torch  # noqa: E402
 from tools.columns import save_columns  # noqa: E402
+from tools.cupti import trace_warm_launch  # noqa: E402
 
 VARIANTS = {  # name -> GemmConfig overrides; "base" is the default (4 stages, 2x1 cluster)
     "base": {},
@@ -123,13 +124,7 @@ def main(argv=None) -> int:
                                        load_arrivals=probes) as zprof:
                 launch = runner.prepare(a, b, c, dummy, 0, 0)
                 launch()
-            # the launch kept follows ten of its own kernel, as the timed ones do (zeroing the
-            # buffer right before it would evict the inputs from L2); each launch rewrites its
-            # slices from the start, so the buffer is zeroed once, before them
-            zprof.reset()
-            for _ in range(11):
-                launch()
-            torch.cuda.synchronize()
+            trace_warm_launch(zprof, launch)
             ztrace = zprof.trace()
             if name != "base_arrivals":  # timed next to the plain kernels: the recorder's cost
                 launches[f"{name}:recorded"] = launch  # each launch rewrites its slices

@@ -19,6 +19,7 @@ def load(name):
     try:
         spec = importlib.util.spec_from_file_location(f"bench_{name}", ROOT / "bench" / f"{name}.py")
         module = importlib.util.module_from_spec(spec)
+        sys.modules[spec.name] = module  # a dataclass looks its module up
         spec.loader.exec_module(module)
         return module
     finally:

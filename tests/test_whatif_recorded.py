@@ -2,30 +2,12 @@
 
 from __future__ import annotations
 
-import importlib.util
-import sys
-from pathlib import Path
-
 import pytest
-
-ROOT = Path(__file__).resolve().parents[1]
-
-
-def whatif_check():
-    sys.path.insert(0, str(ROOT / "bench"))
-    try:
-        spec = importlib.util.spec_from_file_location("bench_whatif_check",
-                                                      ROOT / "bench" / "whatif_check.py")
-        module = importlib.util.module_from_spec(spec)
-        sys.modules[spec.name] = module  # its dataclasses look their module up
-        spec.loader.exec_module(module)
-        return module
-    finally:
-        sys.path.remove(str(ROOT / "bench"))
+from test_bench_runners import load
 
 
 def test_recorded_changes_come_from_the_medians_of_the_recording_kernels():
-    check = whatif_check()
+    check = load("whatif_check")
     timings = {"base": [100.0, 101.0, 99.0], "stages2": [150.0, 151.0, 149.0],
                "base:recorded": [110.0, 111.0, 109.0], "stages2:recorded": [160.0, 158.0, 159.0]}
     got = check.recorded_changes(timings, "base", "stages2")

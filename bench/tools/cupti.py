@@ -71,3 +71,19 @@ def time_shuffled(variants: dict, *, rounds: int, warmup: int = 3, resets: dict 
         times[name].append(sum(e.time_range.elapsed_us() for e in kernels[at:at + counts[name]]) / 1e3)
         at += counts[name]
     return times
+
+
+def trace_warm_launch(prof, launch, *, warm: int = 10) -> None:
+    """Run a recording kernel as its timed launches run, and keep that launch in ``prof``
+    (an ``autoprofile()`` block's result): zero its buffers once, then ``warm`` launches back
+    to back before the one kept. The first launch after a compile follows seconds of an idle
+    GPU, and zeroing a large buffer right before the launch evicts the kernel's inputs from
+    L2 (FA4 b1 s1024: its loads 576-672 ns instead of 352). Each launch rewrites its warps'
+    slices from the start and the trace reads each slice's own count."""
+    import torch
+
+    prof.reset()
+    for _ in range(warm + 1):
+        launch()
+    torch.cuda.synchronize()
+
