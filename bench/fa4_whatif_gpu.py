@@ -33,8 +33,8 @@ ROOT = Path(__file__).resolve().parents[1]
 sys.path.insert(0, str(ROOT))
 sys.path.insert(0, str(ROOT / "bench"))
 
-from tools.columns import save_columns  # noqa: E402
-from tools.cupti import time_shuffled, trace_warm_launch  # noqa: E402
+from tools.columns import launch_path, save_columns  # noqa: E402
+from tools.cupti import time_shuffled, traced_launches  # noqa: E402
 
 import cute_prof  # noqa: E402
 
@@ -90,6 +90,9 @@ def main(argv=None) -> int:
     ap.add_argument("--load-arrivals", type=int, default=7, metavar="N",
                     help="one more base trace (trace_base_arrivals.npz) whose producer probes "
                          "one load in N (autoprofile(load_arrivals=N)); 0: none")
+    ap.add_argument("--traces", type=int, default=3, metavar="K",
+                    help="traced launches of the base (and of the probed base), each after ten "
+                         "of its own: trace_base.npz, trace_base.launch1.npz, ...")
     args = ap.parse_args(argv)
     import torch
     from flash_attn.cute import interface as fa
@@ -118,18 +121,20 @@ def main(argv=None) -> int:
                                            caches=[(fa._flash_attn_fwd, "compile_cache")]) as prof:
                     fa._flash_attn_fwd(q, k, v, causal=args.causal, **call_kwargs)
                 fa._flash_attn_fwd.compile_cache = prof.caches[0]
-                trace_warm_launch(prof, lambda: fa._flash_attn_fwd(
-                    q, k, v, causal=args.causal, **call_kwargs))
+                # the base (with and without probes): several launches, predicted from each
+                traces = list(traced_launches(
+                    prof, lambda: fa._flash_attn_fwd(q, k, v, causal=args.causal, **call_kwargs),
+                    args.traces if name.startswith("base") else 1))
         except Exception as err:  # a variant FA4 cannot build (shared memory) is reported
             info[name] = {"error": f"{type(err).__name__}: {str(err).splitlines()[0][:200]}"}
             print(f"{name}: cannot build: {info[name]['error']}", flush=True)
             continue
         error = float((out.float() - ref).abs().max())
-        trace = prof.trace()
+        # the base launches whole (the host half predicts from them alone), the variants cut
+        for index, trace in enumerate(traces):
+            save_columns(launch_path(out_dir / f"trace_{name}.npz", index),
+                         trace if name.startswith("base") else cut_to_sms(trace, args.sms))
         meta = trace.metadata
-        # the base launch whole (the host half predicts from it alone), the variants cut
-        save_columns(out_dir / f"trace_{name}.npz",
-                     trace if name.startswith("base") else cut_to_sms(trace, args.sms))
         info[name] = {"max_error": error, "events": len(trace), "overflow": trace.overflow,
                       "unclosed": meta["slices_unclosed_warps"],
                       "pipelines": meta["autoprof"]["pipelines"]}

@@ -34,8 +34,8 @@ sys.path.insert(0, str(ROOT))
 sys.path.insert(0, str(ROOT / "bench"))
 
 import cute_prof  # noqa: E402
-from tools.columns import save_columns  # noqa: E402
-from tools.cupti import time_shuffled, trace_warm_launch  # noqa: E402
+from tools.columns import launch_path, save_columns  # noqa: E402
+from tools.cupti import time_shuffled, traced_launches  # noqa: E402
 
 QUACK_VERSION = "0.6.5"
 
@@ -57,6 +57,9 @@ def main(argv=None) -> int:
     ap.add_argument("--load-arrivals", type=int, default=7, metavar="N",
                     help="one more base trace (trace_base_arrivals.npz) whose producer probes "
                          "one load in N (autoprofile(load_arrivals=N)); 0: none")
+    ap.add_argument("--traces", type=int, default=3, metavar="K",
+                    help="traced launches of the base (and of the probed base), each after ten "
+                         "of its own: trace_base.npz, trace_base.launch1.npz, ...")
     args = ap.parse_args(argv)
     import torch
     import quack
@@ -117,7 +120,9 @@ def main(argv=None) -> int:
         try:
             with cute_prof.autoprofile(per_warp=4096, load_arrivals=probes) as prof:
                 build(offset)
-            trace_warm_launch(prof, launch)
+            # the base (with and without probes): several launches, the model predicts from each
+            traces = list(traced_launches(prof, launch,
+                                          args.traces if name.startswith("base") else 1))
         except Exception as err:  # e.g. one stage more than shared memory holds
             if name == "base":
                 raise
@@ -125,11 +130,11 @@ def main(argv=None) -> int:
             print(lines[-1], flush=True)
             variants.pop(name, None)
             continue
-        trace = prof.trace()
-        trace.metadata["cluster"] = list(cluster)
-        trace.metadata["quack_ab_stages"] = chosen["base"] + offset
+        for index, trace in enumerate(traces):
+            trace.metadata["cluster"] = list(cluster)
+            trace.metadata["quack_ab_stages"] = chosen["base"] + offset
+            save_columns(launch_path(out_dir / f"trace_{name}.npz", index), trace)
         error = float((out.float() - a.float() @ b.float()).abs().max() / k ** 0.5)
-        save_columns(out_dir / f"trace_{name}.npz", trace)
         lines.append(f"{name}: {chosen['base'] + offset} A/B stages, max |out - torch| / sqrt(k) "
                      f"{error:.2e}, {len(trace.events):,} zero-edit records, overflow "
                      f"{trace.overflow}")

@@ -43,7 +43,7 @@ from cute_prof.analysis.pipelines import derive_pipeline  # noqa: E402
 from cute_prof.trace import Trace  # noqa: E402
 
 sys.path.insert(0, str(ROOT / "bench"))
-from tools.columns import load_columns  # noqa: E402
+from tools.columns import launch_paths, load_columns  # noqa: E402
 
 COMMAND = "python bench/whatif_check.py GPU_OUT"
 
@@ -201,31 +201,23 @@ def folder_of(root: Path, entry: Entry) -> Path | None:
     return None
 
 
-def check_entry(root: Path, entry: Entry) -> tuple[list[dict], dict]:
-    folder = folder_of(root, entry)
-    if folder is None:
-        return [], {"kernel": entry.kernel, "skipped": f"no {entry.folder}/{entry.trace}"}
-    timings = entry.load_timings(folder)
-    trace = raw = entry.load(folder / entry.trace)
-    t0 = time.perf_counter()
-    first_load = None
-    record_ns = 0.0  # level-2 bases: their probes are the kernel the model sees
-    arrivals, probe_cost = {}, None
+def launch_model(entry: Entry, raw: Trace, probed: Trace | None) -> dict:
+    """The model's inputs from one traced base launch (and, for a zero-edit base, one probed
+    launch): the matched records, the latency sample the header reports and the terms
+    ``predict_what_if`` takes."""
+    trace, first_load, record_ns, arrivals, probe_cost = raw, None, 0.0, {}, None
+    first_source = ""
     if entry.derived:
-        derived = derive_pipeline(trace)
+        derived = derive_pipeline(raw)
         trace, spec = derived.trace, derived.spec
         first_source = derived.first_load_latency()[1]
-        probed_file = folder / entry.arrivals_trace if entry.arrivals_trace else None
-        probed = None
-        if probed_file is not None and probed_file.exists():
-            probed = entry.load(probed_file)
-            # what the probes cost: the probed launch's span against the base trace's
+        if probed is not None:  # what the probes cost: the probed launch's span against the base's
             probe_cost = trace_span(probed) / trace_span(raw) - 1
         # the model's inputs as the library hands them over (cute-prof analyze --arrivals)
         terms = derived.what_if_terms(arrivals_from=probed)
         first_load, record_ns, arrivals = terms["first_load"], terms["record_ns"], terms["arrivals"]
     else:
-        spec = entry.spec(trace)
+        spec = entry.spec(raw)  # level-2 bases: their probes are the kernel the model sees
     data = match_records(trace, spec)
     wait = entry.wait or next(r.tag for r in spec.regions if "consumes" in r.relations)
     ring = next(r.relations["consumes"].resource for r in spec.regions if r.tag == wait)
@@ -239,6 +231,48 @@ def check_entry(root: Path, entry: Entry) -> tuple[list[dict], dict]:
     else:
         sample, source = latency_sample(data, region=wait)
         first_load = None
+    return {"trace": trace, "data": data, "wait": wait, "sample": np.asarray(sample),
+            "source": source, "probe_cost": probe_cost, "record_ns": record_ns,
+            "inputs": {"first_load": first_load, "arrivals": arrivals}}
+
+
+def median_of(values):
+    """The median of numbers, or key by key of dicts of them (a latency per ring)."""
+    values = list(values)
+    if isinstance(values[0], dict):
+        return {key: median_of(v[key] for v in values) for key in values[0]}
+    return statistics.median(values)
+
+
+def pooled_prediction(preds: list[dict]) -> dict:
+    """One prediction from those of each traced base launch: their median, its interval the
+    launches' median interval widened to every launch's own prediction (a single launch's
+    trace carries its own noise: quack's 4 -> 2 read +94.65% from one run's, +78.37% from
+    another's)."""
+    points = [p["predicted_change"] for p in preds]
+    lows, highs = zip(*(p["interval"] for p in preds))
+    return {"predicted": statistics.median(points),
+            "interval": [min(statistics.median(lows), min(points)),
+                         max(statistics.median(highs), max(points))],
+            "latency_ns": median_of(p["detail"]["latency_ns"] for p in preds),
+            "launch_predictions": points}
+
+
+def check_entry(root: Path, entry: Entry) -> tuple[list[dict], dict]:
+    folder = folder_of(root, entry)
+    if folder is None:
+        return [], {"kernel": entry.kernel, "skipped": f"no {entry.folder}/{entry.trace}"}
+    timings = entry.load_timings(folder)
+    t0 = time.perf_counter()
+    # every traced launch of the base, each with a probed launch where the GPU half took them
+    probed_files = launch_paths(folder / entry.arrivals_trace) if entry.arrivals_trace else []
+    launches = []
+    for index, path in enumerate(launch_paths(folder / entry.trace)):
+        probed = (entry.load(probed_files[index % len(probed_files)]) if probed_files
+                  else None)
+        raw = entry.load(path)
+        launches.append({"raw": raw, **launch_model(entry, raw, probed)})
+    first = launches[0]
     base = statistics.median(timings[entry.base])
     # the base's launch-to-launch spread (half its interquartile range, relative): how far a
     # measured change can sit from the model's for noise alone (base timings only)
@@ -251,18 +285,19 @@ def check_entry(root: Path, entry: Entry) -> tuple[list[dict], dict]:
                "change": change, "measured": measured,
                **recorded_changes(timings, entry.base, name)}
         if "measured_recorded" not in row:  # no timed recording kernel: one traced launch
-            row["traced"] = traced_change(folder, entry, name, raw)
-        pred = (predict_what_if(data, change, first_load=first_load, record_ns=record_ns,
-                                arrivals=arrivals)
-                if isinstance(change, dict)
-                else {"modelled": False, "reason": change})
+            row["traced"] = traced_change(folder, entry, name, first["raw"])
+        if isinstance(change, dict):
+            preds = [predict_what_if(run["data"], change, record_ns=run["record_ns"],
+                                     **run["inputs"]) for run in launches]
+        else:
+            preds = [{"modelled": False, "reason": change}]
+        pred = preds[0]
         row["modelled"] = pred["modelled"]
         if pred["modelled"]:
-            lo, hi = pred["interval"]
-            row.update(predicted=pred["predicted_change"], interval=[lo, hi],
-                       latency_ns=pred["detail"]["latency_ns"])
+            row.update(pooled_prediction(preds))
+            lo, hi = row["interval"]
             if measured is not None:
-                row["error_pp"] = (pred["predicted_change"] - measured) * 100
+                row["error_pp"] = (row["predicted"] - measured) * 100
                 row["inside"] = bool(lo - 1e-12 <= measured <= hi + 1e-12)
                 row["inside_with_noise"] = bool(lo - noise - 1e-12 <= measured
                                                 <= hi + noise + 1e-12)
@@ -275,28 +310,30 @@ def check_entry(root: Path, entry: Entry) -> tuple[list[dict], dict]:
                 row["reason"] += (" (measured inside)" if lo - 1e-12 <= measured <= hi + 1e-12
                                   else " (measured outside)")
         rows.append(row)
-    meta = trace.metadata or {}
+    meta = first["trace"].metadata or {}
+    sample = np.concatenate([run["sample"] for run in launches])
     info = {"kernel": entry.kernel, "base_trace": entry.base_trace, "folder": str(folder),
-            "records": len(trace.events), "wait": wait,
-            "units": data.shape[0], "iterations": data.shape[1],
+            "records": len(first["trace"].events), "wait": first["wait"],
+            "units": first["data"].shape[0], "iterations": first["data"].shape[1],
             "device": meta.get("device"), "base_us": base * entry.timings_ns / 1e3,
-            "launches": len(timings[entry.base]), "analysis_s": time.perf_counter() - t0,
-            "latency_source": source,
+            "launches": len(timings[entry.base]), "traced_launches": len(launches),
+            "probed_launches": len(probed_files), "analysis_s": time.perf_counter() - t0,
+            "latency_source": first["source"],
             "latency_ns": {q: float(np.quantile(sample, q)) for q in (0.05, 0.25, 0.5, 0.75)},
-            "timer_step_ns": timer_step(data), "record_ns": record_ns,
-            "probe_cost": probe_cost,
+            "timer_step_ns": timer_step(first["data"]), "record_ns": first["record_ns"],
+            "probe_cost": first["probe_cost"],
             "arrival_latency_ns": {name: {q: float(np.quantile(arrival_latencies(x), q))
                                           for q in (0.05, 0.5)}
-                                   for name, x in arrivals.items()}}
-    if record_ns:
+                                   for name, x in first["inputs"]["arrivals"].items()}}
+    if first["record_ns"]:
         # the model of the recorded kernel (no record's time removed), to set against the
         # traced change: which half of a row's error is the recorder's cost (diagnosis)
-        inputs = {"first_load": first_load, "arrivals": arrivals}
         for row in rows:
             if row["modelled"] and not isinstance(
                     row.get("measured_recorded", row.get("traced")), str):
-                row["predicted_recorded"] = point_prediction(data, inputs, row["change"],
-                                                             record_ns=0.0)
+                row["predicted_recorded"] = statistics.median(
+                    point_prediction(run["data"], run["inputs"], row["change"], record_ns=0.0)
+                    for run in launches)
     return rows, info
 
 
@@ -354,7 +391,10 @@ def table(rows: list[dict], infos: list[dict], root: Path) -> str:
              f"- command: `{COMMAND}` (GPU half: `bench/whatif_all_gpu.sh`)",
              "- measured: CUPTI kernel durations at level 0 (no probes), medians; change vs the "
              "base. predicted: replay of the base trace's own durations under the changed spec, "
-             "load latency from the base scaled by Little's law to the change's throughput. "
+             "load latency from the base scaled by Little's law to the change's throughput; "
+             "where the GPU half traced several base launches (each after ten of its own, "
+             "each with a probed launch), the median of the predictions from each (`each "
+             "traced launch`), its interval widened to all of them. "
              "Zero-edit bases: spec derived from the kernel's pipeline objects (derive_pipeline; "
              "ring sharing from the launch's cluster in the trace metadata); latency: where the GPU "
              "half traced a second base launch whose producer probed one load in 7 "
@@ -395,18 +435,23 @@ def table(rows: list[dict], infos: list[dict], root: Path) -> str:
             continue
         lat = i["latency_ns"]
         lines.append(f"- {i['kernel']} ({i['base_trace']} base, `{i['folder']}`): "
+                     f"{i['traced_launches']} traced launch"
+                     f"{'es' if i['traced_launches'] > 1 else ''} (the first: "
                      f"{i['records']:,} records, {i['units']} units x "
-                     f"{i['iterations']} iterations, base {i['base_us']:.2f} us "
-                     f"({i['launches']} launches), analysis {i['analysis_s']:.2f} s; {i['wait']} latency "
-                     f"({i['latency_source']}): p5 {lat[0.05]:.0f}, p25 {lat[0.25]:.0f}, median "
+                     f"{i['iterations']} iterations), base {i['base_us']:.2f} us "
+                     f"({i['launches']} timed launches), analysis "
+                     f"{i['analysis_s'] / i['traced_launches']:.2f} s per traced launch; "
+                     f"{i['wait']} latency ({i['latency_source']}"
+                     + ("; quantiles pooled over the traced launches"
+                        if i["traced_launches"] > 1 else "") + f"): p5 {lat[0.05]:.0f}, p25 {lat[0.25]:.0f}, median "
                      f"{lat[0.5]:.0f}, p75 {lat[0.75]:.0f} ns, timer step "
                      f"{i['timer_step_ns']:.0f} ns"
                      + (f", one record {i['record_ns']:.0f} ns (removed from the replayed "
                         "work)" if i.get("record_ns") else ""))
     lines += ["", "| kernel | base trace | what-if | predicted | interval | measured | "
               "error (pp) | inside interval | inside +- launch noise | recorded (recorded-kernel "
-              "model) | recorder's cost |",
-              "|---|---|---|---:|---|---:|---:|---|---|---:|---:|"]
+              "model) | recorder's cost | each traced launch |",
+              "|---|---|---|---:|---|---:|---:|---|---|---:|---:|---|"]
     for r in rows:
         if r["modelled"]:
             lo, hi = r["interval"]
@@ -417,12 +462,14 @@ def table(rows: list[dict], infos: list[dict], root: Path) -> str:
             lines.append(f"| {r['kernel']} | {r['base_trace']} | {r['what_if']} "
                          f"{json.dumps(r['change'])} | "
                          f"{pct(r['predicted'])} | [{pct(lo)}, {pct(hi)}] | {pct(r['measured'])} "
-                         f"| {err} | {inside} | {noisy} | {traced_txt(r)} | {recorder_txt(r)} |")
+                         f"| {err} | {inside} | {noisy} | {traced_txt(r)} | {recorder_txt(r)} "
+                         f"| {' / '.join(pct(v) for v in r['launch_predictions'])} |")
         else:
             label = "not predicted" if "bounds" in r else "not modelled"
             lines.append(f"| {r['kernel']} | {r['base_trace']} | {r['what_if']} | {label}: "
                          f"{r['reason']} | - | "
-                         f"{pct(r['measured'])} | - | - | - | {traced_txt(r)} | {recorder_txt(r)} |")
+                         f"{pct(r['measured'])} | - | - | - | {traced_txt(r)} | {recorder_txt(r)} "
+                         "| - |")
     within = sum(abs(r["error_pp"]) <= 3 for r in done)
     inside = sum(r.get("inside", False) for r in done)
     noisy = sum(r.get("inside_with_noise", False) for r in done)

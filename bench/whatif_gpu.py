@@ -29,8 +29,8 @@ sys.path.insert(0, str(ROOT))
 sys.path.insert(0, str(ROOT / "bench"))
 
 import torch  # noqa: E402
-from tools.columns import save_columns  # noqa: E402
-from tools.cupti import trace_warm_launch  # noqa: E402
+from tools.columns import launch_path, save_columns  # noqa: E402
+from tools.cupti import traced_launches  # noqa: E402
 
 VARIANTS = {  # name -> GemmConfig overrides; "base" is the default (4 stages, 2x1 cluster)
     "base": {},
@@ -51,6 +51,11 @@ def main(argv=None) -> int:
                     help="with --zero-edit: one more base trace whose producer probes one "
                          "load in about N (autoprofile(load_arrivals=N)): the model's load "
                          "latencies; 0: none")
+    ap.add_argument("--traces", type=int, default=3, metavar="K",
+                    help="with --zero-edit: traced launches of the base (and of the probed "
+                         "base): trace_ze_base.npz, trace_ze_base.launch1.npz, ...")
+    ap.add_argument("--no-level2", action="store_true",
+                    help="skip the level-2 traces (the zero-edit check does not read them)")
     ap.add_argument("--zero-edit", action="store_true",
                     help="also record every variant at level 0 in zero-edit mode "
                     "(trace_ze_<variant>.npz: the derived model's input)")
@@ -93,7 +98,7 @@ def main(argv=None) -> int:
         runners[name] = runner
 
     # level-2 traces (the base builds the model; the variants' traces show what really changed)
-    for name, runner in runners.items():
+    for name, runner in ({} if args.no_level2 else runners).items():
         t0 = time.time()
         exp = W.expected_counts(runner.gemm, m, n, k, 2)
         max_events = exp["total"] + 64
@@ -124,14 +129,16 @@ def main(argv=None) -> int:
                                        load_arrivals=probes) as zprof:
                 launch = runner.prepare(a, b, c, dummy, 0, 0)
                 launch()
-            trace_warm_launch(zprof, launch)
-            ztrace = zprof.trace()
+            # the base (with and without probes): several launches, predicted from each
+            for index, ztrace in enumerate(traced_launches(
+                    zprof, launch, args.traces if name.startswith("base") else 1)):
+                save_columns(launch_path(out / f"trace_ze_{name}.npz", index), ztrace,
+                             mnk=[m, n, k], device=dev, stages=runner.gemm.num_stages,
+                             persistent=args.persistent,
+                             cluster=[runner.gemm.cfg.cluster_m, runner.gemm.cfg.cluster_n])
             if name != "base_arrivals":  # timed next to the plain kernels: the recorder's cost
                 launches[f"{name}:recorded"] = launch  # each launch rewrites its slices
                 recordings.append(zprof)
-            save_columns(out / f"trace_ze_{name}.npz", ztrace, mnk=[m, n, k], device=dev,
-                         stages=runner.gemm.num_stages, persistent=args.persistent,
-                         cluster=[runner.gemm.cfg.cluster_m, runner.gemm.cfg.cluster_n])
             log(f"{name}: zero-edit trace {len(ztrace)} records, overflow {ztrace.overflow}, "
                 f"{time.time() - t0:.1f}s")
 

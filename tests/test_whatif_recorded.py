@@ -17,3 +17,21 @@ def test_recorded_changes_come_from_the_medians_of_the_recording_kernels():
     # a run that timed no recording kernel (or not this variant's) leaves the traced span
     assert check.recorded_changes({k: v for k, v in timings.items() if k != "stages2:recorded"},
                                   "base", "stages2") == {}
+
+
+def test_a_prediction_from_several_traced_launches_is_their_median_inside_all_of_them():
+    check = load("whatif_check")
+
+    def launch(point, lo, hi, latency):
+        return {"predicted_change": point, "interval": (lo, hi),
+                "detail": {"latency_ns": {"ring": latency}}}
+
+    got = check.pooled_prediction([launch(0.95, 0.81, 1.08, 900), launch(0.78, 0.70, 0.90, 830),
+                                   launch(0.93, 0.85, 1.04, 910)])
+    assert got["predicted"] == pytest.approx(0.93)
+    # the median interval (0.81, 1.04) widened to the launch that read +78%
+    assert got["interval"] == [pytest.approx(0.78), pytest.approx(1.04)]
+    assert got["launch_predictions"] == [0.95, 0.78, 0.93]
+    assert got["latency_ns"] == {"ring": 900}
+    one = check.pooled_prediction([launch(0.5, 0.4, 0.6, 700)])
+    assert one["predicted"] == 0.5 and one["interval"] == [0.4, 0.6]
