@@ -318,6 +318,13 @@ def check_entry(root: Path, entry: Entry) -> tuple[list[dict], dict]:
             "device": meta.get("device"), "base_us": base * entry.timings_ns / 1e3,
             "launches": len(timings[entry.base]), "traced_launches": len(launches),
             "probed_launches": len(probed_files), "analysis_s": time.perf_counter() - t0,
+            # the traced launches' own CUPTI times against the recording kernel's in the
+            # timing rounds: were they taken in the state the rounds ran in
+            "traced_cupti_us": [run["raw"].metadata["launch_cupti_ns"] / 1e3 for run in launches
+                                if "launch_cupti_ns" in (run["raw"].metadata or {})],
+            "recorded_us": (statistics.median(timings[f"{entry.base}:recorded"])
+                            * entry.timings_ns / 1e3
+                            if timings.get(f"{entry.base}:recorded") else None),
             "latency_source": first["source"],
             "latency_ns": {q: float(np.quantile(sample, q)) for q in (0.05, 0.25, 0.5, 0.75)},
             "timer_step_ns": timer_step(first["data"]), "record_ns": first["record_ns"],
@@ -439,7 +446,12 @@ def table(rows: list[dict], infos: list[dict], root: Path) -> str:
                      f"{'es' if i['traced_launches'] > 1 else ''} (the first: "
                      f"{i['records']:,} records, {i['units']} units x "
                      f"{i['iterations']} iterations), base {i['base_us']:.2f} us "
-                     f"({i['launches']} timed launches), analysis "
+                     f"({i['launches']} timed launches)"
+                     + (f", traced launches {' / '.join(f'{t:.2f}' for t in i['traced_cupti_us'])}"
+                        f" us by CUPTI (the recording kernel in the rounds: "
+                        f"{i['recorded_us']:.2f} us)"
+                        if i.get("traced_cupti_us") and i.get("recorded_us") else "")
+                     + ", analysis "
                      f"{i['analysis_s'] / i['traced_launches']:.2f} s per traced launch; "
                      f"{i['wait']} latency ({i['latency_source']}"
                      + ("; quantiles pooled over the traced launches"

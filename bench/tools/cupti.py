@@ -73,27 +73,47 @@ def time_shuffled(variants: dict, *, rounds: int, warmup: int = 3, resets: dict 
     return times
 
 
-def trace_warm_launch(prof, launch, *, warm: int = 10) -> None:
+def trace_warm_launch(prof, launch, *, warm: int = 10, warm_s: float = 2.0) -> float:
     """Run a recording kernel as its timed launches run, and keep that launch in ``prof``
-    (an ``autoprofile()`` block's result): zero its buffers once, then ``warm`` launches back
-    to back before the one kept. The first launch after a compile follows seconds of an idle
-    GPU, and zeroing a large buffer right before the launch evicts the kernel's inputs from
-    L2 (FA4 b1 s1024: its loads 576-672 ns instead of 352). Each launch rewrites its warps'
-    slices from the start and the trace reads each slice's own count."""
+    (an ``autoprofile()`` block's result); returns the kept launch's CUPTI time in ns.
+
+    Its buffers are zeroed once, then the kernel runs back to back for ``warm_s`` seconds
+    (at least ``warm`` launches) before the ``warm`` launches and the one kept, which CUPTI
+    times. The first launch after a compile follows seconds of an idle GPU, and zeroing a
+    large buffer right before the launch evicts the kernel's inputs from L2 (FA4 b1 s1024:
+    its loads 576-672 ns instead of 352). A GPU that has idled runs its first launches at a
+    higher clock than the sustained one the timing rounds see (FA4 b4: a traced span of
+    858 us against 959 us for the same recording kernel in the rounds). Each launch
+    rewrites its warps' slices from the start and the trace reads each slice's own count."""
+    import time
+
     import torch
+    from torch.profiler import ProfilerActivity, profile
 
     prof.reset()
-    for _ in range(warm + 1):
+    begin, runs = time.perf_counter(), 0
+    while runs < warm or time.perf_counter() - begin < warm_s:
         launch()
-    torch.cuda.synchronize()
+        runs += 1
+        if runs % 64 == 0:  # keep the host within a few launches of the GPU
+            torch.cuda.synchronize()
+    with profile(activities=[ProfilerActivity.CUDA]) as timed:
+        for _ in range(warm + 1):
+            launch()
+        torch.cuda.synchronize()
+    kernels = device_kernels(timed)
+    per_call = max(len(kernels) // (warm + 1), 1)
+    return sum(e.time_range.elapsed_us() for e in kernels[-per_call:]) * 1e3
 
 
-
-def traced_launches(prof, launch, count: int, *, warm: int = 10):
+def traced_launches(prof, launch, count: int, *, warm: int = 10, warm_s: float = 2.0):
     """``count`` traces of ``prof``'s kernel (an ``autoprofile()`` block's result), each of a
-    launch that followed ``warm`` of its own (``trace_warm_launch``): one launch's trace
-    carries that launch's noise (quack's 4 -> 2 predicted +94.65% from one launch, +78.37%
-    from another run's), so the check predicts from several."""
+    launch that followed ``warm_s`` seconds of its own (``trace_warm_launch``), its CUPTI
+    time in the trace's metadata (``launch_cupti_ns``): one launch's trace carries that
+    launch's noise (quack's 4 -> 2 predicted +94.65% from one launch, +78.37% from another
+    run's), so the check predicts from several."""
     for _ in range(count):
-        trace_warm_launch(prof, launch, warm=warm)
-        yield prof.trace()
+        cupti_ns = trace_warm_launch(prof, launch, warm=warm, warm_s=warm_s)
+        trace = prof.trace()
+        trace.metadata["launch_cupti_ns"] = cupti_ns
+        yield trace
