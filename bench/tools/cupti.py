@@ -73,18 +73,19 @@ def time_shuffled(variants: dict, *, rounds: int, warmup: int = 3, resets: dict 
     return times
 
 
-def trace_warm_launch(prof, launch, *, warm: int = 10, warm_s: float = 2.0) -> float:
+def trace_warm_launch(prof, launch, *, warm: int = 10, warm_s: float = 0.0) -> float:
     """Run a recording kernel as its timed launches run, and keep that launch in ``prof``
     (an ``autoprofile()`` block's result); returns the kept launch's CUPTI time in ns.
 
-    Its buffers are zeroed once, then the kernel runs back to back for ``warm_s`` seconds
-    (at least ``warm`` launches) before the ``warm`` launches and the one kept, which CUPTI
-    times. The first launch after a compile follows seconds of an idle GPU, and zeroing a
-    large buffer right before the launch evicts the kernel's inputs from L2 (FA4 b1 s1024:
-    its loads 576-672 ns instead of 352). A GPU that has idled runs its first launches at a
-    higher clock than the sustained one the timing rounds see (FA4 b4: a traced span of
-    858 us against 959 us for the same recording kernel in the rounds). Each launch
-    rewrites its warps' slices from the start and the trace reads each slice's own count."""
+    Its buffers are zeroed once, then ``warm`` launches run back to back before the one
+    kept, all timed by CUPTI. The first launch after a compile follows seconds of an idle
+    GPU, and zeroing a large buffer right before the launch evicts the kernel's inputs from
+    L2 (FA4 b1 s1024: its loads 576-672 ns instead of 352). ``warm_s`` seconds of launches
+    before them heat the GPU past the state the timing rounds run in: after 2 s, ws_gemm's
+    recording kernel took 230 us against 189 in the rounds, and the predictions from those
+    launches fell 14-16 points (bench/results/whatif/README.md, stop 40); left at 0. Each
+    launch rewrites its warps' slices from the start and the trace reads each slice's own
+    count."""
     import time
 
     import torch
@@ -92,7 +93,7 @@ def trace_warm_launch(prof, launch, *, warm: int = 10, warm_s: float = 2.0) -> f
 
     prof.reset()
     begin, runs = time.perf_counter(), 0
-    while runs < warm or time.perf_counter() - begin < warm_s:
+    while time.perf_counter() - begin < warm_s:
         launch()
         runs += 1
         if runs % 64 == 0:  # keep the host within a few launches of the GPU
@@ -106,9 +107,9 @@ def trace_warm_launch(prof, launch, *, warm: int = 10, warm_s: float = 2.0) -> f
     return sum(e.time_range.elapsed_us() for e in kernels[-per_call:]) * 1e3
 
 
-def traced_launches(prof, launch, count: int, *, warm: int = 10, warm_s: float = 2.0):
+def traced_launches(prof, launch, count: int, *, warm: int = 10, warm_s: float = 0.0):
     """``count`` traces of ``prof``'s kernel (an ``autoprofile()`` block's result), each of a
-    launch that followed ``warm_s`` seconds of its own (``trace_warm_launch``), its CUPTI
+    launch that followed ``warm`` of its own (``trace_warm_launch``), its CUPTI
     time in the trace's metadata (``launch_cupti_ns``): one launch's trace carries that
     launch's noise (quack's 4 -> 2 predicted +94.65% from one launch, +78.37% from another
     run's), so the check predicts from several."""
