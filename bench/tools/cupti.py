@@ -82,8 +82,9 @@ def trace_warm_launch(prof, launch, *, warm: int = 10, warm_s: float = 0.0) -> f
     GPU, and zeroing a large buffer right before the launch evicts the kernel's inputs from
     L2 (FA4 b1 s1024: its loads 576-672 ns instead of 352). ``warm_s`` seconds of launches
     before them heat the GPU past the state the timing rounds run in: after 2 s, ws_gemm's
-    recording kernel took 230 us against 189 in the rounds, and the predictions from those
-    launches fell 14-16 points (bench/results/whatif/README.md, stop 40); left at 0. Each
+    recording kernel took 230 us against 189 in the rounds, and its 4 -> 2 read +39.2% from
+    those launches against +53.3% measured (bench/results/whatif/README.md, stop 40); left
+    at 0. Each
     launch rewrites its warps' slices from the start and the trace reads each slice's own
     count."""
     import time
