@@ -1,5 +1,6 @@
 #!/usr/bin/env bash
-# One device call for the what-if checks: FA4's variants (zero-edit base trace, timings), the
+# Device calls for the what-if checks (PARTS="fa4 fa4_causal" in one, the rest in another; TRACES
+# traced launches per zero-edit base, default 3): FA4's variants (zero-edit base trace, timings), the
 # ws_gemm and the persistent GEMM's variants (level-2 base traces, timings). Every part writes
 # to its own folder, archived into $OUT/<part>.tar (the device tool returns at most 8 files).
 # Needs .gpu/ (../shared/gpu/make-bundle.sh) and .whl/ (requirements-fa4.txt's wheels).
