@@ -212,7 +212,41 @@ def recorder_split(folder: Path, entry, raw, data, model_terms: dict) -> list[st
             f"  {name:16s} recorded kernel: predicted {recorded * 100:+.2f}%, {source} "
             f"{traced * 100:+.2f}% (error {(recorded - traced) * 100:+.2f} pp); recorder's cost "
             f"in the variant {cost * 100:+.1f}%, the model's {(model_cost - 1) * 100:+.1f}%")
+        if abs(recorded) >= MATCHED_RECORD_MIN_CHANGE:
+            matched = matched_record_ns(data, model_terms, change, recorded, base_cost, cost)
+            lines.append(
+                f"  {'':16s} one record's time at which the model's recorder cost is the "
+                f"measured one: " + ("none in [0, 2 x the gap estimate]" if matched is None else
+                                     f"{matched:.1f} ns ({matched / model_terms['record_ns']:.2f}"
+                                     f" of the gap estimate {model_terms['record_ns']:.1f} ns)"))
     return lines
+
+
+# rows whose recorded change is at least this large get the matched record time (a small
+# change moves too little with the record's time to pin it)
+MATCHED_RECORD_MIN_CHANGE = 0.05
+
+
+def matched_record_ns(data, model_terms: dict, change: dict, recorded: float,
+                      base_cost: float, measured_cost: float) -> float | None:
+    """The record time whose removal makes the model's recorder cost in the variant equal the
+    measured one (bisection: removing more shortens the unrecorded replay, which raises the
+    cost), or None where [0, 2 x the trace's gap estimate] does not bracket it. Set against
+    ``bench/results/record_cost/chain.md`` (one record on a dependency chain) it says how
+    much of the instant -> next stamp gap a starved ring really pays per record."""
+    def model_cost(record_ns):
+        unrecorded = point_prediction(data, model_terms, change, record_ns=record_ns)
+        return (1 + recorded) / (1 + unrecorded) * base_cost - 1
+    lo, hi = 0.0, 2.0 * model_terms["record_ns"]
+    if not model_cost(lo) <= measured_cost <= model_cost(hi):
+        return None
+    for _ in range(MATCHED_RECORD_STEPS):
+        mid = (lo + hi) / 2
+        lo, hi = (mid, hi) if model_cost(mid) < measured_cost else (lo, mid)
+    return (lo + hi) / 2
+
+
+MATCHED_RECORD_STEPS = 7  # bisection steps: 2 x ~50 ns / 2^7, under one ns
 
 
 def describe(name: str, got: dict) -> str:

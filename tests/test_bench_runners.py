@@ -65,3 +65,32 @@ def test_a_cpu_part_runs_through_its_runner(tmp_path):
     assert result.returncode == 0, result.stderr
     assert "18,704 records" in result.stdout  # two copies of the 9,352-record fixture
     assert "16 units" in result.stdout  # 8 CTAs, twice
+
+
+def _whatif_table(rows):
+    """A table in whatif_check.py's layout with these (kernel, what-if, error) rows."""
+    head = ("| kernel | base trace | what-if | predicted | interval | measured | error (pp) |\n"
+            "|---|---|---|---:|---|---:|---:|\n")
+    body = "".join(f"| {k} | zero-edit | {w} {{\"depth\": 2}} | +1% | [0, 2] | +1% | {e} |\n"
+                   for k, w, e in rows)
+    return "# title\n\n" + head + body + "\nSpearman ...\n"
+
+
+def test_whatif_runs_sorts_rows_into_within_biased_and_noisy(tmp_path, capsys):
+    runs = [[("k", "a", "+0.50"), ("k", "b", "-8.00"), ("k", "c", "+6.00"), ("k", "d", "-")],
+            [("k", "a", "-1.00"), ("k", "b", "-7.50"), ("k", "c", "-5.00"), ("k", "d", "-")]]
+    paths = []
+    for i, rows in enumerate(runs):
+        paths.append(tmp_path / f"run{i}.md")
+        paths[-1].write_text(_whatif_table(rows))
+    module = load("whatif_runs")
+    assert module.table_errors(paths[0]) == {("k", "zero-edit", "a"): 0.5,
+                                             ("k", "zero-edit", "b"): -8.0,
+                                             ("k", "zero-edit", "c"): 6.0}
+    assert module.main([str(p) for p in paths] + ["--labels", "r0,r1"]) == 0
+    out = capsys.readouterr().out
+    verdicts = {line.split("|")[3].strip(): line.split("|")[-2].strip()
+                for line in out.splitlines() if line.startswith("| k |")}
+    assert verdicts == {"a": "within every run", "b": "biased: under-predicts every run",
+                        "c": "noisy: moves run to run"}
+    assert "3 rows in every run; within 3 pp: r0 1, r1 1" in out

@@ -1,0 +1,73 @@
+"""How the what-if check's errors move with the record time the model removes: every
+zero-edit row predicted (median of the traced launches, as the check does) with one record's
+time scaled to each of ``--scales`` of the trace's own gap estimate (``record_cost_ns``).
+0 predicts the recording kernel itself; 1 is what the check ships; 0.26 is about the 12.1 ns
+one record costs on a pure dependency chain (``bench/results/record_cost/chain.md``).
+
+    python bench/whatif_record_sweep.py GPU_OUT [--scales 0,0.26,0.5,1] [--out FILE]
+"""
+
+from __future__ import annotations
+
+import argparse
+import statistics
+import sys
+from pathlib import Path
+
+ROOT = Path(__file__).resolve().parents[1]
+sys.path.insert(0, str(ROOT))
+sys.path.insert(0, str(ROOT / "bench"))
+
+from whatif_check import ENTRIES, folder_of, launch_model, point_prediction  # noqa: E402
+from tools.columns import launch_paths  # noqa: E402
+
+
+def main(argv=None) -> int:
+    ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    ap.add_argument("gpu_out", type=Path)
+    ap.add_argument("--scales", default="0,0.26,0.5,1")
+    ap.add_argument("--out", type=Path)
+    args = ap.parse_args(argv)
+    scales = [float(x) for x in args.scales.split(",")]
+    lines = [f"# python bench/whatif_record_sweep.py {args.gpu_out} --scales {args.scales}",
+             "# error (pp) of each zero-edit row with one record's time scaled to each "
+             "fraction of the trace's gap estimate", "",
+             "| kernel | what-if | measured | " + " | ".join(f"x{s:g}" for s in scales) + " |",
+             "|---|---|---:|" + "---:|" * len(scales)]
+    errors = {s: [] for s in scales}
+    for entry in [e for e in ENTRIES if e.derived]:
+        folder = folder_of(args.gpu_out, entry)
+        if folder is None:
+            continue
+        timings = entry.load_timings(folder)
+        probed = launch_paths(folder / entry.arrivals_trace)
+        runs = [launch_model(entry, entry.load(path), entry.load(probed[i % len(probed)]))
+                for i, path in enumerate(launch_paths(folder / entry.trace))]
+        base = statistics.median(timings[entry.base])
+        for name, change in entry.variants.items():
+            if not isinstance(change, dict) or not timings.get(name):
+                continue
+            measured = statistics.median(timings[name]) / base - 1
+            cells = []
+            for s in scales:
+                predicted = statistics.median(
+                    point_prediction(run["data"], run["inputs"], change,
+                                     record_ns=run["record_ns"] * s) for run in runs)
+                errors[s].append((predicted - measured) * 100)
+                cells.append(f"{errors[s][-1]:+.2f}")
+            lines.append(f"| {entry.kernel} | {name} | {measured * 100:+.2f}% | "
+                         + " | ".join(cells) + " |")
+            print(lines[-1], flush=True)
+    lines.append("| mean absolute error | | | " + " | ".join(
+        f"{statistics.fmean(abs(e) for e in errors[s]):.2f}" for s in scales) + " |")
+    lines.append("| within 3 pp | | | " + " | ".join(
+        f"{sum(abs(e) <= 3 for e in errors[s])} of {len(errors[s])}" for s in scales) + " |")
+    text = "\n".join(lines) + "\n"
+    print(text)
+    if args.out:
+        args.out.write_text(text)
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())
