@@ -1,5 +1,6 @@
 #!/usr/bin/env bash
-# Device calls for the what-if checks (PARTS="fa4 fa4_causal" in one, the rest in another; TRACES
+# Device calls for the what-if checks (PARTS="fa4 fa4_causal" in one, "chain fa4_small quack gemm_ze
+# persistent_ze" in another; TRACES
 # traced launches per zero-edit base, default 3): FA4's variants (zero-edit base trace, timings), the
 # ws_gemm and the persistent GEMM's variants (level-2 base traces, timings). Every part writes
 # to its own folder, archived into $OUT/<part>.tar (the device tool returns at most 8 files).
@@ -28,6 +29,7 @@ for p in ${PARTS:-fa4 gemm persistent}; do
     gemm) part gemm python bench/whatif_gpu.py --rounds ${ROUNDS:-30} ;;
     persistent) part persistent python bench/persistent_gpu.py --rounds ${ROUNDS:-20} ;;
     gemm_ze) part gemm_ze python bench/whatif_gpu.py --zero-edit --no-level2 --traces ${TRACES:-3} --rounds ${ROUNDS:-30} ;;
+    chain) part chain python bench/record_cost.py chain --iters 5000 --rounds 10 ;;  # one record's cost on a dependency chain: the time the model removes per record
     persistent_ze) part persistent_ze python bench/whatif_gpu.py --zero-edit --no-level2 --traces ${TRACES:-3} --persistent --mnk 4096,4096,1024 --rounds ${ROUNDS:-30} ;;
   esac
 done

@@ -201,10 +201,39 @@ def folder_of(root: Path, entry: Entry) -> Path | None:
     return None
 
 
-def launch_model(entry: Entry, raw: Trace, probed: Trace | None) -> dict:
+# one record's cost on a dependency chain, as the GPU half measured it (bench/whatif_all_gpu.sh's
+# chain part: bench/record_cost.py chain), else the committed measurement of the same GPU model
+CHAIN_FILE = "chain/record_chain.json"
+COMMITTED_CHAIN = ROOT / "bench" / "results" / "record_cost" / "chain.json"
+
+
+def record_chain(root: Path) -> tuple[float | None, str]:
+    """(ns, where from): what one zero-edit record adds to a dependency chain on the run's
+    GPU, the time the model removes per record (``DerivedPipeline.what_if_terms``). None:
+    neither this run nor a committed run on the same GPU model measured it (the model then
+    removes the trace's own gap estimate)."""
+    for folder in (root, root.parent):
+        own = folder / CHAIN_FILE
+        if own.is_file():
+            return float(json.loads(own.read_text())["per_record_ns"]), \
+                f"measured in this run ({CHAIN_FILE})"
+    device_txt = next((f / "device.txt" for f in (root, root.parent)
+                       if (f / "device.txt").is_file()), None)
+    device = device_txt.read_text().split(",")[0].strip() if device_txt else ""
+    committed = json.loads(COMMITTED_CHAIN.read_text()) if COMMITTED_CHAIN.is_file() else {}
+    if device and committed.get("device", "").split(",")[0].strip() == device:
+        return float(committed["per_record_ns"]), (
+            f"not measured in this run: {COMMITTED_CHAIN.relative_to(ROOT)} (the same GPU model, "
+            f"{device})")
+    return None, "not measured: the trace's own gap estimate"
+
+
+def launch_model(entry: Entry, raw: Trace, probed: Trace | None, *,
+                 record_chain_ns: float | None = None) -> dict:
     """The model's inputs from one traced base launch (and, for a zero-edit base, one probed
     launch): the matched records, the latency sample the header reports and the terms
-    ``predict_what_if`` takes."""
+    ``predict_what_if`` takes; ``record_chain_ns``: one record's cost on a dependency chain
+    (``record_chain``), the time the model removes per record."""
     trace, first_load, record_ns, arrivals, probe_cost = raw, None, 0.0, {}, None
     first_source = ""
     if entry.derived:
@@ -214,7 +243,7 @@ def launch_model(entry: Entry, raw: Trace, probed: Trace | None) -> dict:
         if probed is not None:  # what the probes cost: the probed launch's span against the base's
             probe_cost = trace_span(probed) / trace_span(raw) - 1
         # the model's inputs as the library hands them over (cute-prof analyze --arrivals)
-        terms = derived.what_if_terms(arrivals_from=probed)
+        terms = derived.what_if_terms(arrivals_from=probed, record_chain_ns=record_chain_ns)
         first_load, record_ns, arrivals = terms["first_load"], terms["record_ns"], terms["arrivals"]
     else:
         spec = entry.spec(raw)  # level-2 bases: their probes are the kernel the model sees
@@ -233,6 +262,7 @@ def launch_model(entry: Entry, raw: Trace, probed: Trace | None) -> dict:
         first_load = None
     return {"trace": trace, "data": data, "wait": wait, "sample": np.asarray(sample),
             "source": source, "probe_cost": probe_cost, "record_ns": record_ns,
+            "record_gap_ns": derived.record_ns if entry.derived else 0.0,
             "inputs": {"first_load": first_load, "arrivals": arrivals}}
 
 
@@ -266,12 +296,14 @@ def check_entry(root: Path, entry: Entry) -> tuple[list[dict], dict]:
     t0 = time.perf_counter()
     # every traced launch of the base, each with a probed launch where the GPU half took them
     probed_files = launch_paths(folder / entry.arrivals_trace) if entry.arrivals_trace else []
+    chain_ns, chain_source = record_chain(root)
     launches = []
     for index, path in enumerate(launch_paths(folder / entry.trace)):
         probed = (entry.load(probed_files[index % len(probed_files)]) if probed_files
                   else None)
         raw = entry.load(path)
-        launches.append({"raw": raw, **launch_model(entry, raw, probed)})
+        launches.append({"raw": raw, **launch_model(entry, raw, probed,
+                                                     record_chain_ns=chain_ns)})
     first = launches[0]
     base = statistics.median(timings[entry.base])
     # the base's launch-to-launch spread (half its interquartile range, relative): how far a
@@ -328,6 +360,7 @@ def check_entry(root: Path, entry: Entry) -> tuple[list[dict], dict]:
             "latency_source": first["source"],
             "latency_ns": {q: float(np.quantile(sample, q)) for q in (0.05, 0.25, 0.5, 0.75)},
             "timer_step_ns": timer_step(first["data"]), "record_ns": first["record_ns"],
+            "record_gap_ns": first["record_gap_ns"], "record_source": chain_source,
             "probe_cost": first["probe_cost"],
             "arrival_latency_ns": {name: {q: float(np.quantile(arrival_latencies(x), q))
                                           for q in (0.05, 0.5)}
@@ -420,12 +453,17 @@ def table(rows: list[dict], infos: list[dict], root: Path) -> str:
              "more and less of one record's time removed, and the "
              "change predicted from each half of the SMs alone (per-CTA variation); a consumes wait "
              "that never blocked in the base (latency not observed) also the prediction at the "
-             "unblocked waits' bound. Zero-edit bases predict the kernel without recording: each "
-             "replayed work region loses two records' own time (one record: the mean of a warp's "
-             "instant -> next-record gaps at the lowest timer tick and the one above, which a "
-             "32 ns timer reads a 40-54 ns record as); a ring whose commit arms its barrier "
-             "before the copies (ws_gemm) issues them one record after the commit's stamp, "
-             "which its loads' latencies lose. "
+             "unblocked waits' bound. The issue times on a ring's recurrence (a commit's stamp "
+             "after its acquire, a release that did not wait for its async job) keep their "
+             "least loaded part (the base's 5th percentile) and scale the rest by Little's law "
+             "as the latency does. Zero-edit bases predict the kernel without recording: each "
+             "replayed work region loses two records' time, where one record is what it adds "
+             "to a dependency chain on the GPU (bench/record_cost.py chain; where no run on "
+             "that GPU measured it, the mean of a warp's instant -> next-record gaps at the "
+             "lowest timer tick and the one above, which a 32 ns timer reads a 40-54 ns "
+             "record as); a ring whose commit arms its barrier "
+             "before the copies (ws_gemm) issues them one record (the gap) after the commit's "
+             "stamp, which its loads' latencies lose. "
              "launch noise: half the base launches' IQR, relative. "
              "recorded (diagnosis, not a model input): the change of the recording kernels, "
              "CUPTI medians of the same rounds where the GPU half timed them (else the "
@@ -458,7 +496,12 @@ def table(rows: list[dict], infos: list[dict], root: Path) -> str:
                         if i["traced_launches"] > 1 else "") + f"): p5 {lat[0.05]:.0f}, p25 {lat[0.25]:.0f}, median "
                      f"{lat[0.5]:.0f}, p75 {lat[0.75]:.0f} ns, timer step "
                      f"{i['timer_step_ns']:.0f} ns"
-                     + (f", one record {i['record_ns']:.0f} ns (removed from the replayed "
+                     + (f", one record {i['record_ns']:.1f} ns on a dependency chain "
+                        f"(removed from the replayed work; {i['record_source']}; the trace's "
+                        f"gap estimate {i['record_gap_ns']:.0f} ns)"
+                        if i.get("record_ns") and i.get("record_gap_ns")
+                        and i["record_ns"] != i["record_gap_ns"]
+                        else f", one record {i['record_ns']:.0f} ns (removed from the replayed "
                         "work)" if i.get("record_ns") else ""))
     lines += ["", "| kernel | base trace | what-if | predicted | interval | measured | "
               "error (pp) | inside interval | inside +- launch noise | recorded (recorded-kernel "

@@ -463,18 +463,29 @@ class DerivedPipeline:
         return {p["name"]: self.record_ns
                 for p in _meta(self.trace)["pipelines"] if p.get("commit_arms_copies")}
 
-    def what_if_terms(self, *, arrivals_from: Trace | None = None) -> dict[str, Any]:
+    def what_if_terms(self, *, arrivals_from: Trace | None = None,
+                      record_chain_ns: float | None = None) -> dict[str, Any]:
         """What ``analyze_pipeline`` / ``predict_what_if`` take to predict the unrecorded
         kernel as ``bench/whatif_check.py`` checks it: each CTA's first load as the loaded
         latency, one record's own time, and the sampled loads (:func:`load_arrival_sample`,
         their latencies from the copies' issue: ``copy_issue_delay_ns``) of
         ``arrivals_from``, a run of the same kernel with ``autoprofile(load_arrivals=N)``
-        (this trace's own, if it was that run)."""
+        (this trace's own, if it was that run).
+
+        ``record_chain_ns``: what one record adds to a dependency chain on this GPU
+        (``bench/record_cost.py chain``: 12.1 ns on an H100), the time the replay removes
+        per record. The trace's own gap between back-to-back stamps (``record_ns``, 43-53
+        ns) holds the kernel's code between them too: removed per record, it took 4.6-5.3
+        points more recorder's cost off the GEMMs' starved 2-stage rings than the GPU pays
+        (``bench/results/whatif/README.md``, stop 41). Without it, the gap."""
+        if record_chain_ns is not None and not record_chain_ns >= 0:
+            raise ValueError(f"record_chain_ns must be a time >= 0 ns, got {record_chain_ns!r}")
         probed = load_arrival_sample(arrivals_from if arrivals_from is not None else self.trace)
         late = self.copy_issue_delay_ns()
         for ring, sample in probed.items():
             sample["latency_ns"] -= late.get(ring, 0.0)
-        return {"first_load": self.first_load_latency()[0], "record_ns": self.record_ns,
+        return {"first_load": self.first_load_latency()[0],
+                "record_ns": self.record_ns if record_chain_ns is None else float(record_chain_ns),
                 "arrivals": probed}
 
     def format_text(self) -> str:
