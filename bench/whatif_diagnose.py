@@ -21,7 +21,8 @@ sys.path.insert(0, str(ROOT / "bench"))
 from cute_prof.analysis import critical_path as cp  # noqa: E402
 from cute_prof.analysis.pipelines import derive_pipeline, warpgroup_ends  # noqa: E402
 from whatif_check import (  # noqa: E402
-    ENTRIES, folder_of, point_prediction, recorded_changes, trace_span, traced_change)
+    ENTRIES, folder_of, point_prediction, record_chain, recorded_changes, trace_span,
+    traced_change)
 
 # the sensitivity sweeps the README cites: kernel folder -> (what-if, latencies in ns)
 SWEEPS = {"gemm_ze": ({"depth": {"ab_pipe": 2}}, (768, 896, 1024, 1140)),
@@ -181,7 +182,8 @@ def trailing_release(derived) -> str | None:
             f"leading one's own {cell(r1 - e1)} after its {waits[-1].tag}")
 
 
-def recorder_split(folder: Path, entry, raw, data, model_terms: dict) -> list[str]:
+def recorder_split(folder: Path, entry, raw, data, model_terms: dict,
+                   gap_ns: float) -> list[str]:
     """Each variant's error split in two: the model of the recorded kernel (record_ns 0)
     against the recorded kernel's change, and the recorder's cost in the variant against the
     cost the model takes off it (its unrecorded and recorded predictions, from the base's
@@ -213,12 +215,14 @@ def recorder_split(folder: Path, entry, raw, data, model_terms: dict) -> list[st
             f"{traced * 100:+.2f}% (error {(recorded - traced) * 100:+.2f} pp); recorder's cost "
             f"in the variant {cost * 100:+.1f}%, the model's {(model_cost - 1) * 100:+.1f}%")
         if abs(recorded) >= MATCHED_RECORD_MIN_CHANGE:
-            matched = matched_record_ns(data, model_terms, change, recorded, base_cost, cost)
+            matched = matched_record_ns(data, model_terms, change, recorded, base_cost, cost,
+                                        gap_ns)
             lines.append(
                 f"  {'':16s} one record's time at which the model's recorder cost is the "
                 f"measured one: " + ("none in [0, 2 x the gap estimate]" if matched is None else
-                                     f"{matched:.1f} ns ({matched / model_terms['record_ns']:.2f}"
-                                     f" of the gap estimate {model_terms['record_ns']:.1f} ns)"))
+                                     f"{matched:.1f} ns ({matched / gap_ns:.2f} of the gap "
+                                     f"estimate {gap_ns:.1f} ns; the model removes "
+                                     f"{model_terms['record_ns']:.1f})"))
     return lines
 
 
@@ -228,7 +232,7 @@ MATCHED_RECORD_MIN_CHANGE = 0.05
 
 
 def matched_record_ns(data, model_terms: dict, change: dict, recorded: float,
-                      base_cost: float, measured_cost: float) -> float | None:
+                      base_cost: float, measured_cost: float, gap_ns: float) -> float | None:
     """The record time whose removal makes the model's recorder cost in the variant equal the
     measured one (bisection: removing more shortens the unrecorded replay, which raises the
     cost), or None where [0, 2 x the trace's gap estimate] does not bracket it. Set against
@@ -237,7 +241,7 @@ def matched_record_ns(data, model_terms: dict, change: dict, recorded: float,
     def model_cost(record_ns):
         unrecorded = point_prediction(data, model_terms, change, record_ns=record_ns)
         return (1 + recorded) / (1 + unrecorded) * base_cost - 1
-    lo, hi = 0.0, 2.0 * model_terms["record_ns"]
+    lo, hi = 0.0, 2.0 * gap_ns
     if not model_cost(lo) <= measured_cost <= model_cost(hi):
         return None
     for _ in range(MATCHED_RECORD_STEPS):
@@ -265,6 +269,11 @@ def main(argv=None) -> int:
     ap.add_argument("--out", type=Path, default=ROOT / "bench/results/whatif/diagnosis.txt")
     args = ap.parse_args(argv)
     lines = [f"# {__doc__.splitlines()[0]}", f"# python bench/whatif_diagnose.py {args.gpu_out}", ""]
+    chain_ns, chain_source = record_chain(args.gpu_out)
+    lines.append(f"# one record on a dependency chain: "
+                 + (f"{chain_ns:.1f} ns ({chain_source})" if chain_ns is not None
+                    else chain_source) + "; the model removes it per record")
+    lines.append("")
     for entry in [e for e in ENTRIES if e.derived]:
         folder = folder_of(args.gpu_out, entry)
         if folder is None:
@@ -279,19 +288,23 @@ def main(argv=None) -> int:
         lines += [f"{entry.kernel} ({entry.folder})",
                   f"  base replay: {np.nanmedian(np.diff(replayed.start[:, mid, w], axis=1)):.0f} ns "
                   f"per iteration (measured {base['period']:.0f}), kernel end off by "
-                  f"{fidelity * 100:+.1f}%; one record {base['derived'].record_ns:.0f} ns",
+                  f"{fidelity * 100:+.1f}%; one record's gap estimate "
+                  f"{base['derived'].record_ns:.0f} ns",
                   describe("base", base)]
         lines.append(f"  {'':16s} per loop quarter, waits blocked / blocked loads' median (ns): "
                      f"{quarters(base)}")
         measured = measured_changes(folder, entry)
         consumes = [r.tag for r in data.spec.regions if "consumes" in r.relations]
-        record_ns = base["derived"].record_ns
+        # the record time the model removes: the chain's where measured, else the gap
+        record_ns = chain_ns if chain_ns is not None else base["derived"].record_ns
         lines.append("  " + recorder_share(folder, entry, base_trace, data, terms, record_ns,
                                            replayed))
         probed = folder / entry.arrivals_trace if entry.arrivals_trace else None
         model_terms = base["derived"].what_if_terms(
-            arrivals_from=entry.load(probed) if probed and probed.exists() else None)
-        lines += recorder_split(folder, entry, base_trace, data, model_terms)
+            arrivals_from=entry.load(probed) if probed and probed.exists() else None,
+            record_chain_ns=chain_ns)
+        lines += recorder_split(folder, entry, base_trace, data, model_terms,
+                                base["derived"].record_ns)
         lag = trailing_release(base["derived"])
         if lag:
             lines.append(f"  {'base':16s} {lag}")
@@ -331,7 +344,7 @@ def main(argv=None) -> int:
             change, latencies = SWEEPS[entry.folder]
             tag = data.spec.regions[w].tag
             sweep = [cp.what_if(data, terms=terms, latency={tag: value},
-                                record_ns=base["derived"].record_ns, **change)["predicted_change"]
+                                record_ns=record_ns, **change)["predicted_change"]
                      for value in latencies]
             lines.append(f"  {change} at a fixed load latency: " + ", ".join(
                 f"{value} ns {p * 100:+.2f}%" for value, p in zip(latencies, sweep)))

@@ -473,6 +473,12 @@ def _add_pipeline_options(parser: argparse.ArgumentParser) -> None:
                         help="a zero-edit trace of the same kernel recorded with "
                              "autoprofile(load_arrivals=N): the what-ifs take their load "
                              "latencies from its sampled loads")
+    parser.add_argument("--record-chain-ns", type=float, metavar="NS",
+                        help="what one record adds to a dependency chain on the GPU the trace "
+                             "ran on (bench/record_cost.py chain: 12.1 on an H100): the time "
+                             "the what-ifs remove per record to predict the unrecorded kernel "
+                             "(default: the trace's own gap between back-to-back stamps, "
+                             "which holds the kernel's code between them too)")
 
 
 def _what_ifs(args) -> list[dict]:
@@ -517,9 +523,16 @@ def _cmd_analyze_pipeline(args, progress: _Progress, *, trace=None) -> int:
                                      "--pipeline (the derived model reads the probes' rings)")
         progress(f"reading the sampled loads of {args.arrivals}")
         probed = load_any(args.arrivals)
-    report = analyze_pipeline(trace, spec, what_ifs=what_ifs,
-                              **(derived.what_if_terms(arrivals_from=probed)
-                                 if derived is not None else {}))
+    chain_ns = getattr(args, "record_chain_ns", None)
+    if chain_ns is not None and derived is None:
+        raise ProfileBufferError("--record-chain-ns needs a zero-edit trace analysed without "
+                                 "--pipeline (a hand-written model removes no record's time)")
+    try:
+        terms = (derived.what_if_terms(arrivals_from=probed, record_chain_ns=chain_ns)
+                 if derived is not None else {})
+    except ValueError as err:
+        raise ProfileBufferError(f"--record-chain-ns: {err}") from None
+    report = analyze_pipeline(trace, spec, what_ifs=what_ifs, **terms)
     if derived is not None:
         report["derived"] = derived.describe()
     if args.json:

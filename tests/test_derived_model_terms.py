@@ -9,6 +9,7 @@ from __future__ import annotations
 import dataclasses
 
 import numpy as np
+import pytest
 
 from cute_prof.analysis.critical_path import (infer_terms, steady_bound, analyze_pipeline,
                                               blockers, match_records, perfetto_outputs,
@@ -344,3 +345,17 @@ def test_analyze_pipeline_gives_the_checked_prediction_for_a_derived_model():
     assert "interval" in format_pipeline_report(report)
     plain = analyze_pipeline(derived.trace, derived.spec, what_ifs=[change])["what_if"][0]
     assert "interval" not in plain and plain["predicted_change"] != got["predicted_change"]
+
+
+def test_what_if_terms_take_a_record_cost_on_a_dependency_chain():
+    """One record's cost measured on a dependency chain (``bench/record_cost.py chain``)
+    replaces the trace's gap estimate as the time the model removes per record; the
+    sampled loads' issue delay keeps the gap (the copies issue one whole record later)."""
+    derived = derive_pipeline(mma_bound())
+    gap = derived.what_if_terms()["record_ns"]
+    assert gap > 12.1
+    assert derived.what_if_terms(record_chain_ns=12.1)["record_ns"] == 12.1
+    assert derived.what_if_terms(record_chain_ns=0)["record_ns"] == 0.0
+    for bad in (-1.0, float("nan")):
+        with pytest.raises(ValueError, match="record_chain_ns"):
+            derived.what_if_terms(record_chain_ns=bad)

@@ -269,6 +269,15 @@ def test_a_derived_trace_keeps_its_probes_measured_from_renamed_commits():
     np.testing.assert_array_equal(load_arrival_latency(renamed)["pk"], [732])
 
 
+def pk_pv_probed():
+    """A probed launch of ``software_pipelined``'s kernel: pk's loads take 900 ns, pv's 300."""
+    return probed_trace(
+        [(0, 0, 0, 0, 100 + 1000 * i, 0) for i in range(10)]
+        + [(0, 0, 1, 1, 132 + 1000 * i, 868) for i in range(10)]
+        + [(0, 0, 2, 0, 600 + 1000 * i, 0) for i in range(10)]
+        + [(0, 0, 3, 1, 632 + 1000 * i, 268) for i in range(10)])
+
+
 def test_cli_takes_the_load_latencies_from_a_probed_launch(tmp_path, capsys):
     import json
 
@@ -277,11 +286,7 @@ def test_cli_takes_the_load_latencies_from_a_probed_launch(tmp_path, capsys):
     from test_derived_pipeline import software_pipelined
 
     base = cute_prof.save_trace(tmp_path / "base.npz", software_pipelined())
-    probed = cute_prof.save_trace(tmp_path / "probed.npz", probed_trace(
-        [(0, 0, 0, 0, 100 + 1000 * i, 0) for i in range(10)]
-        + [(0, 0, 1, 1, 132 + 1000 * i, 868) for i in range(10)]
-        + [(0, 0, 2, 0, 600 + 1000 * i, 0) for i in range(10)]
-        + [(0, 0, 3, 1, 632 + 1000 * i, 268) for i in range(10)]))
+    probed = cute_prof.save_trace(tmp_path / "probed.npz", pk_pv_probed())
     args = ["-q", "analyze", str(base), "--depth", "pk=1,pv=1", "--json"]
     assert main(args) == 0
     plain = json.loads(capsys.readouterr().out)["what_if"][0]
@@ -319,3 +324,27 @@ def test_the_ctas_of_a_cluster_draw_one_latency_per_multicast_item():
     assert predict(2, 2) == pytest.approx(alone, rel=1e-9)
     # two CTAs that share nothing draw apart, and the kernel lasts as long as the slower
     assert predict(2, 1) > alone
+
+
+def test_cli_removes_the_record_time_measured_on_a_chain(tmp_path, capsys):
+    import json
+
+    import cute_prof
+    from cute_prof.cli import main
+    from test_derived_pipeline import software_pipelined
+
+    base = cute_prof.save_trace(tmp_path / "base.npz", software_pipelined())
+    probed = cute_prof.save_trace(tmp_path / "probed.npz", pk_pv_probed())
+    args = ["-q", "analyze", str(base), "--depth", "pk=1,pv=1", "--json",
+            "--arrivals", str(probed)]
+    assert main(args) == 0
+    gap = json.loads(capsys.readouterr().out)["what_if"][0]["record_ns"]
+    assert main(args + ["--record-chain-ns", "12.1"]) == 0
+    chained = json.loads(capsys.readouterr().out)["what_if"][0]
+    assert chained["record_ns"] == 12.1 != gap
+    assert main(args + ["--record-chain-ns", "-3"]) != 0
+    assert "--record-chain-ns: record_chain_ns must be a time" in capsys.readouterr().err
+    spec = Path(__file__).resolve().parents[1] / "examples" / "ws_gemm_pipeline.json"
+    assert main(["-q", "analyze", str(base), "--pipeline", str(spec),
+                 "--record-chain-ns", "12.1"]) != 0
+    assert "--record-chain-ns needs a zero-edit trace" in capsys.readouterr().err

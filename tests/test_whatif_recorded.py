@@ -35,3 +35,24 @@ def test_a_prediction_from_several_traced_launches_is_their_median_inside_all_of
     assert got["latency_ns"] == {"ring": 900}
     one = check.pooled_prediction([launch(0.5, 0.4, 0.6, 700)])
     assert one["predicted"] == 0.5 and one["interval"] == [0.4, 0.6]
+
+
+def test_the_record_chain_cost_comes_from_the_run_else_the_same_gpu_model(tmp_path):
+    import json
+    check = load("whatif_check")
+    # the run measured it: its own figure
+    (tmp_path / "chain").mkdir()
+    (tmp_path / "chain" / "record_chain.json").write_text(json.dumps({"per_record_ns": 11.5}))
+    (tmp_path / "device.txt").write_text("NVIDIA H100 80GB HBM3, 580.159.04\n")
+    ns, source = check.record_chain(tmp_path)
+    assert ns == 11.5 and "measured in this run" in source
+    # a part's own folder finds its run's figure one folder up
+    (tmp_path / "gemm_ze").mkdir()
+    assert check.record_chain(tmp_path / "gemm_ze")[0] == 11.5
+    # not measured: the committed figure of the same GPU model, and nothing for another GPU
+    (tmp_path / "chain" / "record_chain.json").unlink()
+    committed = json.loads(check.COMMITTED_CHAIN.read_text())
+    ns, source = check.record_chain(tmp_path)
+    assert ns == pytest.approx(committed["per_record_ns"]) and "same GPU model" in source
+    (tmp_path / "device.txt").write_text("NVIDIA B200, 580.159.04\n")
+    assert check.record_chain(tmp_path)[0] is None

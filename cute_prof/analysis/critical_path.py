@@ -1377,8 +1377,10 @@ def analyze_pipeline(trace: Trace, spec: PipelineSpec, *, worst: int = 5,
                 result["what_if"].append({"change": w, "modelled": False,
                                           "reason": got["reason"]})
                 continue
+            # the record time removed from the replay, so a reader sees which estimate it was
             result["what_if"].append({**got["detail"], "predicted_change": got["predicted_change"],
-                                      "interval": list(got["interval"])})
+                                      "interval": list(got["interval"]),
+                                      "record_ns": float(record_ns or 0.0)})
     return result
 
 
