@@ -30,12 +30,13 @@ _FLOAT_MAX = np.finfo(np.float64).max
 
 __all__ = ["PipelineData", "Schedule", "match_records", "replay", "critical_path",
            "blockers", "ring_occupancy", "initiation_interval", "what_if", "latency_sample",
-           "timer_step", "load_congestion", "predict_what_if", "never_blocked",
+           "timer_step", "load_congestion", "queued_under_load", "predict_what_if",
+           "never_blocked",
            "analyze_pipeline", "perfetto_outputs", "format_pipeline_report"]
 
 # loaded latency: at least this many observations of one kind before it is used
 MIN_LATENCY_SAMPLE = 8
-# the quantile of the loaded latencies taken for a load that met no queue (Little's law)
+# the quantile of the loaded latencies taken for a load that met no queue (queued_under_load)
 UNQUEUED_QUANTILE = 0.05
 # the seed of the per-item latency draws from a sample of arrivals (what_if): fixed, so a
 # prediction repeats exactly
@@ -783,6 +784,26 @@ def _unqueued_scaled(value, unqueued: float, ratio: float):
     return unqueued + (value - unqueued) / max(ratio, 1e-6) if ratio != 1.0 else value
 
 
+def queued_under_load(queued, unqueued: float, ratio: float):
+    """A load's queued time (its latency above the least congested ``unqueued`` one) when the
+    kernel's throughput changes by 1 / ``ratio`` (the change's time against the base's).
+    The memory system is taken as one open queue: a load's latency W = W0 / (1 - rho), so
+    the base's utilisation is rho = queued / (unqueued + queued), the change's rho / ratio.
+    Little's law with a fixed occupancy (queued / ratio) kept the base's congested stretches
+    too long: the GEMMs' 2-stage rings met loads whose queued part shrank 3-5x where their
+    throughput fell 1.3-1.6x (persistent GEMM 4 -> 2, per loop quarter: 1248 / 736 / 192 /
+    96 ns queued in the base's blocked loads, 256 / 224 / 64 / 32 in the variant's), and the
+    2-stage what-ifs of ws_gemm and quack came out 4-6 points high on both checked runs."""
+    r = max(float(ratio), 1e-6)
+    q = np.maximum(queued, 0.0)
+    if r <= 1.0:
+        # a faster change loads memory more; the open queue has no steady state once rho
+        # reaches 1, so the queue grows as Little's law has it (never checked on the GPU)
+        return q / r
+    w0 = max(float(unqueued), 1e-9)
+    return w0 * q / ((w0 + q) * r - q)  # > 0: (w0 + q) r > w0 + q > q
+
+
 def _by_iteration(a: np.ndarray) -> np.ndarray:
     """(U, K[, n]) -> (K[, n], U), contiguous: what the replay reads one iteration at a time."""
     return np.ascontiguousarray(np.moveaxis(a, 0, -1))
@@ -1072,10 +1093,12 @@ def load_congestion(latency: np.ndarray, issued: np.ndarray) -> np.ndarray:
     return _window_medians(latency, issued, issued)
 
 
-def _draw_latencies(rng, sample, shape: tuple[int, int]) -> tuple[np.ndarray, np.ndarray]:
+def _draw_latencies(rng, sample, shape: tuple[int, int]
+                    ) -> tuple[np.ndarray, np.ndarray, float]:
     """(units, iterations) one latency per replayed item from a ring's sampled loads, as
-    (queued, fixed): the part that scales with the memory's load (Little's law) and the
-    part that does not; the item's latency is their sum.
+    (queued, fixed, unqueued): the part that scales with the memory's load
+    (``queued_under_load``), the part that does not, and the least congested latency the
+    queued part lies above; the item's latency is queued + fixed.
 
     With the loads' issue times (``ARRIVAL_SAMPLE_DTYPE``) a load's latency splits in two.
     Its congestion, the median latency of the ``NEAREST_ARRIVALS`` loads issued nearest it
@@ -1104,10 +1127,10 @@ def _draw_latencies(rng, sample, shape: tuple[int, int]) -> tuple[np.ndarray, np
             floor = np.quantile(congestion, UNQUEUED_QUANTILE)
             queued = np.maximum(_window_medians(congestion, position, iteration) - floor, 0.0)
             own = (latency - congestion)[order][pick]
-            return np.repeat(queued[None, :], shape[0], 0), floor + own
+            return np.repeat(queued[None, :], shape[0], 0), floor + own, float(floor)
         drawn = latency[order][pick]  # no issue times to tell congestion by
     floor = np.quantile(latency, UNQUEUED_QUANTILE)
-    return np.maximum(drawn - floor, 0.0), np.minimum(drawn, floor)
+    return np.maximum(drawn - floor, 0.0), np.minimum(drawn, floor), float(floor)
 
 
 def _one_draw_per_cluster(data: PipelineData, spec: PipelineSpec, draws: dict) -> dict:
@@ -1142,12 +1165,12 @@ def what_if(data: PipelineData, *, depth: dict | None = None, shared_by: dict | 
     holds no steady-state observation of it, e.g. a consumer that never waited).
 
     ``loaded_latency``: the latency of every ``consumes`` wait not named in ``latency``
-    depends on the load the change puts on memory (Little's law: bytes in flight =
-    throughput x latency, so a slower pipeline sees shorter loads). The base latency
-    L_b is the ``latency_quantile`` of :func:`latency_sample`; a load that met no queue
-    takes its 5th percentile L_0; the change's latency is L_0 + (L_b - L_0) x its
-    throughput / the base's, solved as a fixed point with the replay; ``latency_shift_ns``
-    moves L_b (the timer's resolution in an interval).
+    depends on the load the change puts on memory (a slower pipeline sees shorter loads).
+    The base latency L_b is the ``latency_quantile`` of :func:`latency_sample`; a load that
+    met no queue takes its 5th percentile L_0; the change's latency is L_0 plus the queued
+    part L_b - L_0 at the change's throughput (:func:`queued_under_load`: one open queue,
+    whose utilisation falls with the throughput), solved as a fixed point with the replay;
+    ``latency_shift_ns`` moves L_b (the timer's resolution in an interval).
 
     ``first_load``: latencies of each unit's first load (``DerivedPipeline.
     first_load_latency``) as the sample instead of :func:`latency_sample`. A unit's first
@@ -1180,8 +1203,9 @@ def what_if(data: PipelineData, *, depth: dict | None = None, shared_by: dict | 
                     # the base and the change see the same draws), its queued part moved
                     # by the quantile asked for less the sample's median
                     rng = np.random.default_rng(LATENCY_DRAW_SEED + i)
-                    queued, fixed = _draw_latencies(rng, sample, data.shape[:2])
-                    draws[i] = (queued + (at - np.median(probed)) + latency_shift_ns, fixed)
+                    queued, fixed, unqueued = _draw_latencies(rng, sample, data.shape[:2])
+                    draws[i] = (queued + (at - np.median(probed)) + latency_shift_ns, fixed,
+                                unqueued)
                 elif first_load is not None and len(first_load) >= MIN_LATENCY_SAMPLE:
                     steady = steady_bound(data, terms, i)
                     steady = steady if steady.size else np.asarray(first_load, float)
@@ -1196,17 +1220,18 @@ def what_if(data: PipelineData, *, depth: dict | None = None, shared_by: dict | 
                 loaded[i] = (float(at) + latency_shift_ns, float(low))
                 terms = with_latency(terms, i, loaded[i][0])
     base = replay(data, terms=terms, record_ns=record_ns, item_latency=_one_draw_per_cluster(
-        data, data.spec, {i: queued + fixed for i, (queued, fixed) in draws.items()}))
+        data, data.spec, {i: queued + fixed for i, (queued, fixed, _) in draws.items()}))
     changed_spec = data.spec.with_changes(depth=depth, shared_by=shared_by)
     base_end = np.nanmax(base.end.reshape(base.end.shape[0], -1), 1)
     changed_terms, ratio, changed_draws = terms, 1.0, {}
     for _ in range(8 if loaded else 1):
         for i, (at_base, unqueued) in loaded.items():
-            value = unqueued + max(at_base - unqueued, 0.0) / max(ratio, 1e-6)
+            value = unqueued + queued_under_load(max(at_base - unqueued, 0.0), unqueued, ratio)
             changed_terms = with_latency(changed_terms, i, value)
         # each drawn load's queueing scales the same way
         changed_draws = _one_draw_per_cluster(data, changed_spec, {
-            i: fixed + queued / max(ratio, 1e-6) for i, (queued, fixed) in draws.items()})
+            i: fixed + queued_under_load(queued, unqueued, ratio)
+            for i, (queued, fixed, unqueued) in draws.items()})
         changed = replay(data, changed_spec, scale=scale, terms=changed_terms,
                          record_ns=record_ns, item_latency=changed_draws,
                          issue_ratio=ratio)
