@@ -615,7 +615,8 @@ def replay(data: PipelineData, spec: PipelineSpec | None = None, *,
     the issue times on a ring's recurrence (a produce's stamp after its acquire: the copies'
     issue; a release after a wait that did not wait for its job: the next job's issue) keep
     their least loaded part (``UNQUEUED_QUANTILE`` of the base's) and scale the rest by
-    1 / ratio, as a load's latency does. Under the base's load the SM issues them later
+    1 / ratio (Little's law; a load's latency follows ``queued_under_load`` instead, checked
+    on the GPU only for the memory's queue). Under the base's load the SM issues them later
     than a starved ring does (ws_gemm 4 -> 2: a release 160 ns after the wait in the base's
     unwaited releases, 117 ns mean in the variant; the copies' commit 50 ns after the acquire
     against 38): kept whole, they made the replayed 2-deep ring 5% slow."""
@@ -780,7 +781,7 @@ def replay(data: PipelineData, spec: PipelineSpec | None = None, *,
 
 def _unqueued_scaled(value, unqueued: float, ratio: float):
     """The part of ``value`` above its unqueued level scaled by 1 / ``ratio`` (Little's law:
-    the change's throughput against the base's), as a load's latency is."""
+    ``ratio`` is the change's time against the base's): the issue times of ``replay``."""
     return unqueued + (value - unqueued) / max(ratio, 1e-6) if ratio != 1.0 else value
 
 
