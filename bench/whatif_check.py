@@ -215,17 +215,17 @@ def record_chain(root: Path) -> tuple[float | None, str]:
     for folder in (root, root.parent):
         own = folder / CHAIN_FILE
         if own.is_file():
-            return float(json.loads(own.read_text())["per_record_ns"]), \
-                f"measured in this run ({CHAIN_FILE})"
+            return (float(json.loads(own.read_text())["per_record_ns"]),
+                    f"on a dependency chain, measured in this run ({CHAIN_FILE})")
     device_txt = next((f / "device.txt" for f in (root, root.parent)
                        if (f / "device.txt").is_file()), None)
     device = device_txt.read_text().split(",")[0].strip() if device_txt else ""
     committed = json.loads(COMMITTED_CHAIN.read_text()) if COMMITTED_CHAIN.is_file() else {}
     if device and committed.get("device", "").split(",")[0].strip() == device:
         return float(committed["per_record_ns"]), (
-            f"not measured in this run: {COMMITTED_CHAIN.relative_to(ROOT)} (the same GPU model, "
-            f"{device})")
-    return None, "not measured: the trace's own gap estimate"
+            f"on a dependency chain, not measured in this run: "
+            f"{COMMITTED_CHAIN.relative_to(ROOT)} (the same GPU model, {device})")
+    return None, "no chain measured on this GPU: the trace's own gap estimate"
 
 
 def launch_model(entry: Entry, raw: Trace, probed: Trace | None, *,
@@ -497,13 +497,9 @@ def table(rows: list[dict], infos: list[dict], root: Path) -> str:
                         if i["traced_launches"] > 1 else "") + f"): p5 {lat[0.05]:.0f}, p25 {lat[0.25]:.0f}, median "
                      f"{lat[0.5]:.0f}, p75 {lat[0.75]:.0f} ns, timer step "
                      f"{i['timer_step_ns']:.0f} ns"
-                     + (f", one record {i['record_ns']:.1f} ns on a dependency chain "
-                        f"(removed from the replayed work; {i['record_source']}; the trace's "
-                        f"gap estimate {i['record_gap_ns']:.0f} ns)"
-                        if i.get("record_ns") and i.get("record_gap_ns")
-                        and i["record_ns"] != i["record_gap_ns"]
-                        else f", one record {i['record_ns']:.0f} ns (removed from the replayed "
-                        "work)" if i.get("record_ns") else ""))
+                     + (f", one record {i['record_ns']:.1f} ns removed from the replayed "
+                        f"work ({i['record_source']}; the trace's gap estimate "
+                        f"{i['record_gap_ns']:.0f} ns)" if i.get("record_ns") else ""))
     lines += ["", "| kernel | base trace | what-if | predicted | interval | measured | "
               "error (pp) | inside interval | inside +- launch noise | recorded (recorded-kernel "
               "model) | recorder's cost | each traced launch |",

@@ -27,6 +27,11 @@ from whatif_check import (  # noqa: E402
 # the sensitivity sweeps the README cites: kernel folder -> (what-if, latencies in ns)
 SWEEPS = {"gemm_ze": ({"depth": {"ab_pipe": 2}}, (768, 896, 1024, 1140)),
           "quack": ({"depth": {"pipeline_cls": 3}}, (896, 1000, 1056, 1150, 1250))}
+# rows whose recorded change is at least this large get the matched record time (a small
+# change moves too little with the record's time to pin it), found in this many bisection
+# steps (2 x ~50 ns / 2^7: under one ns)
+MATCHED_RECORD_MIN_CHANGE = 0.05
+MATCHED_RECORD_STEPS = 7
 
 
 def loads(trace) -> dict:
@@ -226,11 +231,6 @@ def recorder_split(folder: Path, entry, raw, data, model_terms: dict,
     return lines
 
 
-# rows whose recorded change is at least this large get the matched record time (a small
-# change moves too little with the record's time to pin it)
-MATCHED_RECORD_MIN_CHANGE = 0.05
-
-
 def matched_record_ns(data, model_terms: dict, change: dict, recorded: float,
                       base_cost: float, measured_cost: float, gap_ns: float) -> float | None:
     """The record time whose removal makes the model's recorder cost in the variant equal the
@@ -248,9 +248,6 @@ def matched_record_ns(data, model_terms: dict, change: dict, recorded: float,
         mid = (lo + hi) / 2
         lo, hi = (mid, hi) if model_cost(mid) < measured_cost else (lo, mid)
     return (lo + hi) / 2
-
-
-MATCHED_RECORD_STEPS = 7  # bisection steps: 2 x ~50 ns / 2^7, under one ns
 
 
 def describe(name: str, got: dict) -> str:
