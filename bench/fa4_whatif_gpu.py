@@ -34,7 +34,7 @@ sys.path.insert(0, str(ROOT))
 sys.path.insert(0, str(ROOT / "bench"))
 
 from tools.columns import launch_path, save_columns  # noqa: E402
-from tools.cupti import time_shuffled, traced_launches  # noqa: E402
+from tools.cupti import time_blocks, time_shuffled, traced_launches  # noqa: E402
 
 import cute_prof  # noqa: E402
 
@@ -93,6 +93,10 @@ def main(argv=None) -> int:
     ap.add_argument("--traces", type=int, default=3, metavar="K",
                     help="traced launches of the base (and of the probed base), each after ten "
                          "of its own: trace_base.npz, trace_base.launch1.npz, ...")
+    ap.add_argument("--block-rounds", type=int, default=0, metavar="R",
+                    help="also time every variant in R rounds of back-to-back blocks "
+                         "(tools.cupti.time_blocks; times_blocks_ms in fa4_timings.json)")
+    ap.add_argument("--block-size", type=int, default=8)
     args = ap.parse_args(argv)
     import torch
     from flash_attn.cute import interface as fa
@@ -154,18 +158,27 @@ def main(argv=None) -> int:
         calls[f"{name}:recorded"] = call(cache=prof.caches[0])
         recordings.append(prof)  # keeps its buffers alive while the recording kernel runs
     times = time_shuffled(calls, rounds=args.rounds, warmup=5)
+    blocks = (time_blocks(calls, rounds=args.block_rounds, per_block=args.block_size)
+              if args.block_rounds else {})
     base = times["base"]
     result = {"device": torch.cuda.get_device_name(), "driver": torch.version.cuda,
               "date": time.strftime("%Y-%m-%d %H:%M UTC", time.gmtime()),
               "command": "python bench/fa4_whatif_gpu.py " + " ".join(argv or sys.argv[1:]),
               "shape": shape, "causal": args.causal, "rounds": args.rounds,
-              "times_ms": times, "variants": info}
+              "times_ms": times, "times_blocks_ms": blocks, "block_size": args.block_size,
+              "variants": info}
     (out_dir / "fa4_timings.json").write_text(json.dumps(result, indent=1, default=str))
-    print(f"{'variant':<12} {'median us':>10} {'change':>9}")
+    print(f"{'variant':<20} {'median us':>10} {'change':>9}" + (
+        f" {'blocks us':>10} {'change':>9}" if blocks else ""))
     for name, values in times.items():
         per_round = [t / b - 1 for t, b in zip(values, base)]
-        print(f"{name:<12} {1e3 * statistics.median(values):>10.1f} "
-              f"{100 * statistics.median(per_round):>+8.2f}%")
+        line = (f"{name:<20} {1e3 * statistics.median(values):>10.1f} "
+                f"{100 * statistics.median(per_round):>+8.2f}%")
+        if blocks:
+            block_change = [t / b - 1 for t, b in zip(blocks[name], blocks["base"])]
+            line += (f" {1e3 * statistics.median(blocks[name]):>10.1f} "
+                     f"{100 * statistics.median(block_change):>+8.2f}%")
+        print(line)
     return 0
 
 

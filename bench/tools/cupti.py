@@ -5,6 +5,7 @@ timing method. CUDA events around one Python launch also time the host's launch 
 from __future__ import annotations
 
 import random
+import statistics
 from typing import Callable
 
 # kernels the benches launch themselves between variants (a flat buffer's counter reset)
@@ -70,6 +71,45 @@ def time_shuffled(variants: dict, *, rounds: int, warmup: int = 3, resets: dict 
     for name in order:
         times[name].append(sum(e.time_range.elapsed_us() for e in kernels[at:at + counts[name]]) / 1e3)
         at += counts[name]
+    return times
+
+
+def time_blocks(variants: dict, *, rounds: int, per_block: int = 8, warmup: int = 3) -> dict:
+    """``{name: [ms per round]}`` like ``time_shuffled``, but every round launches each variant
+    ``per_block`` times back to back (variants in a fresh random order) and keeps the median of
+    the block's second half: the steady state a traced launch runs in (``trace_warm_launch``),
+    against the shuffled rounds' state after some other kernel. FA4 b4's recording kernel read
+    852 us traced (after ten of its own) and 960 us in shuffled rounds (gpu22): which state a
+    time comes from is part of the measurement."""
+    import torch
+    from torch.profiler import ProfilerActivity, profile
+
+    counts = {name: kernels_per_call(fn) for name, fn in variants.items()}
+    names = list(variants)
+    for _ in range(warmup):
+        for name in names:
+            variants[name]()
+    torch.cuda.synchronize()
+    order = []
+    with profile(activities=[ProfilerActivity.CUDA]) as prof:
+        for _ in range(rounds):
+            random.shuffle(names)
+            for name in names:
+                for _ in range(per_block):
+                    variants[name]()
+                order.append(name)
+            torch.cuda.synchronize()
+    kernels = device_kernels(prof)
+    want = sum(counts[name] * per_block for name in order)
+    if len(kernels) != want:
+        raise RuntimeError(f"CUPTI saw {len(kernels)} kernels, expected {want}")
+    times, at = {name: [] for name in variants}, 0
+    for name in order:
+        n = counts[name]
+        launches = [sum(e.time_range.elapsed_us() for e in kernels[at + i * n:at + (i + 1) * n]) / 1e3
+                    for i in range(per_block)]
+        times[name].append(statistics.median(launches[per_block // 2:]))
+        at += n * per_block
     return times
 
 
