@@ -4,7 +4,7 @@
 # traced launches per zero-edit base, default 3): FA4's variants (zero-edit base trace, timings), the
 # ws_gemm and the persistent GEMM's variants (level-2 base traces, timings). Every part writes
 # to its own folder, archived into $OUT/<part>.tar (the device tool returns at most 8 files).
-# Needs .gpu/ (../shared/gpu/make-bundle.sh) and .whl/ (requirements-fa4.txt's wheels).
+# Needs .gpu/ (../shared/gpu/make-bundle.sh) and .whl/ (requirements-gpu.txt).
 set -uo pipefail
 source bench/tools/gpu_env.sh || exit 1
 FINAL=$OUT

@@ -1,6 +1,6 @@
 #!/usr/bin/env bash
 # One device call: the zero-edit GPU tests (ws_gemm, FA4, quack, opt-in regions), the FA4 example (trace,
-# picture, analysis) and the quack example. Needs .gpu/ and .whl/ (requirements-fa4.txt).
+# picture, analysis) and the quack example. Needs .gpu/ and .whl/ (requirements-gpu.txt).
 set -uo pipefail
 source bench/tools/gpu_env.sh || exit 1
 nvidia-smi --query-gpu=name,driver_version --format=csv,noheader | tee "$OUT/device.txt"

@@ -1,6 +1,6 @@
 #!/usr/bin/env bash
 # One device call: zero-edit GPU tests, the FA4 example (traces, picture) and the cost bench.
-# Needs .gpu/ (../shared/gpu/make-bundle.sh) and .whl/ (the wheels in requirements-fa4.txt).
+# Needs .gpu/ (../shared/gpu/make-bundle.sh) and .whl/ (requirements-gpu.txt).
 set -uo pipefail
 source bench/tools/gpu_env.sh || exit 1
 nvidia-smi --query-gpu=name,driver_version --format=csv,noheader | tee "$OUT/device.txt"
