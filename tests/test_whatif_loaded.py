@@ -52,6 +52,29 @@ def test_replay_of_a_shallower_ring_matches_the_exact_schedule(depth, latency):
     assert period == pytest.approx(max(work, produce, (latency + work) / depth), rel=0.01)
 
 
+def test_work_scale_replays_base_and_change_with_that_work():
+    """``work_scale`` changes the work in both replays (the kernel without some cost of its
+    own, a recorder's): the change is the one between the two pipelines with that work,
+    where ``scale`` alone is a change in itself."""
+    work, produce, latency, iters = 1000, 100, 2400, 40
+    data = match_records(make_trace([(0, simulate(4, work, produce, latency, iters))]),
+                         load_pipeline(spec_dict(4)))
+    half = what_if(data, depth={"ring": 1}, work_scale={"c": 0.5})
+    exact = (span(simulate(1, work / 2, produce, latency, iters))
+             - span(simulate(4, work / 2, produce, latency, iters)))
+    assert half["predicted_kernel_ns"] - half["kernel_ns"] == pytest.approx(exact, rel=0.01)
+    # the whole recorded work: a 1-deep ring at this latency costs far more
+    whole = what_if(data, depth={"ring": 1})
+    assert whole["predicted_kernel_ns"] - whole["kernel_ns"] == pytest.approx(
+        span(simulate(1, work, produce, latency, iters)) - span(simulate(4, work, produce, latency, iters)),
+        rel=0.01)
+    assert what_if(data, work_scale={"c": 0.5})["predicted_change"] == pytest.approx(0.0)
+    faster = span(simulate(4, work / 2, produce, latency, iters)) / span(
+        simulate(4, work, produce, latency, iters)) - 1  # latency-bound at half the work
+    assert what_if(data, scale={"c": 0.5})["predicted_change"] == pytest.approx(faster, abs=0.01)
+    assert faster < -0.2
+
+
 def loaded_trace(latencies, depth=2, work=1000, produce=100, iters=12):
     """Two waves on len(latencies) SMs: the second wave starts after the first finished,
     each of its units with its own load latency (the base's spread)."""

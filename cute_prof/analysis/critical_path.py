@@ -1159,7 +1159,8 @@ def what_if(data: PipelineData, *, depth: dict | None = None, shared_by: dict | 
             scale: dict | None = None, latency: dict | None = None, terms=None,
             loaded_latency: bool = False, latency_quantile: float = 0.5,
             latency_shift_ns: float = 0.0, first_load: np.ndarray | None = None,
-            record_ns: float = 0.0, arrivals: dict | None = None) -> dict:
+            record_ns: float = 0.0, arrivals: dict | None = None,
+            work_scale: dict | None = None) -> dict:
     """Predicted kernel-time change of a changed pipeline (ring depths, sharing, a region
     faster), from the replay of the change against the replay of the base. ``latency``:
     wait tag -> ns, replacing the inferred latency of that wait's event (when the trace
@@ -1179,6 +1180,11 @@ def what_if(data: PipelineData, *, depth: dict | None = None, shared_by: dict | 
     exceed the steady state's latency; the steady state's own bound (the per-unit latency
     of the wait inferred from the trace: blocked waits, capped by the unblocked ones, which
     ended after their data) caps it quantile by quantile.
+
+    ``work_scale``: tag -> factor on that work region's durations in the base's replay and
+    the change's alike (``scale`` changes the change's only): the kernel without a cost its
+    trace carries in its work, such as a recorder that slows the code around its records
+    (``bench/whatif_dilation.py``).
 
     ``arrivals``: ring -> loads sampled as they arrived (``pipelines.load_arrival_sample``:
     every load, not only the late ones a consumer waited for; or plain latencies); a
@@ -1220,8 +1226,12 @@ def what_if(data: PipelineData, *, depth: dict | None = None, shared_by: dict | 
                     low = np.quantile(sample, UNQUEUED_QUANTILE)
                 loaded[i] = (float(at) + latency_shift_ns, float(low))
                 terms = with_latency(terms, i, loaded[i][0])
-    base = replay(data, terms=terms, record_ns=record_ns, item_latency=_one_draw_per_cluster(
-        data, data.spec, {i: queued + fixed for i, (queued, fixed, _) in draws.items()}))
+    base = replay(data, terms=terms, record_ns=record_ns, scale=work_scale,
+                  item_latency=_one_draw_per_cluster(
+                      data, data.spec, {i: queued + fixed for i, (queued, fixed, _) in draws.items()}))
+    both = dict(work_scale or {})
+    for tag, factor in (scale or {}).items():
+        both[tag] = both.get(tag, 1.0) * float(factor)
     changed_spec = data.spec.with_changes(depth=depth, shared_by=shared_by)
     base_end = np.nanmax(base.end.reshape(base.end.shape[0], -1), 1)
     changed_terms, ratio, changed_draws = terms, 1.0, {}
@@ -1233,7 +1243,7 @@ def what_if(data: PipelineData, *, depth: dict | None = None, shared_by: dict | 
         changed_draws = _one_draw_per_cluster(data, changed_spec, {
             i: fixed + queued_under_load(queued, unqueued, ratio)
             for i, (queued, fixed, unqueued) in draws.items()})
-        changed = replay(data, changed_spec, scale=scale, terms=changed_terms,
+        changed = replay(data, changed_spec, scale=both or None, terms=changed_terms,
                          record_ns=record_ns, item_latency=changed_draws,
                          issue_ratio=ratio)
         new_end = np.nanmax(changed.end.reshape(changed.end.shape[0], -1), 1)
