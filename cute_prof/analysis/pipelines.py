@@ -391,9 +391,11 @@ class DerivedPipeline:
             return out
 
         waits, issues = op_tags(("consumer_wait",)), op_tags(("producer_commit",))
-        start, dur = ev["start_ns"], ev["dur_ns"]
+        # each column read once: gathers from a packed record field are slow
+        start, dur = np.ascontiguousarray(ev["start_ns"]), np.ascontiguousarray(ev["dur_ns"])
+        event_tid, event_tag = np.ascontiguousarray(ev["tid"]), np.ascontiguousarray(ev["tag"])
         origin = int(start.min())  # float64 offsets (absolute ns: 256 ns steps)
-        ctas, inv = unique_ints(ev["tid"] // stride, return_inverse=True)
+        ctas, inv = unique_ints(event_tid // stride, return_inverse=True)
         # the earliest last end of a CTA, in integer ns (float64 rounds monotonically: the
         # same as over float offsets)
         last = np.full(ctas.size, np.iinfo(np.int64).min)
@@ -403,13 +405,14 @@ class DerivedPipeline:
         # the issue and wait calls, from one pass over the trace: their own columns, and
         # their positions per tag
         wanted = sorted({*waits, *issues})
-        calls = np.flatnonzero(tags_in(ev["tag"], wanted))
-        tid, inv = ev["tid"][calls].astype(np.int64), inv[calls]
-        starts = (start[calls] - origin).astype(np.float64)
-        ends = (start[calls] - origin + dur[calls]).astype(np.float64)
+        calls = np.flatnonzero(tags_in(event_tag, wanted))
+        tid, inv = event_tid[calls].astype(np.int64), inv[calls]
+        since_origin = start[calls] - origin
+        starts = since_origin.astype(np.float64)
+        ends = (since_origin + dur[calls]).astype(np.float64)
         slot_of_tag = np.zeros(max(wanted, default=0) + 1, dtype=np.int64)
         slot_of_tag[wanted] = np.arange(len(wanted))
-        by_slot = rows_by_value(slot_of_tag[ev["tag"][calls]], len(wanted))
+        by_slot = rows_by_value(slot_of_tag[event_tag[calls]], len(wanted))
         rows_of = {t: by_slot[i] for i, t in enumerate(wanted)}
         # per CTA and ring: the first issue; per CTA: the first wait (any ring) and its ring
         first_issue = np.full((ctas.size, n_pipes), np.inf)
@@ -565,15 +568,17 @@ def derive_pipeline(trace: Trace) -> DerivedPipeline:
              and s["op"] in _RELATION_OF_OP}
     if not op_of:
         raise ProfileBufferError("no pipeline calls in this zero-edit trace: nothing to model")
+    # each column read once: gathers and scatters on a packed record field are slow
     tid = new_ev["tid"].astype(np.int64)
     tag = np.ascontiguousarray(new_ev["tag"])
     start = np.ascontiguousarray(new_ev["start_ns"])
+    dur = np.ascontiguousarray(new_ev["dur_ns"])
+    payload = np.ascontiguousarray(new_ev["payload"])
     # the recorded rows by warp, then time: for one record's time (from the trace as
     # recorded: the synthesized issue points would read 0) and the loop's calls below
     recorded = trace.events.shape[0]
     recorded_order = warp_order(tid[:recorded], start[:recorded])
-    record_ns = _record_cost(tid[:recorded], start[:recorded],
-                             np.ascontiguousarray(new_ev["dur_ns"][:recorded]), recorded_order)
+    record_ns = _record_cost(tid[:recorded], start[:recorded], dur[:recorded], recorded_order)
     rows = np.flatnonzero(tags_in(tag, op_of))
     pair, count = unique_ints(tid[rows] * n_tags + tag[rows], return_counts=True)
     pair_tid, pair_tag = pair // n_tags, pair % n_tags
@@ -648,7 +653,7 @@ def derive_pipeline(trace: Trace) -> DerivedPipeline:
     seen = np.cumsum(is_anchor)
     before_warp = np.r_[0, seen][first_rows][warp_index]
     place = seen - before_warp - 1
-    ordinal = np.ascontiguousarray(new_ev["payload"])[order].astype(np.int64)
+    ordinal = payload[order].astype(np.int64)
     shift = place - ordinal
     # per warp and site: the first and last ordinal of its calls
     n_warps = int(warp_index.max()) + 1
@@ -702,9 +707,12 @@ def derive_pipeline(trace: Trace) -> DerivedPipeline:
                 new_names.append(name)
             renamed[t] = new_names.index(name)
         new_tag[outside] = renamed[o_tag[outside]]
-    new_ev["tag"][order] = new_tag
+    derived_tag = tag.copy()
+    derived_tag[order] = new_tag
+    new_ev["tag"] = derived_tag
     inside = (iteration >= lo) & (iteration <= hi)
-    new_ev["payload"][order] = np.where(inside, iteration - lo, ordinal)
+    payload[order] = np.where(inside, iteration - lo, ordinal)
+    new_ev["payload"] = payload
     # program order inside an iteration: where each site's calls sit after the anchor
     starts = start[order]
     starts = (starts - starts.min()).astype(np.float64)
@@ -751,7 +759,8 @@ def derive_pipeline(trace: Trace) -> DerivedPipeline:
     roles = RoleSpec(roles={role: [int(s) for s in role_slots[role]] for role in role_tags},
                      tid_stride=stride, group_name="cta", tags={r.tag: r.kind for r in regions})
     consumes = [new_names.index(r.tag) for r in regions if "consumes" in r.relations]
-    staggered = _staggered_warpgroups(new_ev, consumes, stride)
+    staggered = _staggered_warpgroups(_warpgroup_columns_of(derived_tag, tid, payload, start, dur),
+                                      consumes, stride)
     try:
         spec = PipelineSpec(roles=roles, resources=resources, regions=regions,
                             track_group=WARPS_PER_WARPGROUP if staggered else None)
@@ -774,17 +783,38 @@ def warpgroup_ends(ev: np.ndarray, tag: int, stride: int):
     derived trace: payload = iteration): the item's key, the warpgroup and when its latest
     warp's record ended (int ns). Keys are sorted, and comparable across the tags of one
     ``ev``: ``tid // stride * (ev's largest payload + 1) + payload``."""
-    rows = ev[ev["tag"] == tag]
+    return _warpgroup_ends(_warpgroup_columns(ev), tag, stride)
+
+
+def _warpgroup_columns(ev: np.ndarray) -> dict[str, np.ndarray]:
+    """The columns ``warpgroup_ends`` reads, each read once: gathering a packed record
+    array's field row by row is several times slower than gathering its own copy, and a
+    boolean index of the records copies every field."""
+    return _warpgroup_columns_of(*(np.ascontiguousarray(ev[field]) for field in
+                                   ("tag", "tid", "payload", "start_ns", "dur_ns")))
+
+
+def _warpgroup_columns_of(tag: np.ndarray, tid: np.ndarray, payload: np.ndarray,
+                          start: np.ndarray, dur: np.ndarray) -> dict[str, Any]:
+    """``_warpgroup_columns`` of columns already read (derive_pipeline holds them), with the
+    items' key span (the largest payload + 1)."""
+    return {"tag": tag, "tid": tid, "payload": payload, "start": start, "dur": dur,
+            "payload_span": int(payload.max()) + 1 if payload.size else 1}
+
+
+def _warpgroup_ends(columns: dict[str, Any], tag: int, stride: int):
+    """``warpgroup_ends`` from the events' columns (``_warpgroup_columns``)."""
+    rows = np.flatnonzero(columns["tag"] == tag)
     if not rows.size:
         empty = np.zeros(0, dtype=np.int64)
         return empty, empty, empty
-    tid = rows["tid"].astype(np.int64)
+    tid = columns["tid"][rows].astype(np.int64)
     group = tid % stride // WARPS_PER_WARPGROUP
     width = int(group.max()) + 1
-    item = (tid // stride) * (int(ev["payload"].max()) + 1) + rows["payload"].astype(np.int64)
+    item = (tid // stride) * columns["payload_span"] + columns["payload"][rows].astype(np.int64)
     sub, sub_of = unique_ints(item * width + group, return_inverse=True)
     end = np.full(sub.size, np.iinfo(np.int64).min)
-    np.maximum.at(end, sub_of, (rows["start_ns"] + rows["dur_ns"]).astype(np.int64))
+    np.maximum.at(end, sub_of, (columns["start"][rows] + columns["dur"][rows]).astype(np.int64))
     return sub // width, sub % width, end
 
 
@@ -793,9 +823,15 @@ def warpgroup_lead_shares(ev: np.ndarray, wait_tags: list[int], stride: int) -> 
     payload = iteration): the share of the items on which the warpgroup that most often
     ends its wait first (each warpgroup as late as its last warp) does so. About 1/2 for
     peers that take turns, near 1 for a staggered pair."""
+    return _warpgroup_lead_shares(_warpgroup_columns(ev), wait_tags, stride)
+
+
+def _warpgroup_lead_shares(columns: dict[str, Any], wait_tags: list[int],
+                           stride: int) -> dict[int, float]:
+    """``warpgroup_lead_shares`` from the events' columns (``_warpgroup_columns``)."""
     shares = {}
     for tag in wait_tags:
-        sub_item, sub_group, end = warpgroup_ends(ev, tag, stride)
+        sub_item, sub_group, end = _warpgroup_ends(columns, tag, stride)
         groups = unique_ints(sub_group)
         if groups.size < 2:
             continue
@@ -809,13 +845,13 @@ def warpgroup_lead_shares(ev: np.ndarray, wait_tags: list[int], stride: int) -> 
     return shares
 
 
-def _staggered_warpgroups(ev: np.ndarray, wait_tags: list[int], stride: int) -> bool:
+def _staggered_warpgroups(columns: dict[str, Any], wait_tags: list[int], stride: int) -> bool:
     """True when, on a consumes wait of the loop made by more than one warpgroup, the same
     warpgroup gets its items first (``warpgroup_lead_shares`` >= ``STAGGER_SHARE``): the
     role then needs an item when its leading warpgroup waits for it
-    (``PipelineSpec.track_group``)."""
+    (``PipelineSpec.track_group``). ``columns``: the derived events' (``_warpgroup_columns``)."""
     return any(share >= STAGGER_SHARE
-               for share in warpgroup_lead_shares(ev, wait_tags, stride).values())
+               for share in _warpgroup_lead_shares(columns, wait_tags, stride).values())
 
 
 def _first_and_last_calls(site: np.ndarray, ordinal: np.ndarray, first_call: np.ndarray,
