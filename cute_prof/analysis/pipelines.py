@@ -353,6 +353,11 @@ class DerivedPipeline:
     offsets: dict[str, int]
     skipped: dict[str, str]  # tag -> why it is not in the model
     record_ns: float = 0.0  # one record's own time in the recorded trace (record_cost_ns)
+    # (events, {field: column}): columns of ``trace.events`` derive_pipeline already read, so
+    # that first_load_latency does not read the records again (each column is a pass over
+    # every record); used only while ``trace.events`` is still that array
+    event_columns: tuple[np.ndarray, dict[str, np.ndarray]] | None = dataclasses.field(
+        default=None, repr=False, compare=False)
 
     def describe(self) -> dict[str, Any]:
         return {"roles": {k: list(v) for k, v in self.spec.roles.roles.items()},
@@ -361,6 +366,15 @@ class DerivedPipeline:
                              **{k: v.resource for k, v in r.relations.items()},
                              "offset": self.offsets[r.tag]} for r in self.spec.regions],
                 "skipped": dict(self.skipped)}
+
+    def _column(self, name: str) -> np.ndarray:
+        """Field ``name`` of ``trace.events`` as its own array: derive_pipeline's copy where
+        it kept one for these events, else read now."""
+        events = self.trace.events
+        if self.event_columns is not None and self.event_columns[0] is events \
+                and name in self.event_columns[1]:
+            return self.event_columns[1][name]
+        return np.ascontiguousarray(events[name])
 
     def first_load_latency(self) -> tuple[np.ndarray, str]:
         """The loaded memory latency at each CTA's start, from its own records: the time from
@@ -373,7 +387,6 @@ class DerivedPipeline:
         meta = _meta(trace)
         sites = {s["name"]: s for s in meta["sites"]}
         names = list(trace.tag_names)
-        ev = trace.events
         stride = int(self.spec.roles.tid_stride)
 
         def op_tags(ops):
@@ -392,8 +405,8 @@ class DerivedPipeline:
 
         waits, issues = op_tags(("consumer_wait",)), op_tags(("producer_commit",))
         # each column read once: gathers from a packed record field are slow
-        start, dur = np.ascontiguousarray(ev["start_ns"]), np.ascontiguousarray(ev["dur_ns"])
-        event_tid, event_tag = np.ascontiguousarray(ev["tid"]), np.ascontiguousarray(ev["tag"])
+        start, dur = self._column("start_ns"), self._column("dur_ns")
+        event_tid, event_tag = self._column("tid"), self._column("tag")
         origin = int(start.min())  # float64 offsets (absolute ns: 256 ns steps)
         ctas, inv = unique_ints(event_tid // stride, return_inverse=True)
         # the earliest last end of a CTA, in integer ns (float64 rounds monotonically: the
@@ -768,8 +781,11 @@ def derive_pipeline(trace: Trace) -> DerivedPipeline:
         raise ProfileBufferError(f"the pipeline calls of this trace do not make a model: {err} "
                                  "(pass a spec)") from None
     out = dataclasses.replace(trace, events=new_ev, tag_names=tuple(new_names))
+    columns = {"start_ns": start, "dur_ns": dur, "tid": tid, "tag": derived_tag}
+    for column in columns.values():
+        column.setflags(write=False)
     return DerivedPipeline(trace=out, spec=spec, offsets=offsets, skipped=skipped,
-                           record_ns=record_ns)
+                           record_ns=record_ns, event_columns=(new_ev, columns))
 
 
 # one consumer warpgroup ends a ring's wait first in at least this share of the items: the
