@@ -177,13 +177,15 @@ def _record_cost(tid: np.ndarray, start: np.ndarray, dur: np.ndarray,
     _, size = unique_ints(tid, return_counts=True)
     same_warp = np.ones(tid.size - 1, dtype=bool)
     same_warp[np.cumsum(size)[:-1] - 1] = False
-    start = start[order]
-    gaps = (start[1:] - start[:-1])[instant & same_warp]
+    instant &= same_warp
+    gaps = np.diff(start[order])[instant]
     if not gaps.size:
         return 0.0
-    low = float(np.quantile(gaps, RECORD_GAP_QUANTILE))
+    # gaps is this function's own: the quantile may reorder it (what follows does not
+    # depend on the order), rather than copy it
+    low = float(np.quantile(gaps, RECORD_GAP_QUANTILE, overwrite_input=True))
     # the timer's tick: every gap is a whole number of them
-    tick = float(np.gcd.reduce(gaps.astype(np.int64)))
+    tick = float(np.gcd.reduce(gaps.astype(np.int64, copy=False)))
     return float(gaps[(gaps >= low) & (gaps <= low + tick)].mean())
 
 
@@ -740,11 +742,13 @@ def derive_pipeline(trace: Trace) -> DerivedPipeline:
                       for t in loop if op_of[t] == "producer_commit"}
     regions = []
     inside = np.flatnonzero(inside)
-    inside_of_tag = rows_by_value(o_tag[inside], n_tags)
+    # a site's rows by one comparison per site (the loop has few): its median does not
+    # depend on the rows' order, so they need no sort
+    inside_tag, inside_since = o_tag[inside], since_anchor[inside]
     for role, tags_here in role_tags.items():
         position = {}
         for t in tags_here:
-            here = since_anchor[inside[inside_of_tag[t]]]
+            here = inside_since[inside_tag == t]
             position[t] = float(np.nanmedian(here)) if here.size else 0.0
         follows_consumes = False
         for t in sorted(tags_here, key=lambda t: (t != anchors[role], position[t])):
@@ -876,13 +880,12 @@ def _first_and_last_calls(site: np.ndarray, ordinal: np.ndarray, first_call: np.
     site; ``first_call`` / ``last_call``: its least and greatest ordinal): the first row
     with the least ordinal and the last with the greatest, as sorting the rows by (site,
     ordinal) would put them first and last, without the sort."""
-    position = np.arange(site.size)
     head = np.full(first_call.size, site.size)
-    at_first = ordinal == first_call[site]
-    np.minimum.at(head, site[at_first], position[at_first])
+    at_first = np.flatnonzero(ordinal == first_call[site])  # positions of the rows
+    np.minimum.at(head, site[at_first], at_first)
     tail = np.full(last_call.size, -1)
-    at_last = ordinal == last_call[site]
-    np.maximum.at(tail, site[at_last], position[at_last])
+    at_last = np.flatnonzero(ordinal == last_call[site])
+    np.maximum.at(tail, site[at_last], at_last)
     edge = np.zeros(site.size, dtype=bool)
     edge[head[head < site.size]] = True
     edge[tail[tail >= 0]] = True
@@ -900,8 +903,10 @@ def _mode_per_group(group: np.ndarray, values: np.ndarray,
     low = int(values.min())
     span = int(values.max()) - low + 1
     if n_groups * span <= 4 * values.size + (1 << 20):
-        counts = np.bincount(group * span + (values - low),
-                             minlength=n_groups * span).reshape(n_groups, span)
+        cell = np.multiply(group, span, dtype=np.int64)  # then, in place: + values - low
+        cell += values
+        cell -= low
+        counts = np.bincount(cell, minlength=n_groups * span).reshape(n_groups, span)
         return counts.argmax(1) + low, counts.max(1), sizes
     mode, agree = np.zeros(n_groups, np.int64), np.zeros(n_groups, np.int64)
     for g, rows in enumerate(rows_by_value(group, n_groups)):
