@@ -351,7 +351,8 @@ def test_every_committed_json_trace_nests():
 
     from trace_checks import json_nesting_violations
 
-    paths = sorted((Path(__file__).parent.parent / "examples" / "traces").glob("*.json"))
+    folder = Path(__file__).parent.parent / "examples" / "traces"
+    paths = sorted([*folder.glob("*.json"), *folder.glob("*.json.gz")])
     assert paths
     for path in paths:
         assert json_nesting_violations(path) == [], path

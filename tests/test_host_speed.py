@@ -187,7 +187,8 @@ def test_committed_recordings_decode_and_summarise_identically():
 
 
 def test_committed_json_traces_summarise_identically():
-    paths = sorted((ROOT / "examples" / "traces").glob("*.json"))
+    folder = ROOT / "examples" / "traces"
+    paths = sorted([*folder.glob("*.json"), *folder.glob("*.json.gz")])
     assert paths
     for path in paths:
         _assert_same_summary(load_trace(path))

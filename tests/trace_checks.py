@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import gzip
 import json
 from decimal import Decimal
 from pathlib import Path
@@ -21,7 +22,10 @@ def json_nesting_violations(trace) -> list[str]:
     overlap. Returns one line per offending track (empty: the trace nests)."""
     if not isinstance(trace, (dict, list)):
         # decimals parsed exactly: µs as doubles lose whole ns beyond ~2**53 ns (104 days)
-        trace = json.loads(Path(trace).read_text(), parse_float=Decimal)
+        path = Path(trace)
+        text = (gzip.decompress(path.read_bytes()).decode() if path.suffix == ".gz"
+                else path.read_text())
+        trace = json.loads(text, parse_float=Decimal)
     events = trace["traceEvents"] if isinstance(trace, dict) else trace
     by_track: dict[tuple, list[tuple[float, float]]] = {}
     for event in events:
