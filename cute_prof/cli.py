@@ -477,8 +477,10 @@ def _add_pipeline_options(parser: argparse.ArgumentParser) -> None:
                         help="what one record adds to a dependency chain on the GPU the trace "
                              "ran on (bench/record_cost.py chain: 12.1 on an H100): the time "
                              "the what-ifs remove per record to predict the unrecorded kernel "
-                             "(default: the trace's own gap between back-to-back stamps, "
-                             "which holds the kernel's code between them too)")
+                             "(default: the figure measured on the trace's GPU, "
+                             "pipelines.RECORD_CHAIN_NS; for a GPU not measured, the trace's "
+                             "own gap between back-to-back stamps, which holds the kernel's "
+                             "code between them too)")
 
 
 def _what_ifs(args) -> list[dict]:

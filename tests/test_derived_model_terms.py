@@ -347,6 +347,24 @@ def test_analyze_pipeline_gives_the_checked_prediction_for_a_derived_model():
     assert "interval" not in plain and plain["predicted_change"] != got["predicted_change"]
 
 
+def test_what_if_terms_default_to_the_chain_cost_measured_on_the_traces_gpu():
+    """A trace from a GPU whose record cost on a dependency chain was measured
+    (``RECORD_CHAIN_NS``: the H100) removes that per record unless the caller gives a figure;
+    any other GPU keeps the trace's own gap estimate."""
+    from cute_prof.analysis.pipelines import RECORD_CHAIN_NS, record_chain_ns_of
+    trace = mma_bound()
+    gap = derive_pipeline(trace).what_if_terms()["record_ns"]
+    h100 = "NVIDIA H100 80GB HBM3"
+    trace.metadata["device"] = h100
+    derived = derive_pipeline(trace)
+    assert record_chain_ns_of(derived.trace) == RECORD_CHAIN_NS[h100] == 12.1
+    assert derived.what_if_terms()["record_ns"] == 12.1 != gap
+    assert derived.what_if_terms(record_chain_ns=20.0)["record_ns"] == 20.0
+    trace.metadata["device"] = "NVIDIA H200"
+    assert record_chain_ns_of(trace) is None
+    assert derive_pipeline(trace).what_if_terms()["record_ns"] == gap
+
+
 def test_what_if_terms_take_a_record_cost_on_a_dependency_chain():
     """One record's cost measured on a dependency chain (``bench/record_cost.py chain``)
     replaces the trace's gap estimate as the time the model removes per record; the

@@ -25,7 +25,7 @@ from .roles import RoleSpec
 __all__ = ["finish_zero_edit_trace", "wait_breakdown", "format_wait_breakdown",
            "zero_edit_roles", "DerivedPipeline", "derive_pipeline", "call_balance",
            "format_recording", "load_arrival_pairs", "load_arrival_latency", "load_arrival_sample",
-           "warpgroup_ends", "warpgroup_lead_shares"]
+           "warpgroup_ends", "warpgroup_lead_shares", "RECORD_CHAIN_NS", "record_chain_ns_of"]
 
 PRODUCER_OPS = ("producer_acquire", "producer_commit")
 CONSUMER_OPS = ("consumer_wait", "consumer_release")
@@ -144,6 +144,19 @@ def finish_zero_edit_trace(trace: Trace) -> Trace:
 # the quantile of a warp's instant -> next-record gaps where one record's own time lies: the
 # low end is where nothing but the record and the loop's branch lies between the two stamps
 RECORD_GAP_QUANTILE = 0.05
+
+# what one zero-edit record adds to a dependency chain, by the GPU a trace ran on (its
+# metadata's "device", as torch.cuda.get_device_name() reads it): bench/record_cost.py chain,
+# CUPTI medians, 12.1-12.17 ns in four H100 runs (bench/results/record_cost/chain.json; the
+# what-if README, stops 41-42). DerivedPipeline.what_if_terms removes it per record where the
+# caller gives no figure of their own; a GPU not listed keeps the trace's own gap estimate
+RECORD_CHAIN_NS = {"NVIDIA H100 80GB HBM3": 12.1}
+
+
+def record_chain_ns_of(trace: Trace) -> float | None:
+    """The measured cost of one record on a dependency chain (``RECORD_CHAIN_NS``) on the GPU
+    ``trace`` ran on; None where that GPU was not measured."""
+    return RECORD_CHAIN_NS.get(str((trace.metadata or {}).get("device", "")).strip())
 
 
 def record_cost_ns(trace: Trace) -> float:
@@ -492,18 +505,21 @@ class DerivedPipeline:
 
         ``record_chain_ns``: what one record adds to a dependency chain on this GPU
         (``bench/record_cost.py chain``: 12.1 ns on an H100), the time the replay removes
-        per record. The trace's own gap between back-to-back stamps (``record_ns``, 43-53
-        ns) holds the kernel's code between them too: removed per record, it took 4.6-5.3
-        points more recorder's cost off the GEMMs' starved 2-stage rings than the GPU pays
-        (``bench/results/whatif/README.md``, stop 41). Without it, the gap."""
+        per record; by default the figure measured on the trace's GPU
+        (:func:`record_chain_ns_of`), and where that GPU was not measured, the trace's own gap
+        between back-to-back stamps (``record_ns``, 43-53 ns). The gap holds the kernel's
+        code between the stamps too: removed per record, it took 4.6-5.3 points more
+        recorder's cost off the GEMMs' starved 2-stage rings than the GPU pays
+        (``bench/results/whatif/README.md``, stop 41)."""
         if record_chain_ns is not None and not record_chain_ns >= 0:
             raise ValueError(f"record_chain_ns must be a time >= 0 ns, got {record_chain_ns!r}")
+        chain = record_chain_ns if record_chain_ns is not None else record_chain_ns_of(self.trace)
         probed = load_arrival_sample(arrivals_from if arrivals_from is not None else self.trace)
         late = self.copy_issue_delay_ns()
         for ring, sample in probed.items():
             sample["latency_ns"] -= late.get(ring, 0.0)
         return {"first_load": self.first_load_latency()[0],
-                "record_ns": self.record_ns if record_chain_ns is None else float(record_chain_ns),
+                "record_ns": float(chain) if chain is not None else self.record_ns,
                 "arrivals": probed}
 
     def format_text(self) -> str:
