@@ -34,7 +34,7 @@ sys.path.insert(0, str(ROOT))
 sys.path.insert(0, str(ROOT / "bench"))
 
 from tools.columns import launch_path, save_columns  # noqa: E402
-from tools.cupti import time_blocks, time_shuffled, traced_launches  # noqa: E402
+from tools.cupti import time_shuffled, traced_launches  # noqa: E402
 
 import cute_prof  # noqa: E402
 
@@ -95,7 +95,8 @@ def main(argv=None) -> int:
                          "of its own: trace_base.npz, trace_base.launch1.npz, ...")
     ap.add_argument("--block-rounds", type=int, default=0, metavar="R",
                     help="also time every variant in R rounds of back-to-back blocks "
-                         "(tools.cupti.time_blocks; times_blocks_ms in fa4_timings.json)")
+                         "(tools.cupti.time_shuffled's per_block; times_blocks_ms in "
+                         "fa4_timings.json)")
     ap.add_argument("--block-size", type=int, default=8)
     args = ap.parse_args(argv)
     import torch
@@ -158,7 +159,7 @@ def main(argv=None) -> int:
         calls[f"{name}:recorded"] = call(cache=prof.caches[0])
         recordings.append(prof)  # keeps its buffers alive while the recording kernel runs
     times = time_shuffled(calls, rounds=args.rounds, warmup=5)
-    blocks = (time_blocks(calls, rounds=args.block_rounds, per_block=args.block_size)
+    blocks = (time_shuffled(calls, rounds=args.block_rounds, warmup=0, per_block=args.block_size)
               if args.block_rounds else {})
     base = times["base"]
     result = {"device": torch.cuda.get_device_name(), "driver": torch.version.cuda,

@@ -34,10 +34,18 @@ def kernels_per_call(launch: Callable[[], object]) -> int:
     return len(device_kernels(prof))
 
 
-def time_shuffled(variants: dict, *, rounds: int, warmup: int = 3, resets: dict | None = None) -> dict:
+def time_shuffled(variants: dict, *, rounds: int, warmup: int = 3, resets: dict | None = None,
+                  per_block: int = 1) -> dict:
     """``{name: [ms per round]}``: every variant once per round, in a fresh random order, its
     kernels' CUPTI durations summed per call. ``resets[name]`` runs before each launch and is
-    not timed (its kernels must be housekeeping ones)."""
+    not timed (its kernels must be housekeeping ones).
+
+    ``per_block`` > 1: every round launches each variant that many times back to back and
+    keeps the median of the block's second half: each launch follows its own kernel, as a
+    traced launch does (``trace_warm_launch``), where one launch per round follows some other
+    kernel. On FA4 both ways read the same changes within 1.2 points (gpu24); neither
+    reproduced the traced launches' times (recording kernel, b4: 848 us traced, 936 us in
+    shuffled rounds, 970 us in blocks; bench/results/whatif/state/)."""
     import torch
     from torch.profiler import ProfilerActivity, profile
 
@@ -59,50 +67,15 @@ def time_shuffled(variants: dict, *, rounds: int, warmup: int = 3, resets: dict 
         for _ in range(rounds):
             random.shuffle(names)
             for name in names:
-                run(name)
-                order.append(name)
-            torch.cuda.synchronize()
-    kernels = device_kernels(prof)
-    want = sum(counts[name] for name in order)
-    if len(kernels) != want:
-        raise RuntimeError(f"CUPTI saw {len(kernels)} kernels, expected {want}: "
-                           f"{sorted({e.name for e in kernels})[:6]}")
-    times, at = {name: [] for name in variants}, 0
-    for name in order:
-        times[name].append(sum(e.time_range.elapsed_us() for e in kernels[at:at + counts[name]]) / 1e3)
-        at += counts[name]
-    return times
-
-
-def time_blocks(variants: dict, *, rounds: int, per_block: int = 8, warmup: int = 3) -> dict:
-    """``{name: [ms per round]}`` like ``time_shuffled``, but every round launches each variant
-    ``per_block`` times back to back (variants in a fresh random order) and keeps the median of
-    the block's second half: the steady state a traced launch runs in (``trace_warm_launch``),
-    against the shuffled rounds' state after some other kernel. FA4 b4's recording kernel read
-    852 us traced (after ten of its own) and 960 us in shuffled rounds (gpu22): which state a
-    time comes from is part of the measurement."""
-    import torch
-    from torch.profiler import ProfilerActivity, profile
-
-    counts = {name: kernels_per_call(fn) for name, fn in variants.items()}
-    names = list(variants)
-    for _ in range(warmup):
-        for name in names:
-            variants[name]()
-    torch.cuda.synchronize()
-    order = []
-    with profile(activities=[ProfilerActivity.CUDA]) as prof:
-        for _ in range(rounds):
-            random.shuffle(names)
-            for name in names:
                 for _ in range(per_block):
-                    variants[name]()
+                    run(name)
                 order.append(name)
             torch.cuda.synchronize()
     kernels = device_kernels(prof)
     want = sum(counts[name] * per_block for name in order)
     if len(kernels) != want:
-        raise RuntimeError(f"CUPTI saw {len(kernels)} kernels, expected {want}")
+        raise RuntimeError(f"CUPTI saw {len(kernels)} kernels, expected {want}: "
+                           f"{sorted({e.name for e in kernels})[:6]}")
     times, at = {name: [] for name in variants}, 0
     for name in order:
         n = counts[name]
