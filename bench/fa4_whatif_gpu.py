@@ -97,7 +97,8 @@ def main(argv=None) -> int:
                     help="also time every variant in R rounds of back-to-back blocks "
                          "(tools.cupti.time_shuffled's per_block; times_blocks_ms in "
                          "fa4_timings.json)")
-    ap.add_argument("--block-size", type=int, default=8)
+    ap.add_argument("--block-size", type=int, default=8,
+                    help="launches per block; each block keeps the median of its second half")
     args = ap.parse_args(argv)
     import torch
     from flash_attn.cute import interface as fa

@@ -32,10 +32,10 @@ from cute_prof.analysis.critical_path import what_if  # noqa: E402
 FITTED = ("fa4", "fa4_causal", "fa4_small", "gemm_ze", "persistent_ze", "quack")
 
 
-def fitted_factor(data, inputs, tags, target: float, *, lowest: float = 0.3) -> tuple[float, float]:
-    """(f, the base's change it gives): bisection for the factor on ``tags`` whose replay of
-    the base changes the kernel by ``target``; ``lowest`` where even it cannot (a base whose
-    time its async jobs set: quack)."""
+def fitted_factor(data, inputs, tags, target: float, *, lowest: float = 0.3) -> float:
+    """Bisection for the factor on ``tags`` whose replay of the base changes the kernel by
+    ``target``; ``lowest`` where even it cannot (a base whose time its async jobs set:
+    quack)."""
     def change(f):
         return what_if(data, loaded_latency=True, first_load=inputs["first_load"],
                        arrivals=inputs["arrivals"], scale={t: f for t in tags})["predicted_change"]
@@ -43,8 +43,7 @@ def fitted_factor(data, inputs, tags, target: float, *, lowest: float = 0.3) -> 
     for _ in range(14):
         mid = (lo + hi) / 2
         lo, hi = (lo, mid) if change(mid) > target else (mid, hi)
-    f = (lo + hi) / 2
-    return f, change(f)
+    return (lo + hi) / 2
 
 
 def main(argv=None) -> int:
@@ -72,7 +71,7 @@ def main(argv=None) -> int:
             target = -cost * raw.metadata.get("launch_cupti_ns", span) / span
             producer = data.spec.regions[0].role
             tags = [r.tag for r in data.spec.regions if r.kind == "work" and r.role != producer]
-            f, _ = fitted_factor(data, inputs, tags, target)
+            f = fitted_factor(data, inputs, tags, target)
             for variant, change in entry.variants.items():
                 if not isinstance(change, dict) or variant not in times:
                     continue

@@ -56,3 +56,15 @@ def test_the_record_chain_cost_comes_from_the_run_else_the_same_gpu_model(tmp_pa
     assert ns == pytest.approx(committed["per_record_ns"]) and "same GPU model" in source
     (tmp_path / "device.txt").write_text("NVIDIA B200, 580.159.04\n")
     assert check.record_chain(tmp_path)[0] is None
+
+
+def test_the_librarys_record_chain_figure_is_the_committed_measurement():
+    """``pipelines.RECORD_CHAIN_NS`` (what the CLI and the examples remove per record) and the
+    check's committed run (``bench/results/record_cost/chain.json``) hold one measurement:
+    a new run of ``bench/record_cost.py chain`` must update both."""
+    import json
+
+    from cute_prof.analysis.pipelines import RECORD_CHAIN_NS
+    committed = json.loads(load("whatif_check").COMMITTED_CHAIN.read_text())
+    device = committed["device"].split(",")[0].strip()
+    assert RECORD_CHAIN_NS[device] == pytest.approx(committed["per_record_ns"], abs=0.05)
