@@ -3,6 +3,8 @@ on every item). The role needs an item when its leading warpgroup waits for it a
 the slot when the trailing one released it, so a shallower ring pays the stagger on every
 item; as one latest-warp track the leading warpgroup's waits were invisible (issue #27)."""
 
+import dataclasses
+
 import numpy as np
 import pytest
 
@@ -96,3 +98,68 @@ def test_lead_shares_tell_staggered_warpgroups_from_peers_taking_turns():
 def test_track_group_must_be_a_positive_int():
     with pytest.raises(ProfileBufferError, match="track_group"):
         spec(3, track_group=0)
+
+
+def with_async_release(depth):
+    """``spec``, its release region the async work right after the wait (``"async"``: FA4's
+    K release, after its QK GEMM)."""
+    data = spec_dict(depth)
+    data["regions"][3] = {**data["regions"][3], "async": True}
+    return load_pipeline({**data, "track_group": 4,
+                          "roles": {"tid_stride": STRIDE,
+                                    "roles": {"producer": [0], "consumer": [*WG1, *WG2]}}})
+
+
+def job_then_handoff(depth, iters=30, work=1024, produce=96, latency=1600, wake=64, job=512,
+                     handoff=320, wait_cost=32, tick=64):
+    """The exact schedule of a leading warpgroup that issues an async job (``job`` ns) as its
+    wait starts and releases once the job is done, at least ``tick`` after the wait's end;
+    the trailing warpgroup releases ``handoff`` after the leading one (its own GEMM after
+    the leading one's: a named barrier). Each warpgroup's next wait starts ``work`` after
+    its release. The slot is free once the trailing one released it. Every start is a
+    multiple of ``tick``: the trace's timer step (``timer_step``)."""
+    rows, release = [], {}
+    p_end = s1 = 0
+    for k in range(iters):
+        acquired = max(p_end, release[k - depth] + wake) if k >= depth else p_end
+        rows.append((0, 0, k, p_end, acquired))
+        rows.append((0, 1, k, acquired, acquired + produce))
+        p_end, arrival = acquired + produce, acquired + latency
+        e1 = max(s1 + wait_cost, arrival)
+        r1 = max(e1 + tick, s1 + job)
+        r2 = r1 + handoff
+        for warps, start, end, released in ((WG1, s1, e1, r1), (WG2, s1, e1, r2)):
+            for w in warps:
+                rows.append((w, 2, k, start, end))
+                rows.append((w, 3, k, released, released))
+        s1, release[k] = r1 + work, r2
+    ev = np.zeros(len(rows), dtype=EVENT_DTYPE)
+    for j, column in enumerate(("tid", "tag", "payload", "start_ns")):
+        ev[column] = [r[j] for r in rows]
+    ev["dur_ns"] = [r[4] - r[3] for r in rows]
+    ev = ev[np.argsort(ev["start_ns"], kind="stable")]
+    return Trace(events=ev, tag_names=TAGS, capacity=len(rows), attempted=len(rows),
+                 overflow=0, incomplete=0)
+
+
+def test_a_blocked_wait_runs_the_leading_groups_job_and_the_releases_come_sooner():
+    base = job_then_handoff(3)
+    data = match_records(base, with_async_release(3))
+    # the leading group's own release, kept apart from the role's (trailing) one (the first
+    # item's wait blocked on its load: one tick after it)
+    np.testing.assert_allclose(data.lead_end[0, 1:, 3] - data.end[0, 1:, 2], 512 - 32)
+    assert data.lead_end[0, 0, 3] - data.end[0, 0, 2] == 64
+    assert np.isnan(data.lead_end[0, :, :3]).all()
+    # at depth 1 the wait blocks longer than the job has left: both releases follow the
+    # wait's end by one tick (+ the hand-off), where the base had them 480 (+ 320) after
+    sched = replay(data, data.spec.with_changes(depth={"ring": 1}))
+    truth = match_records(job_then_handoff(1), with_async_release(1))
+    np.testing.assert_allclose(sched.end[:, :, 2], truth.end[:, :, 2])  # every wait's end
+    # the producer's acquires waited on the trailing group's releases, as they were
+    np.testing.assert_allclose(sched.dep_time[0, 1:, 0], truth.end[0, :-1, 3])
+    # one merged track keeps the base's offsets: every item 416 ns late at depth 1
+    merged = replay(dataclasses.replace(data, lead_end=None),
+                    data.spec.with_changes(depth={"ring": 1}))
+    truth = match_records(job_then_handoff(1), with_async_release(1))
+    late = merged.dep_time[0, 1:, 0] - truth.end[0, :-1, 3]
+    assert (late[1:] >= 416).all()

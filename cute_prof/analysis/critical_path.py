@@ -72,6 +72,10 @@ class PipelineData:
     # (units,) iterations each unit ran (a causal mask, a persistent CTA with fewer tiles:
     # fewer than the longest); its cells past them are nan. None: every unit ran them all
     iterations: np.ndarray | None = None
+    # (units, iterations, regions) a release region's earliest track group's end, nan in the
+    # other regions (FA4's leading consumer warpgroup: its own release); None without track
+    # groups (spec.track_group)
+    lead_end: np.ndarray | None = None
     # what the replay derives from these arrays alone (work spans, async jobs, ...), kept
     # for the next replay: a what-if replays the same data many times (see _memo)
     _memo: dict = field(default_factory=dict, init=False, repr=False, compare=False)
@@ -212,6 +216,18 @@ def match_records(trace: Trace, spec: PipelineSpec) -> PipelineData:
         np.minimum.at(first_end, sub // groups, group_end)
         taken = np.isfinite(first_end)
         start[taken], end[taken] = first_start[taken], first_end[taken]
+    lead_end = None
+    releasing = (np.array(["releases" in r.relations for r in spec.regions])[step]
+                 if spec.track_group else np.zeros(step.size, dtype=bool))
+    if releasing.any():
+        slot_group = (tid_rows[releasing] % int(roles.tid_stride)) // int(spec.track_group)
+        groups = int(slot_group.max()) + 1
+        sub, sub_of = unique_ints(cell[releasing] * groups + slot_group, return_inverse=True)
+        group_end = np.full(sub.size, -np.inf)
+        np.maximum.at(group_end, sub_of, ends[releasing])
+        lead_end = np.full(size, np.inf)
+        np.minimum.at(lead_end, sub // groups, group_end)
+        lead_end[~np.isfinite(lead_end)] = np.nan
     # the row of each cell's chosen end (ties: the last row), as sorting by (cell, end)
     # would put it last
     chosen = ends == end[cell]
@@ -222,6 +238,8 @@ def match_records(trace: Trace, spec: PipelineSpec) -> PipelineData:
     gap = np.repeat(absent[:, :, None], n, axis=2).reshape(-1)
     start[gap] = np.nan
     end[gap] = np.nan
+    if lead_end is not None:
+        lead_end[gap] = np.nan
     unit_group, unit_tile = ukeys // ntiles, ukeys % ntiles
     # per group: SM, first start and last end of all its records (phases, epilogue included)
     g_uni, g_inv = unique_ints(group_all, return_inverse=True)
@@ -260,6 +278,7 @@ def match_records(trace: Trace, spec: PipelineSpec) -> PipelineData:
         missing=int(missing_cells.sum()), extra=extra,
         dropped_units=np.stack([unit_group[bad_unit], unit_tile[bad_unit]], 1),
         unit_prev=unit_prev, origin_ns=origin,
+        lead_end=None if lead_end is None else lead_end.reshape(shape)[good],
         iterations=ran[good] if (ran[good] < iters).any() else None)
 
 
@@ -585,6 +604,29 @@ def _stamp_offsets(data: PipelineData, stamps: tuple, measured_begin: np.ndarray
     return out
 
 
+def _leading_job_left(data: PipelineData, measured_begin: np.ndarray, jobs: dict) -> dict:
+    """Per asynchronous work region that releases right after a wait, in a role of several
+    track groups (``PipelineSpec.track_group``: FA4's two consumer warpgroups): (U, K) how
+    long the leading group's release came after the wait's end, less one timer step (two
+    records' stamps are at least that far apart). That is the leading group's own async job
+    (its QK GEMM) still running when its wait ended; a wait that blocks runs it meanwhile,
+    and the group's release, the trailing group's after it and the region's end come that
+    much sooner after the wait. FA4's 1-deep K/V rings: 384-416 ns in the bases, 96-128 in
+    the variants whose V wait blocked; without it the replay kept the bases' 928-960 ns from
+    the V wait to the trailing release (704-768 measured) and put the recorded b1 s1024
+    kernel's change 13-15 points high."""
+    if data.lead_end is None:
+        return {}
+    spec = data.spec
+    prev, _ = _role_sequences(spec)
+    step = timer_step(data)
+    return {i: np.nan_to_num(np.maximum(data.lead_end[:, :, i] - measured_begin[:, :, i] - step,
+                                        0.0))
+            for i, r in enumerate(spec.regions)
+            if r.kind == "work" and r.asynchronous and "releases" in r.relations
+            and i not in jobs and prev[i] >= 0 and spec.regions[prev[i]].kind == "wait"}
+
+
 def _unwaited_release_offsets(data: PipelineData, jobs: dict, measured_begin: np.ndarray,
                               measured_dur: np.ndarray, floor: np.ndarray) -> dict:
     """Per region that releases after an async job: how far its release's stamp lies after
@@ -666,6 +708,8 @@ def replay(data: PipelineData, spec: PipelineSpec | None = None, *,
     own_time = _memo(data, ("unblocked_wait_times", np.asarray(cost).tobytes()),
                      lambda: _by_iteration(_unblocked_wait_times(data, cost)))
     ran_k = _memo(data, ("valid",), lambda: _by_iteration(ran))
+    absorbable = _memo(data, ("leading_job_left",), lambda: {
+        i: _by_iteration(x) for i, x in _leading_job_left(data, measured_begin, jobs).items()})
     for tag, factor in (scale or {}).items():
         tags = [r.tag for r in spec.regions]
         if tag not in tags:
@@ -698,6 +742,7 @@ def replay(data: PipelineData, spec: PipelineSpec | None = None, *,
                               lambda shared_by=r.shared_by: _cluster_index(data, shared_by))
                 for r in spec.resources if r.shared_by > 1}
     arange = np.arange(units)
+    absorbed = {}  # per region in ``absorbable``: this iteration's absorbed time (U,)
     for k in range(iters):
         here = ran_k[k]
         for i in order:
@@ -757,6 +802,11 @@ def replay(data: PipelineData, spec: PipelineSpec | None = None, *,
                     w = prev[i]
                     end[k, i] = np.where(here, np.maximum(
                         begin + floor[i], start[k, w] + own_time[k, w] + dur[k, i]), begin)
+                    if i in absorbable:  # the leading group's job ran while the wait blocked
+                        absorbed[i] = np.minimum(np.maximum(
+                            end[k, w] - start[k, w] - own_time[k, w], 0.0), absorbable[i][k])
+                        end[k, i] = np.where(here, np.minimum(
+                            end[k, i], begin + dur[k, i] - absorbed[i]), begin)
                 if "produces" in r.relations:
                     offset = (_unqueued_scaled(produce_at[i][0][k], produce_low[i], issue_ratio)
                               - record_ns) if i in produce_at else 0.0
@@ -774,6 +824,8 @@ def replay(data: PipelineData, spec: PipelineSpec | None = None, *,
                             end[k, i] = np.where(here, np.maximum(end[k, i], when), end[k, i])
                         else:
                             when = begin + np.minimum(after_start[k], length) + overhang[k]
+                            if i in absorbed:
+                                when = when - absorbed[i]
                         rel[rl.resource][k - rl.distance] = when
                     if k == iters - 1:
                         lo = max(iters - rl.distance, 0)
