@@ -7,6 +7,7 @@ in the replay than on the GPU (ws_gemm, persistent, quack)."""
 import numpy as np
 import pytest
 
+from cute_prof.analysis import critical_path
 from cute_prof.analysis.critical_path import match_records, replay, what_if
 from cute_prof.analysis.model import load_pipeline
 from tests.test_pipeline_model import make_trace, spec_dict
@@ -72,3 +73,51 @@ def test_shallow_ring_what_if_matches_the_simulated_kernel():
     assert np.diff([e for _, e in shallow["w_f"]])[4:].tolist() == [856] * 19
     got = what_if(base, depth={"ring": 2}, latency={"w_f": 600})
     assert got["predicted_kernel_ns"] == pytest.approx(shallow["c"][-1][1], rel=0.005)
+
+
+def tiled_wgmma(depth, tiles=4, tile=8, job=600, release_after=128, wake=96, issue=32,
+                latency=600, epilogue=2000):
+    """``wgmma_like`` over a persistent CTA's tiles: at each tile's end the consumer waits
+    for every job, releases the tile's last item (the drain: its record lands in the next
+    tile's first iteration, before that iteration's wait, as zero-edit traces number calls
+    per warp) and runs the epilogue (``epilogue`` ns) before the next tile's first wait."""
+    w_e, p, w_f, c = [], [], [], []
+    release, job_end, next_wait = {}, -np.inf, 0
+    for k in range(tiles * tile):
+        start = p[-1][1] + 32 if p else 0
+        acquired = start if k < depth else max(start, release[k - depth] + wake)
+        w_e.append((start, acquired))
+        p.append((acquired + issue, acquired + issue))
+        tile_start = k > 0 and k % tile == 0
+        if tile_start:
+            drain = max(job_end, c[-1][1] + 32)
+            release[k - 1] = drain
+            next_wait = drain + epilogue
+        w_f.append((next_wait, max(next_wait + 32, p[-1][0] + latency)))
+        done_before, job_end = job_end, max(w_f[-1][1], job_end) + job
+        at = drain if tile_start else max(w_f[-1][1] + release_after, done_before)
+        c.append((at, at))
+        if k >= 1 and not tile_start:
+            release[k - 1] = at
+        next_wait = (w_f[-1][1] if tile_start else at) + 64
+    return {"w_e": w_e, "p": p, "w_f": w_f, "c": c}
+
+
+def test_a_tiles_drain_and_epilogue_stay_the_consumers_own_work(monkeypatch):
+    # the drain's record comes before its iteration's wait; the epilogue after it is the
+    # consumer's own work, not the job's: at 2 stages every tile's end keeps it whole
+    d = spec_dict(4, release_distance=1)
+    d["regions"][3]["async"] = True
+    data = match_records(make_trace([(0, tiled_wgmma(4))]), load_pipeline(d))
+    drained, tail = critical_path._drains(data, 3)
+    assert np.flatnonzero(drained[0]).tolist() == [8, 16, 24]
+    np.testing.assert_allclose(tail[0, [7, 15, 23]], 2000)
+    truth = tiled_wgmma(2)["c"][-1][1]
+    got = what_if(data, depth={"ring": 2}, latency={"w_f": 600})
+    assert got["predicted_kernel_ns"] == pytest.approx(truth, rel=0.005)
+    # the epilogue taken as job time (no drains): short by most of a wait's blocking per tile
+    monkeypatch.setattr(critical_path, "_drains", lambda data, i: (
+        np.zeros(data.shape[:2], dtype=bool), np.zeros(data.shape[:2])))
+    data = match_records(make_trace([(0, tiled_wgmma(4))]), load_pipeline(d))
+    worse = what_if(data, depth={"ring": 2}, latency={"w_f": 600})
+    assert abs(worse["predicted_kernel_ns"] - truth) > 3 * abs(got["predicted_kernel_ns"] - truth)

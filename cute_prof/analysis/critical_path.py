@@ -510,16 +510,29 @@ def _async_jobs(data: PipelineData, dur: np.ndarray, floor: np.ndarray) -> dict:
     prev, _ = _role_sequences(spec)
     out = {}
     for i, r in enumerate(spec.regions):
-        rel = r.relations.get("releases")
-        if not (r.asynchronous and rel is not None and rel.distance >= 1 and prev[i] >= 0
-                and spec.regions[prev[i]].kind == "wait"):
+        if not _is_job_region(spec, i, prev):
             continue
         issued = data.end[:, :, prev[i]]  # nan where the unit did not run the iteration
         released = issued + dur[:, :, i]
         waited = _waited_for_job(dur[:, :, i], floor[i]) & ~np.isnan(issued)
+        # before a drain (_drains) the region's end is the epilogue's: its job's release is
+        # its own stamp, and the next job ends at the drain's stamp
+        drained, _ = _drains(data, i)
+        before = np.zeros_like(drained)
+        before[:, :-1] = drained[:, 1:]
+        stamp = data.end[:, :, i]
+        offset = stamp - issued
+        if before.any():
+            normal = ~before & data.valid & np.isfinite(offset)
+            least = float(offset[normal].min()) if normal.any() else 0.0
+            released = np.where(before, stamp, released)
+            waited = np.where(before, _waited_for_job(offset, least), waited) & ~np.isnan(issued)
         started = np.where(waited, released, issued)  # previous job's end, else the issue
         job = np.full(issued.shape, np.nan)
         job[:, :-1] = np.where(waited[:, 1:], released[:, 1:] - started[:, :-1], np.nan)
+        # the job issued before a drain ends at the drain's stamp, waited for or not
+        job[:, :-1] = np.where(drained[:, 1:], stamp[:, 1:] - np.maximum(
+            started[:, :-1], issued[:, :-1]), job[:, :-1])
         job = np.where(job >= 0, job, np.nan)
         with warnings.catch_warnings():
             warnings.simplefilter("ignore", RuntimeWarning)
@@ -528,6 +541,51 @@ def _async_jobs(data: PipelineData, dur: np.ndarray, floor: np.ndarray) -> dict:
         per_unit = np.where(np.isnan(per_unit), fallback, per_unit)
         out[i] = np.where(np.isnan(job), per_unit[:, None], job)
     return out
+
+
+def _is_job_region(spec: PipelineSpec, i: int, prev: np.ndarray) -> bool:
+    """Region i issues an async job right after a wait and releases an earlier iteration's
+    item once that job is done (ws_gemm's wgmma, ``wait_group(1)``, release k - 1)."""
+    r = spec.regions[i]
+    rel = r.relations.get("releases")
+    return bool(r.asynchronous and rel is not None and rel.distance >= 1 and prev[i] >= 0
+                and spec.regions[prev[i]].kind == "wait")
+
+
+def _shortest(data: PipelineData, dur: np.ndarray) -> np.ndarray:
+    """(n,) each region's shortest ``dur`` (U, K, n) over the iterations the units ran; a job
+    region's over those without a drain (``_drains``: such a region releases nothing after
+    its wait, so its span says nothing of how soon a release can follow one)."""
+    ran = data.valid
+    out = dur[ran].min(0)
+    prev, _ = _role_sequences(data.spec)
+    for i in range(len(data.spec.regions)):
+        if _is_job_region(data.spec, i, prev):
+            keep = ran & ~_drains(data, i)[0]
+            if keep.any():
+                out[i] = dur[:, :, i][keep].min()
+    return out
+
+
+def _drains(data: PipelineData, i: int) -> tuple[np.ndarray, np.ndarray]:
+    """For job region i: (U, K) True where iteration k's release came before the role's
+    first wait of k, and (U, K) at k - 1 the time from that release to the wait's start.
+    A persistent CTA's tile ends so: after its last wait the role waits for every job
+    (``wait_group(0)``), releases the tile's last item and runs the epilogue, and the next
+    tile's first wait follows; its calls, numbered per warp, put that release in the next
+    iteration. The job issued before it ends at its stamp, and the epilogue is the role's
+    own work after that job: taken as job time (the persistent GEMM, 4 -> 2 stages), a
+    blocked wait before it made the replayed epilogue 512 ns short at every tile's end."""
+    spec = data.spec
+    first = next(j for j, q in enumerate(spec.regions) if q.role == spec.regions[i].role)
+    units, iters, _ = data.shape
+    drained = np.zeros((units, iters), dtype=bool)
+    tail = np.zeros((units, iters))
+    if iters > 1:
+        with np.errstate(invalid="ignore"):
+            drained[:, 1:] = data.end[:, 1:, i] < data.start[:, 1:, first]
+        tail[:, :-1] = np.where(drained[:, 1:], data.start[:, 1:, first] - data.end[:, 1:, i], 0.0)
+    return drained, tail
 
 
 def _unblocked_wait_times(data: PipelineData, cost: np.ndarray) -> np.ndarray:
@@ -678,7 +736,7 @@ def replay(data: PipelineData, spec: PipelineSpec | None = None, *,
     measured_begin, measured_dur = _memo(data, ("work_spans",), lambda: work_spans(data))
     ran = data.valid  # (U, K): the iterations each unit ran (the others pass through, empty)
     # an async job's engine time is the kernel's own, recording or not
-    measured_floor = _memo(data, ("measured_floor",), lambda: measured_dur[ran].min(0))
+    measured_floor = _memo(data, ("measured_floor",), lambda: _shortest(data, measured_dur))
     jobs = dict(_memo(data, ("async_jobs",), lambda: _async_jobs(
         data, measured_dur, measured_floor)))
     dur = np.maximum(measured_dur - 2.0 * record_ns, 0.0)
@@ -722,10 +780,15 @@ def replay(data: PipelineData, spec: PipelineSpec | None = None, *,
     prev, role_last = _role_sequences(spec)
     order = spec.step_order()
     # shortest measured duration of each work region
-    floor = dur[ran].min(0) if scale else _memo(data, ("floor", record_ns),
-                                                lambda: dur[ran].min(0))
+    floor = _shortest(data, dur) if scale else _memo(data, ("floor", record_ns),
+                                                     lambda: _shortest(data, dur))
     dur = _by_iteration(dur)
     jobs = {i: _by_iteration(job) for i, job in jobs.items()}
+    drains = _memo(data, ("drains",), lambda: {
+        i: tuple(_by_iteration(x) for x in _drains(data, i)) for i in jobs})
+    drains = {i: x for i, x in drains.items() if x[0].any()}
+    drained_at = {i: np.full(units, np.nan) for i in drains}  # the drained job's end
+    drained_now = dict(drained_at)
     latency_of = np.ascontiguousarray(latency.T)  # (n, U)
     per_item = {i: _by_iteration(np.asarray(x, dtype=np.float64))
                 for i, x in (item_latency or {}).items()}
@@ -796,8 +859,20 @@ def replay(data: PipelineData, spec: PipelineSpec | None = None, *,
                     # the release waits for the job issued one iteration earlier; this
                     # iteration's job starts once it is issued and the engine is free
                     end[k, i] = np.where(here, np.maximum(begin + floor[i], job_end[i]), begin)
+                    if i in drains:  # the job before was drained: the region's own span
+                        end[k, i] = np.where(here & drains[i][0][k], begin + dur[k, i],
+                                             end[k, i])
+                    previous_job_end = job_end[i]
                     job_end[i] = np.where(here, np.maximum(begin, job_end[i]) + jobs[i][k],
                                           job_end[i])
+                    if i in drains:
+                        drained_now[i] = drained_at[i]  # this iteration's drain, if any
+                    if i in drains and k + 1 < iters:
+                        # the next iteration's release drains this job, then the epilogue
+                        ahead = drains[i][0][k + 1] & here
+                        drained_at[i] = np.where(ahead, job_end[i], np.nan)
+                        end[k, i] = np.where(ahead, np.maximum(
+                            end[k, i], job_end[i] + drains[i][1][k]), end[k, i])
                 elif r.asynchronous and prev[i] >= 0 and spec.regions[prev[i]].kind == "wait":
                     w = prev[i]
                     end[k, i] = np.where(here, np.maximum(
@@ -821,7 +896,19 @@ def replay(data: PipelineData, spec: PipelineSpec | None = None, *,
                             # sooner than a release that did not wait for its job
                             when = np.maximum(end[k, i] - np.minimum(before_end[k], length),
                                               begin + release_own[i])
-                            end[k, i] = np.where(here, np.maximum(end[k, i], when), end[k, i])
+                            if i in drains and k + 1 < iters:
+                                # before a drain the end is the epilogue's: the release
+                                # is the previous job's end
+                                when = np.where(drains[i][0][k + 1], np.maximum(
+                                    previous_job_end, begin + release_own[i]), when)
+                            if i in drains:  # a drain: the job's end, in the iteration before
+                                drain = drains[i][0][k]
+                                when = np.where(drain, drained_now[i], when)
+                                end[k, i] = np.where(here & ~drain,
+                                                     np.maximum(end[k, i], when), end[k, i])
+                            else:
+                                end[k, i] = np.where(here, np.maximum(end[k, i], when),
+                                                     end[k, i])
                         else:
                             when = begin + np.minimum(after_start[k], length) + overhang[k]
                             if i in absorbed:
