@@ -47,11 +47,12 @@ def main(argv=None) -> int:
     if len(labels) != len(args.tables):
         raise SystemExit("--labels needs one label per table")
     runs = [table_errors(t) for t in args.tables]
-    rows = [key for key in runs[0] if all(key in run for run in runs)]
+    # every row any run has, in the first run's order; a run without it shows "-"
+    rows = list(dict.fromkeys(key for run in runs for key in run))
     print("| kernel | base | what-if | " + " | ".join(labels) + " | mean | spread | verdict |")
     print("|---|---|---|" + "---:|" * len(labels) + "---:|---:|---|")
     for key in rows:
-        errors = [run[key] for run in runs]
+        errors = [run[key] for run in runs if key in run]
         mean, spread = statistics.fmean(errors), max(errors) - min(errors)
         if all(abs(e) <= WITHIN_PP for e in errors):
             verdict = "within every run"
@@ -60,14 +61,17 @@ def main(argv=None) -> int:
         else:
             verdict = "noisy: moves run to run"
         print(f"| {key[0]} | {key[1]} | {key[2]} | "
-              + " | ".join(f"{e:+.2f}" for e in errors)
+              + " | ".join(f"{run[key]:+.2f}" if key in run else "-" for run in runs)
               + f" | {mean:+.2f} | {spread:.2f} | {verdict} |")
-    within = [sum(abs(run[k]) <= WITHIN_PP for k in rows) for run in runs]
-    mae = [statistics.fmean(abs(run[k]) for k in rows) for run in runs]
-    print(f"\n{len(rows)} rows in every run; within {WITHIN_PP:g} pp: "
-          + ", ".join(f"{label} {w}" for label, w in zip(labels, within))
+    within = [sum(abs(e) <= WITHIN_PP for e in run.values()) for run in runs]
+    mae = [statistics.fmean(abs(e) for e in run.values()) for run in runs]
+    every = [abs(e) for run in runs for e in run.values()]
+    print(f"\n{len(rows)} rows; per run, within {WITHIN_PP:g} pp of its rows: "
+          + ", ".join(f"{label} {w} of {len(run)}" for label, w, run in zip(labels, within, runs))
           + "; mean absolute error: "
-          + ", ".join(f"{label} {m:.2f} pp" for label, m in zip(labels, mae)))
+          + ", ".join(f"{label} {m:.2f} pp" for label, m in zip(labels, mae))
+          + f"; all runs: {sum(e <= WITHIN_PP for e in every)} of {len(every)} within, "
+          f"{statistics.fmean(every):.2f} pp")
     return 0
 
 

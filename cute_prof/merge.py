@@ -18,6 +18,7 @@ in its metadata holds the base.
 from __future__ import annotations
 
 import copy
+import gzip
 import json
 import re
 from dataclasses import dataclass, field
@@ -78,13 +79,15 @@ class MergeReport:
 
 
 def load_torch_trace(source) -> dict:
-    """A torch.profiler Chrome trace (path or already-loaded dict, floats as ``Decimal``)."""
+    """A torch.profiler Chrome trace (path or already-loaded dict, floats as ``Decimal``); a
+    path ending in ``.gz`` is read gzipped (``export_chrome_trace("t.json.gz")`` writes so)."""
     if isinstance(source, dict):
         return copy.deepcopy(source)  # the merge annotates slices; leave the caller's alone
     try:
-        with open(source, encoding="utf-8") as handle:
+        opener = gzip.open if str(source).endswith(".gz") else open
+        with opener(source, "rt", encoding="utf-8") as handle:
             data = json.load(handle, parse_float=Decimal)
-    except (OSError, ValueError) as exc:
+    except (OSError, ValueError, EOFError) as exc:
         raise ProfileBufferError(f"cannot read the torch.profiler trace {str(source)!r}: {exc}") from None
     if isinstance(data, list):
         data = {"traceEvents": data}

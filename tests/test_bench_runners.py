@@ -77,7 +77,8 @@ def _whatif_table(rows):
 
 
 def test_whatif_runs_sorts_rows_into_within_biased_and_noisy(tmp_path, capsys):
-    runs = [[("k", "a", "+0.50"), ("k", "b", "-8.00"), ("k", "c", "+6.00"), ("k", "d", "-")],
+    runs = [[("k", "a", "+0.50"), ("k", "b", "-8.00"), ("k", "c", "+6.00"), ("k", "d", "-"),
+             ("k", "e", "+4.00")],
             [("k", "a", "-1.00"), ("k", "b", "-7.50"), ("k", "c", "-5.00"), ("k", "d", "-")]]
     paths = []
     for i, rows in enumerate(runs):
@@ -86,11 +87,15 @@ def test_whatif_runs_sorts_rows_into_within_biased_and_noisy(tmp_path, capsys):
     module = load("whatif_runs")
     assert module.table_errors(paths[0]) == {("k", "zero-edit", "a"): 0.5,
                                              ("k", "zero-edit", "b"): -8.0,
-                                             ("k", "zero-edit", "c"): 6.0}
+                                             ("k", "zero-edit", "c"): 6.0,
+                                             ("k", "zero-edit", "e"): 4.0}
     assert module.main([str(p) for p in paths] + ["--labels", "r0,r1"]) == 0
     out = capsys.readouterr().out
     verdicts = {line.split("|")[3].strip(): line.split("|")[-2].strip()
                 for line in out.splitlines() if line.startswith("| k |")}
+    # a row one run lacks (e: a part that run skipped) shows "-" there, judged on the rest
     assert verdicts == {"a": "within every run", "b": "biased: under-predicts every run",
-                        "c": "noisy: moves run to run"}
-    assert "3 rows in every run; within 3 pp: r0 1, r1 1" in out
+                        "c": "noisy: moves run to run", "e": "biased: over-predicts every run"}
+    assert "| k | zero-edit | e | +4.00 | - |" in out
+    assert ("4 rows; per run, within 3 pp of its rows: r0 1 of 4, r1 1 of 3; mean absolute "
+            "error: r0 4.62 pp, r1 4.50 pp; all runs: 2 of 7 within, 4.57 pp") in out

@@ -3,6 +3,7 @@ examples/torch_loop.py: 5 eager steps and 3 CUDA-graph replays of two instrument
 and on synthetic traces with a known clock offset."""
 
 import copy
+import gzip
 import json
 import subprocess
 import sys
@@ -19,7 +20,7 @@ from cute_prof.merge import load_torch_trace, merge_torch_trace
 from cute_prof.storage import load_trace
 
 DATA = Path(__file__).parent / "data"
-TORCH_TRACE = DATA / "torch_loop_h200_torch_trace.json"
+TORCH_TRACE = DATA / "torch_loop_h200_torch_trace.json.gz"
 RECORDING = DATA / "torch_loop_h200_recording.npz"
 ALIGN_NS = 2_000
 
@@ -48,7 +49,7 @@ def test_recorded_launches_land_inside_their_kernel_slices(tmp_path):
     assert "staged_kernel" in trace.launches[0]["kernel"]
     assert "direct_kernel" in trace.launches[1]["kernel"]
     # the profiler's own events are all still there, rebased onto one exact time base
-    original = json.loads(TORCH_TRACE.read_text())["traceEvents"]
+    original = json.loads(gzip.decompress(TORCH_TRACE.read_bytes()))["traceEvents"]
     assert len(events) - len(ours) - sum(e.get("ph") == "M" and e.get("tid", 0) >= 1 << 40
                                          for e in events) == len(original)
     base = merged["cute_prof_time_base_us"]
