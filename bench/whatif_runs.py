@@ -2,8 +2,8 @@
 the model misses the same way every run (a bias to fix) and which move from run to run (the
 launches' own noise). Reads the Markdown tables ``bench/whatif_check.py`` writes.
 
-    python bench/whatif_runs.py bench/results/whatif/whatif_table.md \\
-        bench/results/whatif/history/stop40/whatif_table.md ...
+    python bench/whatif_runs.py bench/results/whatif/whatif_table.md RUN2/whatif_table.md ... \\
+        [--labels gpu27,gpu26,...]
 """
 
 from __future__ import annotations
