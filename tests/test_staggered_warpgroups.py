@@ -20,11 +20,36 @@ TAGS = ("w_e", "p", "w_f", "c")
 STRIDE, WG1, WG2 = 12, (4, 5, 6, 7), (8, 9, 10, 11)
 
 
-def spec(depth, track_group=4):
-    """The one-ring pipeline of ``test_pipeline_model``, its consumer two warpgroups."""
-    return load_pipeline({**spec_dict(depth), "track_group": track_group,
+def spec(depth, track_group=4, async_release=False):
+    """The one-ring pipeline of ``test_pipeline_model``, its consumer two warpgroups;
+    ``async_release``: the release region is the async work right after the wait (FA4's K
+    release, after its QK GEMM)."""
+    data = spec_dict(depth)
+    data["regions"][3] = {**data["regions"][3], "async": async_release}
+    return load_pipeline({**data, "track_group": track_group,
                           "roles": {"tid_stride": STRIDE,
                                     "roles": {"producer": [0], "consumer": [*WG1, *WG2]}}})
+
+
+def trace_of(rows):
+    """A Trace of (tid, tag, payload, start, end) rows, in time order."""
+    ev = np.zeros(len(rows), dtype=EVENT_DTYPE)
+    for j, column in enumerate(("tid", "tag", "payload", "start_ns")):
+        ev[column] = [r[j] for r in rows]
+    ev["dur_ns"] = [r[4] - r[3] for r in rows]
+    ev = ev[np.argsort(ev["start_ns"], kind="stable")]
+    return Trace(events=ev, tag_names=TAGS, capacity=len(rows), attempted=len(rows),
+                 overflow=0, incomplete=0)
+
+
+def produce_item(rows, k, depth, p_end, release, wake, produce, latency):
+    """Append the producer's acquire and commit of item k to ``rows``: it acquires a slot
+    ``wake`` after the trailing warpgroup released it (``release``: item -> time). Returns
+    the producer's next start and the item's arrival."""
+    acquired = max(p_end, release[k - depth] + wake) if k >= depth else p_end
+    rows.append((0, 0, k, p_end, acquired))
+    rows.append((0, 1, k, acquired, acquired + produce))
+    return acquired + produce, acquired + latency
 
 
 def staggered(depth, iters=30, work=1000, produce=100, latency=600, wake=50, stagger=300,
@@ -35,10 +60,7 @@ def staggered(depth, iters=30, work=1000, produce=100, latency=600, wake=50, sta
     rows, release = [], {}
     p_end = r1 = r2 = 0.0
     for k in range(iters):
-        acquired = max(p_end, release[k - depth] + wake) if k >= depth else p_end
-        rows.append((0, 0, k, p_end, acquired))
-        rows.append((0, 1, k, acquired, acquired + produce))
-        p_end, arrival = acquired + produce, acquired + latency
+        p_end, arrival = produce_item(rows, k, depth, p_end, release, wake, produce, latency)
         e1 = max(r1 + wait_cost, arrival)
         s2 = max(r2, e1 + stagger)
         e2 = max(s2 + wait_cost, arrival)
@@ -48,13 +70,7 @@ def staggered(depth, iters=30, work=1000, produce=100, latency=600, wake=50, sta
                 rows.append((w, 3, k, end, end + work))
         r1, r2 = e1 + work, e2 + work
         release[k] = r2
-    ev = np.zeros(len(rows), dtype=EVENT_DTYPE)
-    for j, column in enumerate(("tid", "tag", "payload", "start_ns")):
-        ev[column] = [r[j] for r in rows]
-    ev["dur_ns"] = [r[4] - r[3] for r in rows]
-    ev = ev[np.argsort(ev["start_ns"], kind="stable")]
-    return Trace(events=ev, tag_names=TAGS, capacity=len(rows), attempted=len(rows),
-                 overflow=0, incomplete=0)
+    return trace_of(rows)
 
 
 def span(trace):
@@ -100,16 +116,6 @@ def test_track_group_must_be_a_positive_int():
         spec(3, track_group=0)
 
 
-def with_async_release(depth):
-    """``spec``, its release region the async work right after the wait (``"async"``: FA4's
-    K release, after its QK GEMM)."""
-    data = spec_dict(depth)
-    data["regions"][3] = {**data["regions"][3], "async": True}
-    return load_pipeline({**data, "track_group": 4,
-                          "roles": {"tid_stride": STRIDE,
-                                    "roles": {"producer": [0], "consumer": [*WG1, *WG2]}}})
-
-
 def job_then_handoff(depth, iters=30, work=1024, produce=96, latency=1600, wake=64, job=512,
                      handoff=320, wait_cost=32, tick=64):
     """The exact schedule of a leading warpgroup that issues an async job (``job`` ns) as its
@@ -121,10 +127,7 @@ def job_then_handoff(depth, iters=30, work=1024, produce=96, latency=1600, wake=
     rows, release = [], {}
     p_end = s1 = 0
     for k in range(iters):
-        acquired = max(p_end, release[k - depth] + wake) if k >= depth else p_end
-        rows.append((0, 0, k, p_end, acquired))
-        rows.append((0, 1, k, acquired, acquired + produce))
-        p_end, arrival = acquired + produce, acquired + latency
+        p_end, arrival = produce_item(rows, k, depth, p_end, release, wake, produce, latency)
         e1 = max(s1 + wait_cost, arrival)
         r1 = max(e1 + tick, s1 + job)
         r2 = r1 + handoff
@@ -133,18 +136,12 @@ def job_then_handoff(depth, iters=30, work=1024, produce=96, latency=1600, wake=
                 rows.append((w, 2, k, start, end))
                 rows.append((w, 3, k, released, released))
         s1, release[k] = r1 + work, r2
-    ev = np.zeros(len(rows), dtype=EVENT_DTYPE)
-    for j, column in enumerate(("tid", "tag", "payload", "start_ns")):
-        ev[column] = [r[j] for r in rows]
-    ev["dur_ns"] = [r[4] - r[3] for r in rows]
-    ev = ev[np.argsort(ev["start_ns"], kind="stable")]
-    return Trace(events=ev, tag_names=TAGS, capacity=len(rows), attempted=len(rows),
-                 overflow=0, incomplete=0)
+    return trace_of(rows)
 
 
 def test_a_blocked_wait_runs_the_leading_groups_job_and_the_releases_come_sooner():
     base = job_then_handoff(3)
-    data = match_records(base, with_async_release(3))
+    data = match_records(base, spec(3, async_release=True))
     # the leading group's own release, kept apart from the role's (trailing) one (the first
     # item's wait blocked on its load: one tick after it)
     np.testing.assert_allclose(data.lead_end[0, 1:, 3] - data.end[0, 1:, 2], 512 - 32)
@@ -153,13 +150,13 @@ def test_a_blocked_wait_runs_the_leading_groups_job_and_the_releases_come_sooner
     # at depth 1 the wait blocks longer than the job has left: both releases follow the
     # wait's end by one tick (+ the hand-off), where the base had them 480 (+ 320) after
     sched = replay(data, data.spec.with_changes(depth={"ring": 1}))
-    truth = match_records(job_then_handoff(1), with_async_release(1))
+    truth = match_records(job_then_handoff(1), spec(1, async_release=True))
     np.testing.assert_allclose(sched.end[:, :, 2], truth.end[:, :, 2])  # every wait's end
     # the producer's acquires waited on the trailing group's releases, as they were
     np.testing.assert_allclose(sched.dep_time[0, 1:, 0], truth.end[0, :-1, 3])
     # one merged track keeps the base's offsets: every item 416 ns late at depth 1
     merged = replay(dataclasses.replace(data, lead_end=None),
                     data.spec.with_changes(depth={"ring": 1}))
-    truth = match_records(job_then_handoff(1), with_async_release(1))
+    truth = match_records(job_then_handoff(1), spec(1, async_release=True))
     late = merged.dep_time[0, 1:, 0] - truth.end[0, :-1, 3]
     assert (late[1:] >= 416).all()
