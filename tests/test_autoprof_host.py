@@ -8,6 +8,7 @@ import numpy as np
 import pytest
 
 from cute_prof.analysis.pipelines import finish_zero_edit_trace, format_wait_breakdown, wait_breakdown
+from cute_prof.autoprof import AutoProfile
 from cute_prof.errors import ProfileBufferError
 from cute_prof.trace import EVENT_DTYPE, Trace
 
@@ -69,3 +70,47 @@ def test_a_trace_without_zero_edit_metadata_is_refused():
     trace.metadata.clear()
     with pytest.raises(ProfileBufferError, match="zero-edit"):
         finish_zero_edit_trace(trace)
+
+
+def test_trace_warm_zeroes_once_launches_warm_plus_one_and_traces_the_last():
+    calls = []
+    prof = stub_profile(calls, records=["a record"])
+    got = prof.trace_warm(lambda: calls.append("launch"), warm=3, kernel="gemm")
+    assert got == ["a record"]
+    assert calls == [("pick", "gemm"), "reset", *["launch"] * 4, ("trace", "gemm")]
+
+
+def stub_profile(calls, records):
+    """An AutoProfile whose one recording's trace is ``records``; ``calls`` logs its use."""
+    class Recorded(AutoProfile):
+        def _pick(self, kernel):
+            calls.append(("pick", kernel))
+            return type("Recording", (), {"name": "gemm_kernel"})()
+
+        def reset(self):
+            calls.append("reset")
+
+        def trace(self, kernel=None):
+            calls.append(("trace", kernel))
+            return records
+
+    return Recorded([], synchronize=False)
+
+
+def test_trace_warm_says_when_the_launches_did_not_run_the_recording_kernel():
+    with pytest.raises(ProfileBufferError, match="gemm_kernel: the 2 launches recorded nothing"):
+        stub_profile([], records=[]).trace_warm(lambda: None, warm=1)
+
+
+@pytest.mark.parametrize("launch, warm, match", [(None, 1, "callable"), (print, -1, "warm"),
+                                                 (print, 1.5, "warm"), (print, True, "warm")])
+def test_trace_warm_refuses_bad_input_before_launching(launch, warm, match):
+    with pytest.raises(ProfileBufferError, match=match):
+        AutoProfile([], synchronize=False).trace_warm(launch, warm=warm)
+
+
+def test_trace_warm_without_a_recorded_kernel_says_so_before_launching():
+    launched = []
+    with pytest.raises(ProfileBufferError, match="no kernel recorded"):
+        AutoProfile([], synchronize=False).trace_warm(lambda: launched.append(1))
+    assert launched == []
