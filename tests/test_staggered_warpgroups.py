@@ -147,8 +147,15 @@ def test_a_blocked_wait_runs_the_leading_groups_job_and_the_releases_come_sooner
     np.testing.assert_allclose(data.lead_end[0, 1:, 3] - data.end[0, 1:, 2], 512 - 32)
     assert data.lead_end[0, 0, 3] - data.end[0, 0, 2] == 64
     assert np.isnan(data.lead_end[0, :, :3]).all()
+    # the base replays exactly: its first wait blocked on its load, and the region after it
+    # already holds the job that ran meanwhile (only blocking beyond the base's is absorbed)
+    np.testing.assert_allclose(replay(data).end[:, :, :3], data.end[:, :, :3])
     # at depth 1 the wait blocks longer than the job has left: both releases follow the
-    # wait's end by one tick (+ the hand-off), where the base had them 480 (+ 320) after
+    # wait's end by one tick (+ the hand-off), where the base had them 480 (+ 320) after;
+    # at depth 2 it blocks for part of the job
+    for depth in (1, 2):
+        got = what_if(data, depth={"ring": depth})["predicted_kernel_ns"]
+        assert got == pytest.approx(span(job_then_handoff(depth)))
     sched = replay(data, data.spec.with_changes(depth={"ring": 1}))
     truth = match_records(job_then_handoff(1), spec(1, async_release=True))
     np.testing.assert_allclose(sched.end[:, :, 2], truth.end[:, :, 2])  # every wait's end

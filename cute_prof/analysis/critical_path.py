@@ -766,6 +766,10 @@ def replay(data: PipelineData, spec: PipelineSpec | None = None, *,
     own_time = _memo(data, ("unblocked_wait_times", np.asarray(cost).tobytes()),
                      lambda: _by_iteration(_unblocked_wait_times(data, cost)))
     ran_k = _memo(data, ("valid",), lambda: _by_iteration(ran))
+    # how long each wait blocked in the base: its measured work after it already holds that
+    # much of an async job run meanwhile, so a replay absorbs only blocking beyond it
+    base_blocked = _memo(data, ("base_blocked", np.asarray(cost).tobytes()), lambda: np.nan_to_num(
+        np.maximum(_by_iteration(data.end - data.start) - own_time, 0.0)))
     absorbable = _memo(data, ("leading_job_left",), lambda: {
         i: _by_iteration(x) for i, x in _leading_job_left(data, measured_begin, jobs).items()})
     for tag, factor in (scale or {}).items():
@@ -875,11 +879,13 @@ def replay(data: PipelineData, spec: PipelineSpec | None = None, *,
                             end[k, i], job_end[i] + drains[i][1][k]), end[k, i])
                 elif r.asynchronous and prev[i] >= 0 and spec.regions[prev[i]].kind == "wait":
                     w = prev[i]
+                    # the wait's blocking beyond the base's runs this region's async work
+                    extra = np.maximum(end[k, w] - start[k, w] - own_time[k, w]
+                                       - base_blocked[k, w], 0.0)
                     end[k, i] = np.where(here, np.maximum(
-                        begin + floor[i], start[k, w] + own_time[k, w] + dur[k, i]), begin)
+                        begin + floor[i], begin + dur[k, i] - extra), begin)
                     if i in absorbable:  # the leading group's job ran while the wait blocked
-                        absorbed[i] = np.minimum(np.maximum(
-                            end[k, w] - start[k, w] - own_time[k, w], 0.0), absorbable[i][k])
+                        absorbed[i] = np.minimum(extra, absorbable[i][k])
                         end[k, i] = np.where(here, np.minimum(
                             end[k, i], begin + dur[k, i] - absorbed[i]), begin)
                 if "produces" in r.relations:
