@@ -2,7 +2,7 @@
 after different predecessors, one process.
 
 FA4 b4 s4096's recording kernel ran 848-856 us in its traced launches (``prof.reset()``, then
-ten launches of its own, the eleventh kept: ``tools.cupti.trace_warm_launch``) but 935-970 us
+ten launches of its own, the eleventh kept: ``tools.cupti.traced_launches``) but 935-970 us
 in shuffled rounds and in back-to-back blocks (gpu22, gpu24), against 810-830 us plain. This
 times every launch of an 11-launch block under each condition, conditions shuffled per round:
 

@@ -42,7 +42,7 @@ def time_shuffled(variants: dict, *, rounds: int, warmup: int = 3, resets: dict 
 
     ``per_block`` > 1: every round launches each variant that many times back to back and
     keeps the median of the block's second half: each launch follows its own kernel, as a
-    traced launch does (``trace_warm_launch``), where one launch per round follows some other
+    traced launch does (``traced_launches``), where one launch per round follows some other
     kernel. On FA4 both ways read the same changes within 1.2 points (gpu24); neither
     reproduced the traced launches' times (recording kernel, b4: 848 us traced, 936 us in
     shuffled rounds, 970 us in blocks; bench/results/whatif/state/)."""
@@ -86,49 +86,23 @@ def time_shuffled(variants: dict, *, rounds: int, warmup: int = 3, resets: dict 
     return times
 
 
-def trace_warm_launch(prof, launch, *, warm: int = 10, warm_s: float = 0.0) -> float:
-    """Run a recording kernel as its timed launches run, and keep that launch in ``prof``
-    (an ``autoprofile()`` block's result); returns the kept launch's CUPTI time in ns.
-
-    Its buffers are zeroed once, then ``warm`` launches run back to back before the one
-    kept, all timed by CUPTI. The first launch after a compile follows seconds of an idle
-    GPU, and zeroing a large buffer right before the launch evicts the kernel's inputs from
-    L2 (FA4 b1 s1024: its loads 576-672 ns instead of 352). ``warm_s`` seconds of launches
-    before them heat the GPU past the state the timing rounds run in: after 2 s, ws_gemm's
-    recording kernel took 230 us against 189 in the rounds, and its 4 -> 2 read +39.2% from
-    those launches against +53.3% measured (bench/results/whatif/README.md, stop 40); left
-    at 0. Each
-    launch rewrites its warps' slices from the start and the trace reads each slice's own
-    count."""
-    import time
-
-    import torch
+def traced_launches(prof, launch, count: int, *, warm: int = 10):
+    """``count`` traces of ``prof``'s kernel (an ``autoprofile()`` block's result), each of a
+    launch that followed ``warm`` of its own (``AutoProfile.trace_warm``), its CUPTI time
+    in the trace's metadata (``launch_cupti_ns``; the buffer's zeroing and read-back are
+    housekeeping kernels): one launch's trace carries that launch's noise (quack's 4 -> 2
+    predicted +94.65% from one launch, +78.37% from another run's), so the check predicts
+    from several. Nothing runs before the ``warm`` launches: seconds of launches heat the
+    GPU past the state the timing rounds run in (after 2 s, ws_gemm's recording kernel took
+    230 us against 189 in the rounds, and its 4 -> 2 read +39.2% from those launches against
+    +53.3% measured: bench/results/whatif/README.md, stop 40)."""
     from torch.profiler import ProfilerActivity, profile
 
-    prof.reset()
-    begin, runs = time.perf_counter(), 0
-    while time.perf_counter() - begin < warm_s:
-        launch()
-        runs += 1
-        if runs % 64 == 0:  # keep the host within a few launches of the GPU
-            torch.cuda.synchronize()
-    with profile(activities=[ProfilerActivity.CUDA]) as timed:
-        for _ in range(warm + 1):
-            launch()
-        torch.cuda.synchronize()
-    kernels = device_kernels(timed)
-    per_call = max(len(kernels) // (warm + 1), 1)
-    return sum(e.time_range.elapsed_us() for e in kernels[-per_call:]) * 1e3
-
-
-def traced_launches(prof, launch, count: int, *, warm: int = 10, warm_s: float = 0.0):
-    """``count`` traces of ``prof``'s kernel (an ``autoprofile()`` block's result), each of a
-    launch that followed ``warm`` of its own (``trace_warm_launch``), its CUPTI
-    time in the trace's metadata (``launch_cupti_ns``): one launch's trace carries that
-    launch's noise (quack's 4 -> 2 predicted +94.65% from one launch, +78.37% from another
-    run's), so the check predicts from several."""
     for _ in range(count):
-        cupti_ns = trace_warm_launch(prof, launch, warm=warm, warm_s=warm_s)
-        trace = prof.trace()
-        trace.metadata["launch_cupti_ns"] = cupti_ns
+        with profile(activities=[ProfilerActivity.CUDA]) as timed:
+            trace = prof.trace_warm(launch, warm=warm)
+        kernels = device_kernels(timed)
+        per_call = max(len(kernels) // (warm + 1), 1)
+        trace.metadata["launch_cupti_ns"] = sum(
+            e.time_range.elapsed_us() for e in kernels[-per_call:]) * 1e3
         yield trace

@@ -196,37 +196,29 @@ def match_records(trace: Trace, spec: PipelineSpec) -> PipelineData:
     # group's, each group as late as its latest track: the role needs the item when its
     # first group waits for it (FA4's second consumer warpgroup trails the first by
     # 500-800 ns)
-    grouped = (np.array(["consumes" in r.relations for r in spec.regions])[step]
-               if spec.track_group else np.zeros(step.size, dtype=bool))
+    def of_regions(relation):  # the matched rows of regions with ``relation``
+        if not spec.track_group:
+            return np.zeros(step.size, dtype=bool)
+        return np.array([relation in r.relations for r in spec.regions])[step]
+
+    def earliest_group(rows, values):  # per cell: the earliest track group's latest value
+        slot_group = (tid_rows[rows] % int(roles.tid_stride)) // int(spec.track_group)
+        return _earliest_group_latest(cell[rows], slot_group, values, size)
+
+    grouped = of_regions("consumes")
     start = np.full(size, -np.inf)
     end = np.full(size, -np.inf)
     np.maximum.at(start, cell[~grouped], starts[~grouped])
     np.maximum.at(end, cell[~grouped], ends[~grouped])
     if grouped.any():
-        slot_group = (tid_rows[grouped] % int(roles.tid_stride)) // int(spec.track_group)
-        groups = int(slot_group.max()) + 1
-        sub, sub_of = unique_ints(cell[grouped] * groups + slot_group, return_inverse=True)
-        group_start = np.full(sub.size, -np.inf)
-        group_end = np.full(sub.size, -np.inf)
-        np.maximum.at(group_start, sub_of, starts[grouped])
-        np.maximum.at(group_end, sub_of, ends[grouped])
-        first_start = np.full(size, np.inf)
-        first_end = np.full(size, np.inf)
-        np.minimum.at(first_start, sub // groups, group_start)
-        np.minimum.at(first_end, sub // groups, group_end)
+        first_start, first_end = earliest_group(grouped, (starts[grouped], ends[grouped]))
         taken = np.isfinite(first_end)
         start[taken], end[taken] = first_start[taken], first_end[taken]
+    # a release region's leading group's own release (lead_end)
+    releasing = of_regions("releases")
     lead_end = None
-    releasing = (np.array(["releases" in r.relations for r in spec.regions])[step]
-                 if spec.track_group else np.zeros(step.size, dtype=bool))
     if releasing.any():
-        slot_group = (tid_rows[releasing] % int(roles.tid_stride)) // int(spec.track_group)
-        groups = int(slot_group.max()) + 1
-        sub, sub_of = unique_ints(cell[releasing] * groups + slot_group, return_inverse=True)
-        group_end = np.full(sub.size, -np.inf)
-        np.maximum.at(group_end, sub_of, ends[releasing])
-        lead_end = np.full(size, np.inf)
-        np.minimum.at(lead_end, sub // groups, group_end)
+        (lead_end,) = earliest_group(releasing, (ends[releasing],))
         lead_end[~np.isfinite(lead_end)] = np.nan
     # the row of each cell's chosen end (ties: the last row), as sorting by (cell, end)
     # would put it last
@@ -280,6 +272,23 @@ def match_records(trace: Trace, spec: PipelineSpec) -> PipelineData:
         unit_prev=unit_prev, origin_ns=origin,
         lead_end=None if lead_end is None else lead_end.reshape(shape)[good],
         iterations=ran[good] if (ran[good] < iters).any() else None)
+
+
+def _earliest_group_latest(cells: np.ndarray, groups: np.ndarray, values: tuple,
+                           size: int) -> tuple:
+    """Per cell (of ``size``): each value's maximum within every track group of the cell's
+    rows, then its minimum over the groups (inf where the cell has no row). A warpgroup
+    acts when its last warp does; the role's first warpgroup is the earliest of those."""
+    width = int(groups.max()) + 1
+    sub, sub_of = unique_ints(cells * width + groups, return_inverse=True)
+    out = []
+    for value in values:
+        latest = np.full(sub.size, -np.inf)
+        np.maximum.at(latest, sub_of, value)
+        earliest = np.full(size, np.inf)
+        np.minimum.at(earliest, sub // width, latest)
+        out.append(earliest)
+    return tuple(out)
 
 
 # ---------------------------------------------------------------------------- model terms
@@ -543,13 +552,17 @@ def _async_jobs(data: PipelineData, dur: np.ndarray, floor: np.ndarray) -> dict:
     return out
 
 
+def _async_after_wait(spec: PipelineSpec, i: int, prev: np.ndarray) -> bool:
+    """Region i is asynchronous work issued right after its role's wait (a wgmma)."""
+    return bool(spec.regions[i].asynchronous and prev[i] >= 0
+                and spec.regions[prev[i]].kind == "wait")
+
+
 def _is_job_region(spec: PipelineSpec, i: int, prev: np.ndarray) -> bool:
     """Region i issues an async job right after a wait and releases an earlier iteration's
     item once that job is done (ws_gemm's wgmma, ``wait_group(1)``, release k - 1)."""
-    r = spec.regions[i]
-    rel = r.relations.get("releases")
-    return bool(r.asynchronous and rel is not None and rel.distance >= 1 and prev[i] >= 0
-                and spec.regions[prev[i]].kind == "wait")
+    rel = spec.regions[i].relations.get("releases")
+    return _async_after_wait(spec, i, prev) and rel is not None and rel.distance >= 1
 
 
 def _shortest(data: PipelineData, dur: np.ndarray) -> np.ndarray:
@@ -568,6 +581,11 @@ def _shortest(data: PipelineData, dur: np.ndarray) -> np.ndarray:
 
 
 def _drains(data: PipelineData, i: int) -> tuple[np.ndarray, np.ndarray]:
+    """``_find_drains``, once per data and region."""
+    return _memo(data, ("drains", i), lambda: _find_drains(data, i))
+
+
+def _find_drains(data: PipelineData, i: int) -> tuple[np.ndarray, np.ndarray]:
     """For job region i: (U, K) True where iteration k's release came before the role's
     first wait of k, and (U, K) at k - 1 the time from that release to the wait's start.
     A persistent CTA's tile ends so: after its last wait the role waits for every job
@@ -681,8 +699,8 @@ def _leading_job_left(data: PipelineData, measured_begin: np.ndarray, jobs: dict
     return {i: np.nan_to_num(np.maximum(data.lead_end[:, :, i] - measured_begin[:, :, i] - step,
                                         0.0))
             for i, r in enumerate(spec.regions)
-            if r.kind == "work" and r.asynchronous and "releases" in r.relations
-            and i not in jobs and prev[i] >= 0 and spec.regions[prev[i]].kind == "wait"}
+            if r.kind == "work" and "releases" in r.relations and i not in jobs
+            and _async_after_wait(spec, i, prev)}
 
 
 def _unwaited_release_offsets(data: PipelineData, jobs: dict, measured_begin: np.ndarray,
@@ -788,11 +806,10 @@ def replay(data: PipelineData, spec: PipelineSpec | None = None, *,
                                                      lambda: _shortest(data, dur))
     dur = _by_iteration(dur)
     jobs = {i: _by_iteration(job) for i, job in jobs.items()}
-    drains = _memo(data, ("drains",), lambda: {
-        i: tuple(_by_iteration(x) for x in _drains(data, i)) for i in jobs})
-    drains = {i: x for i, x in drains.items() if x[0].any()}
-    drained_at = {i: np.full(units, np.nan) for i in drains}  # the drained job's end
-    drained_now = dict(drained_at)
+    # job regions whose releases drain a tile's jobs: (K, U) where, and the epilogue after
+    drains = _memo(data, ("drains_by_iteration",), lambda: {
+        i: tuple(_by_iteration(x) for x in _drains(data, i)) for i in jobs
+        if _drains(data, i)[0].any()})
     latency_of = np.ascontiguousarray(latency.T)  # (n, U)
     per_item = {i: _by_iteration(np.asarray(x, dtype=np.float64))
                 for i, x in (item_latency or {}).items()}
@@ -866,18 +883,14 @@ def replay(data: PipelineData, spec: PipelineSpec | None = None, *,
                     if i in drains:  # the job before was drained: the region's own span
                         end[k, i] = np.where(here & drains[i][0][k], begin + dur[k, i],
                                              end[k, i])
-                    previous_job_end = job_end[i]
+                    previous_job_end = job_end[i]  # the job issued one iteration earlier
                     job_end[i] = np.where(here, np.maximum(begin, job_end[i]) + jobs[i][k],
                                           job_end[i])
-                    if i in drains:
-                        drained_now[i] = drained_at[i]  # this iteration's drain, if any
                     if i in drains and k + 1 < iters:
                         # the next iteration's release drains this job, then the epilogue
-                        ahead = drains[i][0][k + 1] & here
-                        drained_at[i] = np.where(ahead, job_end[i], np.nan)
-                        end[k, i] = np.where(ahead, np.maximum(
+                        end[k, i] = np.where(drains[i][0][k + 1] & here, np.maximum(
                             end[k, i], job_end[i] + drains[i][1][k]), end[k, i])
-                elif r.asynchronous and prev[i] >= 0 and spec.regions[prev[i]].kind == "wait":
+                elif _async_after_wait(spec, i, prev):
                     w = prev[i]
                     # the wait's blocking beyond the base's runs this region's async work
                     extra = np.maximum(end[k, w] - start[k, w] - own_time[k, w]
@@ -907,14 +920,12 @@ def replay(data: PipelineData, spec: PipelineSpec | None = None, *,
                                 # is the previous job's end
                                 when = np.where(drains[i][0][k + 1], np.maximum(
                                     previous_job_end, begin + release_own[i]), when)
-                            if i in drains:  # a drain: the job's end, in the iteration before
-                                drain = drains[i][0][k]
-                                when = np.where(drain, drained_now[i], when)
-                                end[k, i] = np.where(here & ~drain,
-                                                     np.maximum(end[k, i], when), end[k, i])
-                            else:
-                                end[k, i] = np.where(here, np.maximum(end[k, i], when),
-                                                     end[k, i])
+                            grows = here
+                            if i in drains:  # a drain: the drained job's end, before this
+                                drain = drains[i][0][k]  # region (which it does not extend)
+                                when = np.where(drain, previous_job_end, when)
+                                grows = here & ~drain
+                            end[k, i] = np.where(grows, np.maximum(end[k, i], when), end[k, i])
                         else:
                             when = begin + np.minimum(after_start[k], length) + overhang[k]
                             if i in absorbed:
