@@ -229,11 +229,13 @@ def record_chain(root: Path) -> tuple[float | None, str]:
 
 
 def launch_model(entry: Entry, raw: Trace, probed: Trace | None, *,
-                 record_chain_ns: float | None = None) -> dict:
+                 record_chain_ns: float | None = None,
+                 recorder_cost: float | None = None) -> dict:
     """The model's inputs from one traced base launch (and, for a zero-edit base, one probed
     launch): the matched records, the latency sample the header reports and the terms
     ``predict_what_if`` takes; ``record_chain_ns``: one record's cost on a dependency chain
-    (``record_chain``), the time the model removes per record."""
+    (``record_chain``), the time the model removes per record; ``recorder_cost``: the
+    recording base kernel's time over the plain one's, less 1 (``base_recorder_cost``)."""
     trace, first_load, record_ns, arrivals, probe_cost = raw, None, 0.0, {}, None
     first_source = ""
     if entry.derived:
@@ -243,8 +245,10 @@ def launch_model(entry: Entry, raw: Trace, probed: Trace | None, *,
         if probed is not None:  # what the probes cost: the probed launch's span against the base's
             probe_cost = trace_span(probed) / trace_span(raw) - 1
         # the model's inputs as the library hands them over (cute-prof analyze --arrivals)
-        terms = derived.what_if_terms(arrivals_from=probed, record_chain_ns=record_chain_ns)
+        terms = derived.what_if_terms(arrivals_from=probed, record_chain_ns=record_chain_ns,
+                                      recorder_cost=recorder_cost)
         first_load, record_ns, arrivals = terms["first_load"], terms["record_ns"], terms["arrivals"]
+        recorder_cost = terms["recorder_cost"]
     else:
         spec = entry.spec(raw)  # level-2 bases: their probes are the kernel the model sees
     data = match_records(trace, spec)
@@ -263,7 +267,8 @@ def launch_model(entry: Entry, raw: Trace, probed: Trace | None, *,
     return {"trace": trace, "data": data, "wait": wait, "sample": np.asarray(sample),
             "source": source, "probe_cost": probe_cost, "record_ns": record_ns,
             "record_gap_ns": derived.record_ns if entry.derived else 0.0,
-            "inputs": {"first_load": first_load, "arrivals": arrivals}}
+            "inputs": {"first_load": first_load, "arrivals": arrivals,
+                       "recorder_cost": recorder_cost or 0.0}}
 
 
 def median_of(values):
@@ -297,20 +302,22 @@ def check_entry(root: Path, entry: Entry) -> tuple[list[dict], dict]:
     # every traced launch of the base, each with a probed launch where the GPU half took them
     probed_files = launch_paths(folder / entry.arrivals_trace) if entry.arrivals_trace else []
     chain_ns, chain_source = record_chain(root)
+    recorder_cost = base_recorder_cost(timings, entry.base)
     launches = []
     for index, path in enumerate(launch_paths(folder / entry.trace)):
         probed = (entry.load(probed_files[index % len(probed_files)]) if probed_files
                   else None)
         raw = entry.load(path)
         launches.append({"raw": raw, **launch_model(entry, raw, probed,
-                                                     record_chain_ns=chain_ns)})
+                                                     record_chain_ns=chain_ns,
+                                                     recorder_cost=recorder_cost)})
     first = launches[0]
     base = statistics.median(timings[entry.base])
     # the base's launch-to-launch spread (half its interquartile range, relative): how far a
     # measured change can sit from the model's for noise alone (base timings only)
     q1, _, q3 = statistics.quantiles(timings[entry.base], n=4)
     noise = (q3 - q1) / 2 / base
-    rows = []
+    rows, first_preds = [], []
     for name, change in entry.variants.items():
         measured = (statistics.median(timings[name]) - base) / base if timings.get(name) else None
         row = {"kernel": entry.kernel, "base_trace": entry.base_trace, "what_if": name,
@@ -324,6 +331,7 @@ def check_entry(root: Path, entry: Entry) -> tuple[list[dict], dict]:
         else:
             preds = [{"modelled": False, "reason": change}]
         pred = preds[0]
+        first_preds.append(pred)
         row["modelled"] = pred["modelled"]
         if pred["modelled"]:
             row.update(pooled_prediction(preds))
@@ -343,6 +351,8 @@ def check_entry(root: Path, entry: Entry) -> tuple[list[dict], dict]:
                                   else " (measured outside)")
         rows.append(row)
     meta = first["trace"].metadata or {}
+    first_slowdown = next((r["detail"]["recorder_slowdown"] for r in first_preds
+                           if r.get("modelled")), 1.0)
     sample = np.concatenate([run["sample"] for run in launches])
     info = {"kernel": entry.kernel, "base_trace": entry.base_trace, "folder": str(folder),
             "records": len(first["trace"].events), "wait": first["wait"],
@@ -361,7 +371,8 @@ def check_entry(root: Path, entry: Entry) -> tuple[list[dict], dict]:
             "latency_ns": {q: float(np.quantile(sample, q)) for q in (0.05, 0.25, 0.5, 0.75)},
             "timer_step_ns": timer_step(first["data"]), "record_ns": first["record_ns"],
             "record_gap_ns": first["record_gap_ns"], "record_source": chain_source,
-            "probe_cost": first["probe_cost"],
+            "probe_cost": first["probe_cost"], "recorder_cost": recorder_cost,
+            "recorder_slowdown": first_slowdown,
             "arrival_latency_ns": {name: {q: float(np.quantile(arrival_latencies(x), q))
                                           for q in (0.05, 0.5)}
                                    for name, x in first["inputs"]["arrivals"].items()}}
@@ -375,6 +386,15 @@ def check_entry(root: Path, entry: Entry) -> tuple[list[dict], dict]:
                     point_prediction(run["data"], run["inputs"], row["change"], record_ns=0.0)
                     for run in launches)
     return rows, info
+
+
+def base_recorder_cost(timings: dict, base: str) -> float | None:
+    """What recording cost the base kernel: its recording kernel's CUPTI median over the
+    plain one's, less 1, from the same shuffled rounds (None where the GPU half did not
+    time the recording kernel). A base-run measurement, the variants' never enter."""
+    if not (timings.get(base) and timings.get(f"{base}:recorded")):
+        return None
+    return statistics.median(timings[f"{base}:recorded"]) / statistics.median(timings[base]) - 1
 
 
 def recorded_changes(timings: dict, base: str, variant: str) -> dict:
@@ -392,12 +412,15 @@ def recorded_changes(timings: dict, base: str, variant: str) -> dict:
             "recorder_cost_variant": changed_rec / changed - 1}
 
 
-def point_prediction(data, inputs: dict, change: dict, *, record_ns: float) -> float:
+def point_prediction(data, inputs: dict, change: dict, *, record_ns: float,
+                     recorder_cost: float = 0.0) -> float:
     """The model's change (the middle of ``predict_what_if``'s interval) with ``record_ns``
-    of each work region's recording removed; ``inputs``: the ``first_load`` and
+    of each work region's recording removed and ``recorder_cost`` taken off the work as a
+    slowdown (0: the recorded kernel's own model); ``inputs``: the ``first_load`` and
     ``arrivals`` of ``DerivedPipeline.what_if_terms``."""
     return what_if(data, loaded_latency=True, first_load=inputs["first_load"],
-                   record_ns=record_ns, arrivals=inputs["arrivals"], **change)["predicted_change"]
+                   record_ns=record_ns, arrivals=inputs["arrivals"],
+                   recorder_cost=recorder_cost, **change)["predicted_change"]
 
 
 def pct(v):
@@ -470,7 +493,12 @@ def table(rows: list[dict], infos: list[dict], root: Path) -> str:
              "lowest timer tick and the one above, which a 32 ns timer reads a 40-54 ns "
              "record as); a ring whose commit arms its barrier "
              "before the copies (ws_gemm) issues them one record (the gap) after the commit's "
-             "stamp, which its loads' latencies lose. "
+             "stamp, which its loads' latencies lose. Where the GPU half timed the base's "
+             "recording kernel, what recording cost the base beyond those records' time is "
+             "the compiler's schedule around the records: the replays of base and change "
+             "both run the non-producing roles' own work faster by the one factor that "
+             "takes that cost off the base's replay (their async jobs' engine time kept; "
+             "none where slowing the work cannot: a GEMM whose tensor core sets its time). "
              "launch noise: half the base launches' IQR, relative. "
              "recorded (diagnosis, not a model input): the change of the recording kernels, "
              "CUPTI medians of the same rounds where the GPU half timed them (else the "
@@ -505,7 +533,10 @@ def table(rows: list[dict], infos: list[dict], root: Path) -> str:
                      f"{i['timer_step_ns']:.0f} ns"
                      + (f", one record {i['record_ns']:.1f} ns removed from the replayed "
                         f"work ({i['record_source']}; the trace's gap estimate "
-                        f"{i['record_gap_ns']:.0f} ns)" if i.get("record_ns") else ""))
+                        f"{i['record_gap_ns']:.0f} ns)" if i.get("record_ns") else "")
+                     + (f"; recording cost the base {i['recorder_cost']:+.2%}, the work "
+                        f"replayed x{i['recorder_slowdown']:.3f} (the first traced launch)"
+                        if i.get("recorder_cost") is not None else ""))
     lines += ["", "| kernel | base trace | what-if | predicted | interval | measured | "
               "error (pp) | inside interval | inside +- launch noise | recorded (recorded-kernel "
               "model) | recorder's cost | each traced launch |",

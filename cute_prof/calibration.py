@@ -38,3 +38,73 @@ def subtract_overhead(trace: Trace, overhead_ns: float) -> Trace:
     events["dur_ns"][spans] = np.maximum(events["dur_ns"][spans] - int(round(overhead_ns)), 0)
     metadata = dict(trace.metadata, overhead_subtracted_ns=float(overhead_ns))
     return dataclasses.replace(trace, events=events, metadata=metadata)
+
+
+def recorder_cost(plain, recording, *, rounds: int = 20, warmup: int = 3) -> dict:
+    """What recording costs a kernel on the GPU: the figure a what-if takes to predict the
+    kernel unrecorded (``DerivedPipeline.what_if_terms(recorder_cost=...)``, ``cute-prof
+    analyze --recorder-cost``). FA4's forward runs 12-16% longer recording, most of it the
+    compiler's schedule around the records rather than their own time.
+
+    ``plain()`` and ``recording()`` each launch the kernel once: its plain build, and the
+    one compiled inside an ``autoprofile`` block (with the block's ``caches`` in place where
+    it swapped a framework's cache; every launch rewrites its slices). Both run once per
+    round, in a fresh random order, after ``warmup`` rounds; CUPTI (torch.profiler's kernel
+    events) times them, so the host's launch overhead stays out. Returns ``{"cost": median
+    recording / median plain - 1, "plain_ns": [...], "recording_ns": [...]}`` (each call's
+    kernels summed, one value per round)."""
+    for name, fn in (("plain", plain), ("recording", recording)):
+        if not callable(fn):
+            raise ProfileBufferError(f"{name} must be a callable that launches the kernel once, "
+                                     f"got {type(fn).__name__}")
+    if isinstance(rounds, bool) or not isinstance(rounds, int) or rounds < 3:
+        raise ProfileBufferError(f"rounds must be an int >= 3 (a median of rounds), got {rounds!r}")
+    if isinstance(warmup, bool) or not isinstance(warmup, int) or warmup < 0:
+        raise ProfileBufferError(f"warmup must be an int >= 0, got {warmup!r}")
+    import random
+    import statistics
+
+    import torch
+    from torch.profiler import ProfilerActivity, profile
+
+    launches = {"plain": plain, "recording": recording}
+
+    def kernels(prof) -> list:
+        found = [e for e in prof.events() if e.device_type == torch.autograd.DeviceType.CUDA]
+        return sorted(found, key=lambda e: e.time_range.start)
+
+    per_call = {}
+    for name, fn in launches.items():
+        fn()
+        torch.cuda.synchronize()
+        with profile(activities=[ProfilerActivity.CUDA]) as prof:
+            fn()
+            torch.cuda.synchronize()
+        per_call[name] = len(kernels(prof))
+        if per_call[name] == 0:
+            raise ProfileBufferError(f"{name}() launched no kernel CUPTI saw")
+    for _ in range(warmup):
+        for fn in launches.values():
+            fn()
+    torch.cuda.synchronize()
+    order = []
+    with profile(activities=[ProfilerActivity.CUDA]) as prof:
+        for _ in range(rounds):
+            names = list(launches)
+            random.shuffle(names)
+            for name in names:
+                launches[name]()
+                order.append(name)
+            torch.cuda.synchronize()
+    found = kernels(prof)
+    if len(found) != sum(per_call[name] for name in order):
+        raise ProfileBufferError(f"CUPTI saw {len(found)} kernels in {rounds} rounds, expected "
+                                 f"{sum(per_call[name] for name in order)} (a call launches a "
+                                 f"varying number of kernels)")
+    times, at = {name: [] for name in launches}, 0
+    for name in order:
+        times[name].append(sum(e.time_range.elapsed_us() for e in found[at:at + per_call[name]])
+                           * 1e3)
+        at += per_call[name]
+    return {"cost": statistics.median(times["recording"]) / statistics.median(times["plain"]) - 1,
+            "plain_ns": times["plain"], "recording_ns": times["recording"]}

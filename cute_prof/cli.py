@@ -481,6 +481,12 @@ def _add_pipeline_options(parser: argparse.ArgumentParser) -> None:
                              "pipelines.RECORD_CHAIN_NS; for a GPU not measured, the trace's "
                              "own gap between back-to-back stamps, which holds the kernel's "
                              "code between them too)")
+    parser.add_argument("--recorder-cost", type=float, metavar="PCT",
+                        help="how much longer the recording kernel ran than the plain one, "
+                             "in percent (time both on the GPU, e.g. with torch.profiler): "
+                             "what the records' own time does not account for, the what-ifs "
+                             "take off the warps' work as the compiler's slower schedule "
+                             "(FA4: 12-16%%)")
 
 
 def _what_ifs(args) -> list[dict]:
@@ -526,12 +532,19 @@ def _cmd_analyze_pipeline(args, progress: _Progress, *, trace=None) -> int:
         progress(f"reading the sampled loads of {args.arrivals}")
         probed = load_any(args.arrivals)
     chain_ns = getattr(args, "record_chain_ns", None)
-    if chain_ns is not None and derived is None:
-        raise ProfileBufferError("--record-chain-ns needs a zero-edit trace analysed without "
-                                 "--pipeline (a hand-written model removes no record's time)")
+    cost_pct = getattr(args, "recorder_cost", None)
+    for given, option in ((chain_ns, "--record-chain-ns"), (cost_pct, "--recorder-cost")):
+        if given is not None and derived is None:
+            raise ProfileBufferError(f"{option} needs a zero-edit trace analysed without "
+                                     "--pipeline (a hand-written model's records are its own)")
+    if cost_pct is not None and not -100 < cost_pct < 1000:
+        raise ProfileBufferError(f"--recorder-cost wants a percentage (15 for a recording "
+                                 f"kernel 15% slower than the plain one), got {cost_pct!r}")
     try:
-        terms = (derived.what_if_terms(arrivals_from=probed, record_chain_ns=chain_ns)
-                 if derived is not None else {})
+        terms = (derived.what_if_terms(
+            arrivals_from=probed, record_chain_ns=chain_ns,
+            recorder_cost=None if cost_pct is None else cost_pct / 100.0)
+            if derived is not None else {})
     except ValueError as err:
         raise ProfileBufferError(f"--record-chain-ns: {err}") from None
     report = analyze_pipeline(trace, spec, what_ifs=what_ifs, **terms)

@@ -52,28 +52,39 @@ def test_replay_of_a_shallower_ring_matches_the_exact_schedule(depth, latency):
     assert period == pytest.approx(max(work, produce, (latency + work) / depth), rel=0.01)
 
 
-def test_work_scale_replays_base_and_change_with_that_work():
-    """``work_scale`` changes the work in both replays (the kernel without some cost of its
-    own, a recorder's): the change is the one between the two pipelines with that work,
-    where ``scale`` alone is a change in itself."""
-    work, produce, latency, iters = 1000, 100, 2400, 40
-    data = match_records(make_trace([(0, simulate(4, work, produce, latency, iters))]),
-                         load_pipeline(spec_dict(4)))
-    half = what_if(data, depth={"ring": 1}, work_scale={"c": 0.5})
-    exact = (span(simulate(1, work / 2, produce, latency, iters))
-             - span(simulate(4, work / 2, produce, latency, iters)))
-    assert half["predicted_kernel_ns"] - half["kernel_ns"] == pytest.approx(exact, rel=0.01)
-    # the whole recorded work: a 1-deep ring at this latency costs far more
-    whole = what_if(data, depth={"ring": 1})
-    assert whole["predicted_kernel_ns"] - whole["kernel_ns"] == pytest.approx(
-        span(simulate(1, work, produce, latency, iters)) - span(simulate(4, work, produce, latency, iters)),
-        rel=0.01)
-    assert what_if(data, work_scale={"c": 0.5})["predicted_change"] == pytest.approx(0.0)
-    faster = span(simulate(4, work / 2, produce, latency, iters)) / span(
-        simulate(4, work, produce, latency, iters)) - 1  # latency-bound at half the work
-    assert what_if(data, scale={"c": 0.5})["predicted_change"] == pytest.approx(faster, abs=0.01)
-    assert faster < -0.2
+def test_recorder_cost_predicts_the_plain_kernel_from_a_slowed_recording():
+    """A recording whose consumer work ran 25% slow (the compiler's schedule around its
+    records, FA4's cost) and the plain kernel's time: ``recorder_cost`` replays base and
+    change with the work that much faster, and the change is measured against the plain
+    base, as the GPU measures it. Without it the replay predicts the recorded kernel."""
+    work, produce, latency, iters = 1000, 100, 700, 40
+    recorded, plain = (simulate(4, w, produce, latency, iters) for w in (1.25 * work, work))
+    cost = span(recorded) / span(plain) - 1
+    data = match_records(make_trace([(0, recorded)]), load_pipeline(spec_dict(4)))
+    got = what_if(data, depth={"ring": 1}, recorder_cost=cost)
+    assert got["recorder_slowdown"] == pytest.approx(0.8, abs=2e-3)
+    assert got["kernel_ns"] == pytest.approx(span(plain), rel=1e-3)
+    assert got["measured_kernel_ns"] == span(recorded)
+    plain_change = span(simulate(1, work, produce, latency, iters)) / span(plain) - 1
+    assert got["predicted_change"] == pytest.approx(plain_change, abs=2e-3)
+    # the recorded kernel's own change is another number: the slow work hid more latency
+    recorded_change = span(simulate(1, 1.25 * work, produce, latency, iters)) / span(recorded) - 1
+    assert what_if(data, depth={"ring": 1})["predicted_change"] == pytest.approx(
+        recorded_change, abs=2e-3)
+    assert plain_change - recorded_change > 0.05
 
+
+def test_recorder_cost_is_not_taken_off_work_that_does_not_set_the_time():
+    """Where the loads' latency sets the kernel's time, slowing the work cannot account for
+    the recorder's cost: the replay leaves the work as recorded (slowdown 1) rather than
+    inventing a factor."""
+    work, produce, latency, iters = 300, 100, 2400, 40
+    data = match_records(make_trace([(0, simulate(1, work, produce, latency, iters))]),
+                         load_pipeline(spec_dict(1)))
+    got = what_if(data, depth={"ring": 2}, recorder_cost=0.10)
+    assert got["recorder_slowdown"] == 1.0
+    assert got["predicted_change"] == pytest.approx(
+        what_if(data, depth={"ring": 2})["predicted_change"])
 
 def loaded_trace(latencies, depth=2, work=1000, produce=100, iters=12):
     """Two waves on len(latencies) SMs: the second wave starts after the first finished,

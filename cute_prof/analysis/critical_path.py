@@ -725,9 +725,11 @@ def _unwaited_release_offsets(data: PipelineData, jobs: dict, measured_begin: np
 def replay(data: PipelineData, spec: PipelineSpec | None = None, *,
            scale: dict[str, float] | None = None, terms=None,
            record_ns: float = 0.0, item_latency: dict | None = None,
-           issue_ratio: float = 1.0) -> Schedule:
+           issue_ratio: float = 1.0, own_scale: dict[str, float] | None = None) -> Schedule:
     """Re-schedule the measured work durations under ``spec`` (default: the data's own);
-    ``scale``: tag -> factor on that work region's durations (0.8 = 20% faster).
+    ``scale``: tag -> factor on that work region's durations (0.8 = 20% faster), its async
+    job's included; ``own_scale``: the same on the warps' own work alone, the job's engine
+    time kept (what a recorder's schedule slows: ``recorder_slowdown``).
     ``record_ns``: one record's own time (``pipelines.record_cost_ns``); a work region
     spans two stamps' worth of recording (from the record before it, past its own, to the
     read of the next), so each loses twice that: the replay of the kernel unrecorded.
@@ -790,20 +792,22 @@ def replay(data: PipelineData, spec: PipelineSpec | None = None, *,
         np.maximum(_by_iteration(data.end - data.start) - own_time, 0.0)))
     absorbable = _memo(data, ("leading_job_left",), lambda: {
         i: _by_iteration(x) for i, x in _leading_job_left(data, measured_begin, jobs).items()})
-    for tag, factor in (scale or {}).items():
-        tags = [r.tag for r in spec.regions]
-        if tag not in tags:
-            raise ProfileBufferError(f"scale names an unknown region {tag!r}")
-        if spec.regions[tags.index(tag)].kind != "work":
-            raise ProfileBufferError(f"only work regions can be made faster, {tag!r} is a wait")
-        dur[:, :, tags.index(tag)] *= float(factor)
-        if tags.index(tag) in jobs:  # the region's work is its async job
-            jobs[tags.index(tag)] = jobs[tags.index(tag)] * float(factor)
+    tags = [r.tag for r in spec.regions]
+    for own, factors in ((False, scale), (True, own_scale)):
+        for tag, factor in (factors or {}).items():
+            if tag not in tags:
+                raise ProfileBufferError(f"scale names an unknown region {tag!r}")
+            if spec.regions[tags.index(tag)].kind != "work":
+                raise ProfileBufferError(f"only work regions can be made faster, {tag!r} is a "
+                                         "wait")
+            dur[:, :, tags.index(tag)] *= float(factor)
+            if not own and tags.index(tag) in jobs:  # the region's work is its async job
+                jobs[tags.index(tag)] = jobs[tags.index(tag)] * float(factor)
     prev, role_last = _role_sequences(spec)
     order = spec.step_order()
     # shortest measured duration of each work region
-    floor = _shortest(data, dur) if scale else _memo(data, ("floor", record_ns),
-                                                     lambda: _shortest(data, dur))
+    floor = (_shortest(data, dur) if scale or own_scale
+             else _memo(data, ("floor", record_ns), lambda: _shortest(data, dur)))
     dur = _by_iteration(dur)
     jobs = {i: _by_iteration(job) for i, job in jobs.items()}
     # job regions whose releases drain a tile's jobs: (K, U) where, and the epilogue after
@@ -1315,12 +1319,60 @@ def _one_draw_per_cluster(data: PipelineData, spec: PipelineSpec, draws: dict) -
     return out
 
 
+def slowed_by_recorder(spec: PipelineSpec) -> list[str]:
+    """The work regions a recorder's schedule slows: those of every role that does not
+    produce (a producer's work is issuing copies, not the compiled loop ptxas reorders)."""
+    producers = {r.role for r in spec.regions if "produces" in r.relations}
+    return [r.tag for r in spec.regions if r.kind == "work" and r.role not in producers]
+
+
+RECORDER_SLOWDOWN_FLOOR = 0.5  # the most a recorder is taken to slow the work (x 1 / 0.5)
+
+
+def recorder_slowdown(data: PipelineData, recorder_cost: float, *, terms=None,
+                      record_ns: float = 0.0, item_latency: dict | None = None,
+                      recorded_end: np.ndarray | None = None) -> float:
+    """The factor on the non-producing roles' own work (``slowed_by_recorder``; their async
+    jobs' engine time kept) that, with ``record_ns`` of each work region removed as well,
+    replays the base ``recorder_cost`` faster (the recording kernel's time over the plain
+    kernel's, less 1, both timed on the GPU). A record's own time on a dependency chain is
+    only part of what recording costs: on FA4 the compiler's schedule around the records
+    costs 12-16% of the kernel, and it slows the code between them. 1.0 where the records'
+    own time already accounts for the cost, and where slowing the work cannot (the base's
+    time is its async jobs', a GEMM's tensor core: the cost is not in the work, and the
+    model leaves it). ``recorded_end``: each unit's end in the replay with nothing removed,
+    where the caller has it."""
+    if not recorder_cost > 0:
+        return 1.0
+    terms = terms if terms is not None else infer_terms(data)
+    tags = slowed_by_recorder(data.spec)
+    if recorded_end is None:
+        recorded = replay(data, terms=terms, item_latency=item_latency)
+        recorded_end = np.nanmax(recorded.end.reshape(recorded.end.shape[0], -1), 1)
+    target = 1.0 / (1.0 + float(recorder_cost)) - 1.0
+
+    def change(factor: float) -> float:
+        s = replay(data, terms=terms, record_ns=record_ns, item_latency=item_latency,
+                   own_scale={t: factor for t in tags} if factor != 1.0 else None)
+        end = np.nanmax(s.end.reshape(s.end.shape[0], -1), 1)
+        measured, predicted = _kernel_time(data, end - recorded_end)
+        return predicted / measured - 1.0
+
+    if not tags or change(1.0) <= target or change(RECORDER_SLOWDOWN_FLOOR) > target:
+        return 1.0
+    low, high = RECORDER_SLOWDOWN_FLOOR, 1.0
+    for _ in range(12):  # bisection, to 1.2e-4 of the factor
+        mid = (low + high) / 2
+        low, high = (low, mid) if change(mid) > target else (mid, high)
+    return (low + high) / 2
+
+
 def what_if(data: PipelineData, *, depth: dict | None = None, shared_by: dict | None = None,
             scale: dict | None = None, latency: dict | None = None, terms=None,
             loaded_latency: bool = False, latency_quantile: float = 0.5,
             latency_shift_ns: float = 0.0, first_load: np.ndarray | None = None,
             record_ns: float = 0.0, arrivals: dict | None = None,
-            work_scale: dict | None = None) -> dict:
+            recorder_cost: float = 0.0) -> dict:
     """Predicted kernel-time change of a changed pipeline (ring depths, sharing, a region
     faster), from the replay of the change against the replay of the base. ``latency``:
     wait tag -> ns, replacing the inferred latency of that wait's event (when the trace
@@ -1341,10 +1393,10 @@ def what_if(data: PipelineData, *, depth: dict | None = None, shared_by: dict | 
     of the wait inferred from the trace: blocked waits, capped by the unblocked ones, which
     ended after their data) caps it quantile by quantile.
 
-    ``work_scale``: tag -> factor on that work region's durations in the base's replay and
-    the change's alike (``scale`` changes the change's only): the kernel without a cost its
-    trace carries in its work, such as a recorder that slows the code around its records
-    (``bench/whatif_dilation.py``).
+    ``recorder_cost``: what recording cost the base on the GPU (the recording kernel's
+    time over the plain kernel's, less 1): the part of it ``record_ns`` does not account
+    for slows the warps' own work in the base's replay and the change's alike
+    (``recorder_slowdown``), so both replay the kernel unrecorded.
 
     ``arrivals``: ring -> loads sampled as they arrived (``pipelines.load_arrival_sample``:
     every load, not only the late ones a consumer waited for; or plain latencies); a
@@ -1386,14 +1438,31 @@ def what_if(data: PipelineData, *, depth: dict | None = None, shared_by: dict | 
                     low = np.quantile(sample, UNQUEUED_QUANTILE)
                 loaded[i] = (float(at) + latency_shift_ns, float(low))
                 terms = with_latency(terms, i, loaded[i][0])
-    base = replay(data, terms=terms, record_ns=record_ns, scale=work_scale,
-                  item_latency=_one_draw_per_cluster(
-                      data, data.spec, {i: queued + fixed for i, (queued, fixed, _) in draws.items()}))
-    both = dict(work_scale or {})
-    for tag, factor in (scale or {}).items():
-        both[tag] = both.get(tag, 1.0) * float(factor)
+    base_draws = _one_draw_per_cluster(
+        data, data.spec, {i: queued + fixed for i, (queued, fixed, _) in draws.items()})
+    recorded_end = None
+    if record_ns > 0 or recorder_cost > 0:
+        recorded = replay(data, terms=terms, item_latency=base_draws)
+        recorded_end = np.nanmax(recorded.end.reshape(recorded.end.shape[0], -1), 1)
+    # the recorder's cost beyond its records' own time, taken off the warps' work
+    slowdown = recorder_slowdown(data, recorder_cost, terms=terms, record_ns=record_ns,
+                                 item_latency=base_draws, recorded_end=recorded_end)
+    unslowed = ({tag: slowdown for tag in slowed_by_recorder(data.spec)}
+                if slowdown != 1.0 else None)
+    base = replay(data, terms=terms, record_ns=record_ns, own_scale=unslowed,
+                  item_latency=base_draws)
     changed_spec = data.spec.with_changes(depth=depth, shared_by=shared_by)
     base_end = np.nanmax(base.end.reshape(base.end.shape[0], -1), 1)
+    recorded_end = base_end if recorded_end is None else recorded_end
+
+    def kernel_ns(end, keep=None):
+        """The kernel's time with each unit ending at ``end``: the measured kernel moved
+        by each unit's replayed change from the recorded replay (so the change is measured
+        against the base replayed unrecorded, as the GPU measures it against the plain
+        kernel)."""
+        return _kernel_time(data, end - recorded_end, keep)[1]
+
+    base_ns = kernel_ns(base_end)
     changed_terms, ratio, changed_draws = terms, 1.0, {}
     for _ in range(8 if loaded else 1):
         for i, (at_base, unqueued) in loaded.items():
@@ -1403,12 +1472,12 @@ def what_if(data: PipelineData, *, depth: dict | None = None, shared_by: dict | 
         changed_draws = _one_draw_per_cluster(data, changed_spec, {
             i: fixed + queued_under_load(queued, unqueued, ratio)
             for i, (queued, fixed, unqueued) in draws.items()})
-        changed = replay(data, changed_spec, scale=both or None, terms=changed_terms,
-                         record_ns=record_ns, item_latency=changed_draws,
-                         issue_ratio=ratio)
+        changed = replay(data, changed_spec, scale=scale, own_scale=unslowed,
+                         terms=changed_terms, record_ns=record_ns,
+                         item_latency=changed_draws, issue_ratio=ratio)
         new_end = np.nanmax(changed.end.reshape(changed.end.shape[0], -1), 1)
-        measured, predicted = _kernel_time(data, new_end - base_end)
-        previous, ratio = ratio, predicted / measured
+        predicted = kernel_ns(new_end)
+        previous, ratio = ratio, predicted / base_ns
         if abs(ratio - previous) < 1e-4:
             break
     delta = new_end - base_end
@@ -1417,18 +1486,19 @@ def what_if(data: PipelineData, *, depth: dict | None = None, shared_by: dict | 
     for parity in (0, 1):
         keep = data.unit_sm % 2 == parity
         if keep.any() and (~keep).any():
-            m_half, p_half = _kernel_time(data, delta, keep)
-            halves.append((p_half - m_half) / m_half)
+            halves.append(kernel_ns(new_end, keep) / kernel_ns(base_end, keep) - 1)
     measured_end = np.nanmax(data.end.reshape(data.end.shape[0], -1), 1)
     fidelity = float(np.median((base_end - measured_end)
                                / np.maximum(measured_end - data.start[:, 0, :].min(1), 1)))
     return {"change": {"depth": depth, "shared_by": shared_by, "scale": scale,
                        "latency": latency},
-            "kernel_ns": measured, "predicted_kernel_ns": predicted,
-            "predicted_change": (predicted - measured) / measured,
+            "kernel_ns": base_ns, "predicted_kernel_ns": predicted,
+            "measured_kernel_ns": _kernel_time(data, np.zeros_like(base_end))[0],
+            "predicted_change": predicted / base_ns - 1,
             "unit_delta_median_ns": float(np.median(delta)),
             "half_changes": halves,
             "replay_error_median": fidelity,
+            "recorder_slowdown": slowdown,
             # the latency the change's replay waited on: the mean of its items' draws where
             # the ring's loads were sampled, else the one loaded latency
             "latency_ns": {tags[i]: float(np.mean(changed_draws[i])) if i in changed_draws
@@ -1438,7 +1508,7 @@ def what_if(data: PipelineData, *, depth: dict | None = None, shared_by: dict | 
 def predict_what_if(data: PipelineData, change: dict, *, terms=None,
                     interval: tuple[float, float] = (0.25, 0.75),
                     first_load: np.ndarray | None = None, record_ns: float = 0.0,
-                    arrivals: dict | None = None) -> dict:
+                    arrivals: dict | None = None, recorder_cost: float = 0.0) -> dict:
     """One what-if with its uncertainty from the base trace's own spread: the prediction
     at the median loaded latency, and the interval spanned by the latency quantiles
     ``interval`` (per-unit and per-load variation of the base), each widened by one tick
@@ -1482,7 +1552,7 @@ def predict_what_if(data: PipelineData, change: dict, *, terms=None,
             runs = [what_if(data, terms=terms, loaded_latency=True, latency_quantile=q,
                             latency_shift_ns=shift, first_load=first_load,
                             record_ns=max(record_ns + removed, 0.0), arrivals=arrivals,
-                            **change)
+                            recorder_cost=recorder_cost, **change)
                     for q, shift, removed in ((0.5, 0.0, 0.0),
                                               (interval[0], -tick, record_spread),
                                               (interval[1], tick, -record_spread))]
@@ -1492,7 +1562,7 @@ def predict_what_if(data: PipelineData, change: dict, *, terms=None,
                                     latency_quantile=interval[1], latency_shift_ns=tick,
                                     first_load=first_load,
                                     record_ns=max(record_ns - record_spread, 0.0),
-                                    arrivals=arrivals, **upper))
+                                    arrivals=arrivals, recorder_cost=recorder_cost, **upper))
     except ProfileBufferError as err:
         return {"modelled": False, "reason": str(err)}
     changes = [w["predicted_change"] for w in runs] + list(runs[0]["half_changes"])
@@ -1521,9 +1591,10 @@ def never_blocked(data: PipelineData, terms, i: int) -> bool:
 def analyze_pipeline(trace: Trace, spec: PipelineSpec, *, worst: int = 5,
                      what_ifs: list[dict] | None = None,
                      first_load: np.ndarray | None = None, record_ns: float | None = None,
-                     arrivals: dict | None = None) -> dict:
+                     arrivals: dict | None = None, recorder_cost: float = 0.0) -> dict:
     """Everything above for every unit, aggregated (JSON-ready). With ``first_load``,
-    ``record_ns`` or ``arrivals`` (a derived model: ``DerivedPipeline.what_if_terms``) each
+    ``record_ns``, ``arrivals`` or ``recorder_cost`` (a derived model:
+    ``DerivedPipeline.what_if_terms``) each
     what-if is :func:`predict_what_if`'s, the
     prediction ``bench/whatif_check.py`` checks on the GPU: loaded latency, the kernel
     without recording, and an interval; else the plain replay of :func:`what_if`."""
@@ -1562,13 +1633,15 @@ def analyze_pipeline(trace: Trace, spec: PipelineSpec, *, worst: int = 5,
         "occupancy": occupancy,
         "initiation_interval": initiation_interval(data, terms),
     }
-    if what_ifs and first_load is None and record_ns is None and not arrivals:
+    if what_ifs and first_load is None and record_ns is None and not arrivals \
+            and not recorder_cost:
         result["what_if"] = [what_if(data, terms=terms, **w) for w in what_ifs]
     elif what_ifs:
         result["what_if"] = []
         for w in what_ifs:
             got = predict_what_if(data, w, terms=terms, first_load=first_load,
-                                  record_ns=record_ns or 0.0, arrivals=arrivals)
+                                  record_ns=record_ns or 0.0, arrivals=arrivals,
+                                  recorder_cost=recorder_cost)
             if not got["modelled"]:
                 result["what_if"].append({"change": w, "modelled": False,
                                           "reason": got["reason"]})
@@ -1576,7 +1649,8 @@ def analyze_pipeline(trace: Trace, spec: PipelineSpec, *, worst: int = 5,
             # the record time removed from the replay, so a reader sees which estimate it was
             result["what_if"].append({**got["detail"], "predicted_change": got["predicted_change"],
                                       "interval": list(got["interval"]),
-                                      "record_ns": float(record_ns or 0.0)})
+                                      "record_ns": float(record_ns or 0.0),
+                                      "recorder_cost": float(recorder_cost)})
     return result
 
 

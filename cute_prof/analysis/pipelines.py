@@ -495,7 +495,8 @@ class DerivedPipeline:
                 for p in _meta(self.trace)["pipelines"] if p.get("commit_arms_copies")}
 
     def what_if_terms(self, *, arrivals_from: Trace | None = None,
-                      record_chain_ns: float | None = None) -> dict[str, Any]:
+                      record_chain_ns: float | None = None,
+                      recorder_cost: float | None = None) -> dict[str, Any]:
         """What ``analyze_pipeline`` / ``predict_what_if`` take to predict the unrecorded
         kernel as ``bench/whatif_check.py`` checks it: each CTA's first load as the loaded
         latency, one record's own time, and the sampled loads (:func:`load_arrival_sample`,
@@ -510,9 +511,20 @@ class DerivedPipeline:
         between back-to-back stamps (``record_ns``, 43-53 ns). The gap holds the kernel's
         code between the stamps too: removed per record, it took 4.6-5.3 points more
         recorder's cost off the GEMMs' starved 2-stage rings than the GPU pays
-        (``bench/results/whatif/README.md``, stop 41)."""
+        (``bench/results/whatif/README.md``, stop 41).
+
+        ``recorder_cost``: how much longer the recording kernel ran than the plain one on the
+        GPU, as a fraction (0.15: 15% longer; time both, e.g. with torch.profiler, in the
+        same rounds): what the records' own time does not account for is taken as the
+        compiler's slower schedule of the warps' work (``critical_path.recorder_slowdown``;
+        FA4's forward: 12-16%, of which the records' own time is 1.5-2 points). Without it
+        only the records' own time is removed."""
         if record_chain_ns is not None and not record_chain_ns >= 0:
             raise ValueError(f"record_chain_ns must be a time >= 0 ns, got {record_chain_ns!r}")
+        if recorder_cost is not None and not -1 < recorder_cost < 10:
+            raise ValueError(f"recorder_cost must be the recording kernel's time over the "
+                             f"plain kernel's, less 1 (0.15 for 15% longer), got "
+                             f"{recorder_cost!r}")
         chain = record_chain_ns if record_chain_ns is not None else record_chain_ns_of(self.trace)
         probed = load_arrival_sample(arrivals_from if arrivals_from is not None else self.trace)
         late = self.copy_issue_delay_ns()
@@ -520,7 +532,7 @@ class DerivedPipeline:
             sample["latency_ns"] -= late.get(ring, 0.0)
         return {"first_load": self.first_load_latency()[0],
                 "record_ns": float(chain) if chain is not None else self.record_ns,
-                "arrivals": probed}
+                "arrivals": probed, "recorder_cost": float(recorder_cost or 0.0)}
 
     def format_text(self) -> str:
         d = self.describe()

@@ -101,3 +101,34 @@ def test_flash_attention_forward_zero_edit(causal):
     names = set(trace.tag_names)
     assert {"pipeline_k.consumer_wait", "pipeline_v.consumer_wait",
             "pipeline_k.producer_acquire"} <= names
+
+
+def test_recorder_cost_of_flash_attention_forward():
+    """``calibration.recorder_cost`` times the plain and the recording kernel in shuffled
+    rounds: FA4's forward pays for its records (12-16% on an H100, bench/results/whatif), the
+    figure its what-ifs take to predict the plain kernel."""
+    pytest.importorskip("flash_attn.cute")
+    from cute_prof.calibration import recorder_cost
+    from examples.flash_attention import fa4_interface, inputs
+
+    fa = fa4_interface()
+    q, k, v = inputs(1, 1024, 16, 128)
+    plain_cache = fa._flash_attn_fwd.compile_cache
+    fa._flash_attn_fwd(q, k, v, causal=False)  # the plain kernel, in FA4's own cache
+    with cute_prof.autoprofile(per_warp=4096,
+                               caches=[(fa._flash_attn_fwd, "compile_cache")]) as prof:
+        fa._flash_attn_fwd(q, k, v, causal=False)
+
+    def with_cache(cache):
+        def launch():
+            fa._flash_attn_fwd.compile_cache = cache
+            fa._flash_attn_fwd(q, k, v, causal=False)
+        return launch
+
+    try:
+        got = recorder_cost(with_cache(plain_cache), with_cache(prof.caches[0]), rounds=15)
+    finally:
+        fa._flash_attn_fwd.compile_cache = plain_cache
+    assert len(got["plain_ns"]) == len(got["recording_ns"]) == 15
+    assert 5_000 < min(got["plain_ns"]) < 100_000  # one b1 s1024 forward: ~16 us
+    assert 0.03 < got["cost"] < 0.4, got["cost"]
