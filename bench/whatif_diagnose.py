@@ -21,8 +21,8 @@ sys.path.insert(0, str(ROOT / "bench"))
 from cute_prof.analysis import critical_path as cp  # noqa: E402
 from cute_prof.analysis.pipelines import derive_pipeline, warpgroup_ends  # noqa: E402
 from whatif_check import (  # noqa: E402
-    ENTRIES, folder_of, point_prediction, record_chain, recorded_changes, trace_span,
-    traced_change)
+    ENTRIES, base_recorder_cost, folder_of, point_prediction, record_chain, recorded_changes,
+    trace_span, traced_change)
 
 # the sensitivity sweeps the README cites: kernel folder -> (what-if, latencies in ns)
 SWEEPS = {"gemm_ze": ({"depth": {"ab_pipe": 2}}, (768, 896, 1024, 1140)),
@@ -212,8 +212,10 @@ def recorder_split(folder: Path, entry, raw, data, model_terms: dict,
             cost, source = trace_span(entry.load(path)) / cupti[name] - 1, "traced"
         else:
             continue
-        recorded, unrecorded = (point_prediction(data, model_terms, change, record_ns=r)
-                                for r in (0.0, model_terms["record_ns"]))
+        recorded = point_prediction(data, model_terms, change, record_ns=0.0)
+        unrecorded = point_prediction(data, model_terms, change,
+                                      record_ns=model_terms["record_ns"],
+                                      recorder_cost=model_terms["recorder_cost"])
         model_cost = (1 + recorded) / (1 + unrecorded) * base_cost
         lines.append(
             f"  {name:16s} recorded kernel: predicted {recorded * 100:+.2f}%, {source} "
@@ -299,7 +301,8 @@ def main(argv=None) -> int:
         probed = folder / entry.arrivals_trace if entry.arrivals_trace else None
         model_terms = base["derived"].what_if_terms(
             arrivals_from=entry.load(probed) if probed and probed.exists() else None,
-            record_chain_ns=chain_ns)
+            record_chain_ns=chain_ns,
+            recorder_cost=base_recorder_cost(entry.load_timings(folder), entry.base))
         lines += recorder_split(folder, entry, base_trace, data, model_terms,
                                 base["derived"].record_ns)
         lag = trailing_release(base["derived"])

@@ -184,3 +184,16 @@ def test_unobserved_latency_gives_bounds_not_a_prediction():
     # the exact ring of depth 1 at the true latency: one item per L + W
     exact = (span(simulate(1, work, produce, latency, iters)) - span(spans) + late) / span(spans)
     assert lo <= exact <= hi
+
+
+def test_the_interval_reaches_the_prediction_without_the_recorder_slowdown():
+    """How much of a recorder's cost slows the work is the model's reading: the interval
+    holds the prediction with only the records' own time removed as well."""
+    work, produce, latency, iters = 1000, 100, 700, 40
+    recorded, plain = (simulate(4, w, produce, latency, iters) for w in (1.25 * work, work))
+    cost = span(recorded) / span(plain) - 1
+    data = match_records(make_trace([(0, recorded)]), load_pipeline(spec_dict(4)))
+    got = predict_what_if(data, {"depth": {"ring": 1}}, recorder_cost=cost)
+    without = predict_what_if(data, {"depth": {"ring": 1}})
+    low, high = got["interval"]
+    assert low <= without["predicted_change"] < got["predicted_change"] <= high

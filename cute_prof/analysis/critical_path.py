@@ -1514,8 +1514,10 @@ def predict_what_if(data: PipelineData, change: dict, *, terms=None,
     ``interval`` (per-unit and per-load variation of the base), each widened by one tick
     of the trace's timer (a latency is not known closer than that), and the predictions
     from each half of the SMs alone (the CTAs' own variation of work and latency: two
-    halves of one kernel that disagree say the whole is not known closer). A change the model
-    cannot make comes back as ``{"modelled": False, "reason": ...}`` instead of a number; so
+    halves of one kernel that disagree say the whole is not known closer); where a
+    ``recorder_cost`` slowed the work (``recorder_slowdown``), also the prediction with the
+    records' own time removed alone (how much of the cost is the work's is the model's
+    reading, not a measurement). A change the model cannot make comes back as ``{"modelled": False, "reason": ...}`` instead of a number; so
     does one that hangs on a load latency the base never showed (its consumer never waited:
     with ``bounds``, the change at latency 0 and at the unblocked waits' bound)."""
     unknown = set(change) - {"depth", "shared_by", "scale", "latency"}
@@ -1556,6 +1558,12 @@ def predict_what_if(data: PipelineData, change: dict, *, terms=None,
                     for q, shift, removed in ((0.5, 0.0, 0.0),
                                               (interval[0], -tick, record_spread),
                                               (interval[1], tick, -record_spread))]
+            if runs[0]["recorder_slowdown"] != 1.0:
+                # how much of the recorder's cost slows the work is the model's reading:
+                # the interval reaches the kernel with only its records' own time removed
+                runs.append(what_if(data, terms=terms, loaded_latency=True,
+                                    first_load=first_load, record_ns=record_ns,
+                                    arrivals=arrivals, **change))
             if unobserved:
                 upper = {**change, "latency": {**(change.get("latency") or {}), **unobserved}}
                 runs.append(what_if(data, terms=terms, loaded_latency=True,
