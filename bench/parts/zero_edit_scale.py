@@ -29,6 +29,9 @@ def main(argv=None) -> int:
     ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     ap.add_argument("trace")
     ap.add_argument("--rounds", type=int, default=5)
+    ap.add_argument("--recorder-cost", type=float, default=None,
+                    help="the recording kernel's time over the plain one's, less 1 (the "
+                         "what-if then fits the recorder's slowdown of the work)")
     args = ap.parse_args(argv)
     trace = load_columns(args.trace)
     depth = None
@@ -36,7 +39,7 @@ def main(argv=None) -> int:
     for _ in range(args.rounds):
         t0 = time.perf_counter()
         derived = derive_pipeline(trace)
-        terms = derived.what_if_terms()
+        terms = derived.what_if_terms(recorder_cost=args.recorder_cost)
         t1 = time.perf_counter()
         depth = depth or {r.name: 1 for r in derived.spec.resources}
         analyze_pipeline(derived.trace, derived.spec, what_ifs=[{"depth": depth}], **terms)

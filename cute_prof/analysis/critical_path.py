@@ -792,6 +792,9 @@ def replay(data: PipelineData, spec: PipelineSpec | None = None, *,
         np.maximum(_by_iteration(data.end - data.start) - own_time, 0.0)))
     absorbable = _memo(data, ("leading_job_left",), lambda: {
         i: _by_iteration(x) for i, x in _leading_job_left(data, measured_begin, jobs).items()})
+    # shortest measured duration of each work region: a minimum, so a scaled region's is
+    # its own scaled (one pass over the data per record time)
+    floor = np.array(_memo(data, ("floor", record_ns), lambda: _shortest(data, dur)))
     tags = [r.tag for r in spec.regions]
     for own, factors in ((False, scale), (True, own_scale)):
         for tag, factor in (factors or {}).items():
@@ -801,13 +804,11 @@ def replay(data: PipelineData, spec: PipelineSpec | None = None, *,
                 raise ProfileBufferError(f"only work regions can be made faster, {tag!r} is a "
                                          "wait")
             dur[:, :, tags.index(tag)] *= float(factor)
+            floor[tags.index(tag)] *= float(factor)
             if not own and tags.index(tag) in jobs:  # the region's work is its async job
                 jobs[tags.index(tag)] = jobs[tags.index(tag)] * float(factor)
     prev, role_last = _role_sequences(spec)
     order = spec.step_order()
-    # shortest measured duration of each work region
-    floor = (_shortest(data, dur) if scale or own_scale
-             else _memo(data, ("floor", record_ns), lambda: _shortest(data, dur)))
     dur = _by_iteration(dur)
     jobs = {i: _by_iteration(job) for i, job in jobs.items()}
     # job regions whose releases drain a tile's jobs: (K, U) where, and the epilogue after
@@ -1327,6 +1328,7 @@ def slowed_by_recorder(spec: PipelineSpec) -> list[str]:
 
 
 RECORDER_SLOWDOWN_FLOOR = 0.5  # the most a recorder is taken to slow the work (x 1 / 0.5)
+RECORDER_SLOWDOWN_STEPS = 8  # replays of the fit past its two ends (it needs 2-4)
 
 
 def recorder_slowdown(data: PipelineData, recorder_cost: float, *, terms=None,
@@ -1358,13 +1360,31 @@ def recorder_slowdown(data: PipelineData, recorder_cost: float, *, terms=None,
         measured, predicted = _kernel_time(data, end - recorded_end)
         return predicted / measured - 1.0
 
-    if not tags or change(1.0) <= target or change(RECORDER_SLOWDOWN_FLOOR) > target:
+    if not tags:
         return 1.0
+    # the change falls with the factor, nearly in proportion: regula falsi (Illinois) between
+    # the floor and 1 finds it in a few replays
     low, high = RECORDER_SLOWDOWN_FLOOR, 1.0
-    for _ in range(12):  # bisection, to 1.2e-4 of the factor
-        mid = (low + high) / 2
-        low, high = (low, mid) if change(mid) > target else (mid, high)
-    return (low + high) / 2
+    at_low, at_high = change(low) - target, change(high) - target
+    if at_high <= 0 or at_low > 0:
+        return 1.0
+    side = 0
+    for _ in range(RECORDER_SLOWDOWN_STEPS):
+        factor = high - at_high * (high - low) / (at_high - at_low)
+        at = change(factor) - target
+        if abs(at) < 1e-4:
+            return factor
+        if at > 0:  # not yet fast enough: a smaller factor
+            high, at_high = factor, at
+            if side == 1:
+                at_low /= 2
+            side = 1
+        else:
+            low, at_low = factor, at
+            if side == -1:
+                at_high /= 2
+            side = -1
+    return factor
 
 
 def what_if(data: PipelineData, *, depth: dict | None = None, shared_by: dict | None = None,
@@ -1372,7 +1392,7 @@ def what_if(data: PipelineData, *, depth: dict | None = None, shared_by: dict | 
             loaded_latency: bool = False, latency_quantile: float = 0.5,
             latency_shift_ns: float = 0.0, first_load: np.ndarray | None = None,
             record_ns: float = 0.0, arrivals: dict | None = None,
-            recorder_cost: float = 0.0) -> dict:
+            recorder_cost: float = 0.0, slowdown: float | None = None) -> dict:
     """Predicted kernel-time change of a changed pipeline (ring depths, sharing, a region
     faster), from the replay of the change against the replay of the base. ``latency``:
     wait tag -> ns, replacing the inferred latency of that wait's event (when the trace
@@ -1396,7 +1416,8 @@ def what_if(data: PipelineData, *, depth: dict | None = None, shared_by: dict | 
     ``recorder_cost``: what recording cost the base on the GPU (the recording kernel's
     time over the plain kernel's, less 1): the part of it ``record_ns`` does not account
     for slows the warps' own work in the base's replay and the change's alike
-    (``recorder_slowdown``), so both replay the kernel unrecorded.
+    (``recorder_slowdown``), so both replay the kernel unrecorded; ``slowdown``: that factor
+    as an earlier call fitted it (its ``recorder_slowdown``), not fitted again.
 
     ``arrivals``: ring -> loads sampled as they arrived (``pipelines.load_arrival_sample``:
     every load, not only the late ones a consumer waited for; or plain latencies); a
@@ -1445,8 +1466,9 @@ def what_if(data: PipelineData, *, depth: dict | None = None, shared_by: dict | 
         recorded = replay(data, terms=terms, item_latency=base_draws)
         recorded_end = np.nanmax(recorded.end.reshape(recorded.end.shape[0], -1), 1)
     # the recorder's cost beyond its records' own time, taken off the warps' work
-    slowdown = recorder_slowdown(data, recorder_cost, terms=terms, record_ns=record_ns,
-                                 item_latency=base_draws, recorded_end=recorded_end)
+    if slowdown is None:
+        slowdown = recorder_slowdown(data, recorder_cost, terms=terms, record_ns=record_ns,
+                                     item_latency=base_draws, recorded_end=recorded_end)
     unslowed = ({tag: slowdown for tag in slowed_by_recorder(data.spec)}
                 if slowdown != 1.0 else None)
     base = replay(data, terms=terms, record_ns=record_ns, own_scale=unslowed,
@@ -1551,13 +1573,15 @@ def predict_what_if(data: PipelineData, change: dict, *, terms=None,
     try:
         with warnings.catch_warnings():  # a deadlocked ring replays nan events first
             warnings.simplefilter("ignore", RuntimeWarning)
-            runs = [what_if(data, terms=terms, loaded_latency=True, latency_quantile=q,
-                            latency_shift_ns=shift, first_load=first_load,
-                            record_ns=max(record_ns + removed, 0.0), arrivals=arrivals,
-                            recorder_cost=recorder_cost, **change)
-                    for q, shift, removed in ((0.5, 0.0, 0.0),
-                                              (interval[0], -tick, record_spread),
-                                              (interval[1], tick, -record_spread))]
+            runs = []
+            # the recorder's slowdown is fitted at the median latency and kept for the ends
+            for q, shift, removed in ((0.5, 0.0, 0.0), (interval[0], -tick, record_spread),
+                                      (interval[1], tick, -record_spread)):
+                runs.append(what_if(data, terms=terms, loaded_latency=True, latency_quantile=q,
+                                    latency_shift_ns=shift, first_load=first_load,
+                                    record_ns=max(record_ns + removed, 0.0), arrivals=arrivals,
+                                    recorder_cost=recorder_cost, **change,
+                                    slowdown=runs[0]["recorder_slowdown"] if runs else None))
             if runs[0]["recorder_slowdown"] != 1.0:
                 # how much of the recorder's cost slows the work is the model's reading:
                 # the interval reaches the kernel with only its records' own time removed
@@ -1570,7 +1594,8 @@ def predict_what_if(data: PipelineData, change: dict, *, terms=None,
                                     latency_quantile=interval[1], latency_shift_ns=tick,
                                     first_load=first_load,
                                     record_ns=max(record_ns - record_spread, 0.0),
-                                    arrivals=arrivals, recorder_cost=recorder_cost, **upper))
+                                    arrivals=arrivals, recorder_cost=recorder_cost, **upper,
+                                    slowdown=runs[0]["recorder_slowdown"]))
     except ProfileBufferError as err:
         return {"modelled": False, "reason": str(err)}
     changes = [w["predicted_change"] for w in runs] + list(runs[0]["half_changes"])
