@@ -32,6 +32,8 @@ sys.path.insert(0, str(ROOT))
 
 import torch  # noqa: E402
 
+from cute_prof.calibration import cuda_kernels, kernels_per_call  # noqa: E402
+
 SPEC = ROOT / "examples" / "ws_gemm_persistent_pipeline.json"
 TRACE_MNK = (4096, 4096, 1024)  # 512 output tiles: ~3.9 per CTA on 132 SMs, 16 k-tiles
 BIG_MNK = (8192, 8192, 8192)
@@ -45,20 +47,12 @@ def cupti_times(launches: dict, rounds: int, per_round: int, log, seed=17) -> di
     from torch.profiler import ProfilerActivity, profile
 
     def kernels(prof):
-        ev = [e for e in prof.events() if e.device_type == torch.autograd.DeviceType.CUDA
-              and not e.name.lower().startswith(("memcpy", "memset"))]
-        return sorted(ev, key=lambda e: e.time_range.start)
+        return cuda_kernels(prof, exclude=("Memcpy", "Memset"))
 
     per_call = {}
     for name, fn in launches.items():
-        fn()
-        torch.cuda.synchronize()
-        with profile(activities=[ProfilerActivity.CUDA]) as prof:
-            fn()
-            torch.cuda.synchronize()
-        ks = kernels(prof)
-        per_call[name] = max(1, len(ks))
-        log(f"  {name}: {len(ks)} kernel(s) per call: {[k.name[:60] for k in ks]}")
+        per_call[name] = max(1, kernels_per_call(fn, exclude=("Memcpy", "Memset")))
+        log(f"  {name}: {per_call[name]} kernel(s) per call")
     names = list(launches)
     for _ in range(3):
         for name in names:

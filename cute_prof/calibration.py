@@ -40,6 +40,31 @@ def subtract_overhead(trace: Trace, overhead_ns: float) -> Trace:
     return dataclasses.replace(trace, events=events, metadata=metadata)
 
 
+def cuda_kernels(prof, *, exclude: tuple[str, ...] = ()) -> list:
+    """The CUDA kernel events (CUPTI) of a finished ``torch.profiler.profile`` session, in
+    start order, less those whose name contains one of ``exclude`` (a bench's own
+    housekeeping kernels: a buffer's zeroing, copies)."""
+    import torch
+
+    found = [e for e in prof.events() if e.device_type == torch.autograd.DeviceType.CUDA
+             and not any(part in e.name for part in exclude)]
+    return sorted(found, key=lambda e: e.time_range.start)
+
+
+def kernels_per_call(launch, *, exclude: tuple[str, ...] = ()) -> int:
+    """How many kernels one call of ``launch()`` runs (after one call untimed: a first call
+    may compile), as :func:`cuda_kernels` counts them."""
+    import torch
+    from torch.profiler import ProfilerActivity, profile
+
+    launch()
+    torch.cuda.synchronize()
+    with profile(activities=[ProfilerActivity.CUDA]) as prof:
+        launch()
+        torch.cuda.synchronize()
+    return len(cuda_kernels(prof, exclude=exclude))
+
+
 def recorder_cost(plain, recording, *, rounds: int = 20, warmup: int = 3) -> dict:
     """What recording costs a kernel on the GPU: the figure a what-if takes to predict the
     kernel unrecorded (``DerivedPipeline.what_if_terms(recorder_cost=...)``, ``cute-prof
@@ -68,20 +93,9 @@ def recorder_cost(plain, recording, *, rounds: int = 20, warmup: int = 3) -> dic
     from torch.profiler import ProfilerActivity, profile
 
     launches = {"plain": plain, "recording": recording}
-
-    def kernels(prof) -> list:
-        found = [e for e in prof.events() if e.device_type == torch.autograd.DeviceType.CUDA]
-        return sorted(found, key=lambda e: e.time_range.start)
-
-    per_call = {}
-    for name, fn in launches.items():
-        fn()
-        torch.cuda.synchronize()
-        with profile(activities=[ProfilerActivity.CUDA]) as prof:
-            fn()
-            torch.cuda.synchronize()
-        per_call[name] = len(kernels(prof))
-        if per_call[name] == 0:
+    per_call = {name: kernels_per_call(fn) for name, fn in launches.items()}
+    for name, count in per_call.items():
+        if count == 0:
             raise ProfileBufferError(f"{name}() launched no kernel CUPTI saw")
     for _ in range(warmup):
         for fn in launches.values():
@@ -96,7 +110,7 @@ def recorder_cost(plain, recording, *, rounds: int = 20, warmup: int = 3) -> dic
                 launches[name]()
                 order.append(name)
             torch.cuda.synchronize()
-    found = kernels(prof)
+    found = cuda_kernels(prof)
     if len(found) != sum(per_call[name] for name in order):
         raise ProfileBufferError(f"CUPTI saw {len(found)} kernels in {rounds} rounds, expected "
                                  f"{sum(per_call[name] for name in order)} (a call launches a "

@@ -8,30 +8,21 @@ import random
 import statistics
 from typing import Callable
 
+from cute_prof import calibration
+from cute_prof.calibration import cuda_kernels
+
 # kernels the benches launch themselves between variants (a flat buffer's counter reset)
 HOUSEKEEPING = ("fill", "elementwise", "emset", "Memcpy", "at::")
 
 
 def device_kernels(prof) -> list:
     """CUPTI kernel events in start order, less the housekeeping kernels."""
-    import torch
-
-    found = [e for e in prof.events() if e.device_type == torch.autograd.DeviceType.CUDA
-             and not any(s in e.name for s in HOUSEKEEPING)]
-    return sorted(found, key=lambda e: e.time_range.start)
+    return cuda_kernels(prof, exclude=HOUSEKEEPING)
 
 
 def kernels_per_call(launch: Callable[[], object]) -> int:
     """How many kernels one call launches (cuBLAS may launch more than one)."""
-    import torch
-    from torch.profiler import ProfilerActivity, profile
-
-    launch()
-    torch.cuda.synchronize()
-    with profile(activities=[ProfilerActivity.CUDA]) as prof:
-        launch()
-        torch.cuda.synchronize()
-    return len(device_kernels(prof))
+    return calibration.kernels_per_call(launch, exclude=HOUSEKEEPING)
 
 
 def time_shuffled(variants: dict, *, rounds: int, warmup: int = 3, resets: dict | None = None,
