@@ -31,7 +31,7 @@ _FLOAT_MAX = np.finfo(np.float64).max
 __all__ = ["PipelineData", "Schedule", "match_records", "replay", "critical_path",
            "blockers", "ring_occupancy", "initiation_interval", "what_if", "latency_sample",
            "timer_step", "load_congestion", "queued_under_load", "predict_what_if",
-           "never_blocked",
+           "never_blocked", "recorder_slowdown", "slowed_by_recorder",
            "analyze_pipeline", "perfetto_outputs", "format_pipeline_report"]
 
 # loaded latency: at least this many observations of one kind before it is used
@@ -1344,10 +1344,10 @@ def recorder_slowdown(data: PipelineData, recorder_cost: float, *, terms=None,
     time is its async jobs', a GEMM's tensor core: the cost is not in the work, and the
     model leaves it). ``recorded_end``: each unit's end in the replay with nothing removed,
     where the caller has it."""
-    if not recorder_cost > 0:
+    tags = slowed_by_recorder(data.spec)
+    if not recorder_cost > 0 or not tags:
         return 1.0
     terms = terms if terms is not None else infer_terms(data)
-    tags = slowed_by_recorder(data.spec)
     if recorded_end is None:
         recorded = replay(data, terms=terms, item_latency=item_latency)
         recorded_end = np.nanmax(recorded.end.reshape(recorded.end.shape[0], -1), 1)
@@ -1360,8 +1360,6 @@ def recorder_slowdown(data: PipelineData, recorder_cost: float, *, terms=None,
         measured, predicted = _kernel_time(data, end - recorded_end)
         return predicted / measured - 1.0
 
-    if not tags:
-        return 1.0
     # the change falls with the factor, nearly in proportion: regula falsi (Illinois) between
     # the floor and 1 finds it in a few replays
     low, high = RECORDER_SLOWDOWN_FLOOR, 1.0
