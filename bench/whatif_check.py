@@ -251,6 +251,7 @@ def launch_model(entry: Entry, raw: Trace, probed: Trace | None, *,
         recorder_cost = terms["recorder_cost"]
     else:
         spec = entry.spec(raw)  # level-2 bases: their probes are the kernel the model sees
+        recorder_cost = 0.0
     data = match_records(trace, spec)
     wait = entry.wait or next(r.tag for r in spec.regions if "consumes" in r.relations)
     ring = next(r.relations["consumes"].resource for r in spec.regions if r.tag == wait)
@@ -268,7 +269,7 @@ def launch_model(entry: Entry, raw: Trace, probed: Trace | None, *,
             "source": source, "probe_cost": probe_cost, "record_ns": record_ns,
             "record_gap_ns": derived.record_ns if entry.derived else 0.0,
             "inputs": {"first_load": first_load, "arrivals": arrivals,
-                       "recorder_cost": recorder_cost or 0.0}}
+                       "recorder_cost": recorder_cost}}
 
 
 def median_of(values):
@@ -389,9 +390,9 @@ def check_entry(root: Path, entry: Entry) -> tuple[list[dict], dict]:
 
 
 def base_recorder_cost(timings: dict, base: str) -> float | None:
-    """What recording cost the base kernel: its recording kernel's CUPTI median over the
-    plain one's, less 1, from the same shuffled rounds (None where the GPU half did not
-    time the recording kernel). A base-run measurement, the variants' never enter."""
+    """What recording cost a kernel (the model takes the base's): its recording kernel's
+    CUPTI median over the plain one's, less 1, from the same shuffled rounds (None where the
+    GPU half did not time the recording kernel)."""
     if not (timings.get(base) and timings.get(f"{base}:recorded")):
         return None
     return statistics.median(timings[f"{base}:recorded"]) / statistics.median(timings[base]) - 1
@@ -406,10 +407,10 @@ def recorded_changes(timings: dict, base: str, variant: str) -> dict:
     names = (base, variant, f"{base}:recorded", f"{variant}:recorded")
     if not all(timings.get(n) for n in names):
         return {}
-    plain, changed, plain_rec, changed_rec = (statistics.median(timings[n]) for n in names)
+    plain_rec, changed_rec = (statistics.median(timings[n]) for n in names[2:])
     return {"measured_recorded": changed_rec / plain_rec - 1,
-            "recorder_cost_base": plain_rec / plain - 1,
-            "recorder_cost_variant": changed_rec / changed - 1}
+            "recorder_cost_base": base_recorder_cost(timings, base),
+            "recorder_cost_variant": base_recorder_cost(timings, variant)}
 
 
 def point_prediction(data, inputs: dict, change: dict, *, record_ns: float,

@@ -65,6 +65,66 @@ def kernels_per_call(launch, *, exclude: tuple[str, ...] = ()) -> int:
     return len(cuda_kernels(prof, exclude=exclude))
 
 
+def time_shuffled(launches: dict, *, rounds: int, warmup: int = 3, resets: dict | None = None,
+                  per_block: int = 1, exclude: tuple[str, ...] = ()) -> dict:
+    """``{name: [ns per round]}``: every launch (``name -> callable`` launching a kernel
+    once) once per round in a fresh random order, after ``warmup`` rounds, its kernels'
+    CUPTI durations (torch.profiler) summed per call, those named in ``exclude`` left out:
+    CUDA events around one Python launch would time the host's launch overhead too.
+    ``resets[name]`` runs before each of that launch's calls and is not timed (its kernels
+    must be ones ``exclude`` names).
+
+    ``per_block`` > 1: each round calls each launch that many times back to back and keeps
+    the median of the block's second half (each call follows its own kernel, where one call
+    per round follows some other kernel; on FA4 both read the same changes within 1.2
+    points)."""
+    import random
+    import statistics
+
+    import torch
+    from torch.profiler import ProfilerActivity, profile
+
+    resets = resets or {}
+    counts = {name: kernels_per_call(fn, exclude=exclude) for name, fn in launches.items()}
+    for name, count in counts.items():
+        if count == 0:
+            raise ProfileBufferError(f"{name}() launched no kernel CUPTI saw")
+
+    def run(name):
+        if name in resets:
+            resets[name]()
+        launches[name]()
+
+    names = list(launches)
+    for _ in range(warmup):
+        for name in names:
+            run(name)
+    torch.cuda.synchronize()
+    order = []
+    with profile(activities=[ProfilerActivity.CUDA]) as prof:
+        for _ in range(rounds):
+            random.shuffle(names)
+            for name in names:
+                for _ in range(per_block):
+                    run(name)
+                order.append(name)
+            torch.cuda.synchronize()
+    found = cuda_kernels(prof, exclude=exclude)
+    want = sum(counts[name] * per_block for name in order)
+    if len(found) != want:
+        raise ProfileBufferError(f"CUPTI saw {len(found)} kernels in {rounds} rounds, expected "
+                                 f"{want} (a call launches a varying number of kernels): "
+                                 f"{sorted({e.name for e in found})[:6]}")
+    times, at = {name: [] for name in launches}, 0
+    for name in order:
+        n = counts[name]
+        block = [sum(e.time_range.elapsed_us() for e in found[at + j * n:at + (j + 1) * n]) * 1e3
+                 for j in range(per_block)]
+        times[name].append(statistics.median(block[per_block // 2:]))
+        at += n * per_block
+    return times
+
+
 def recorder_cost(plain, recording, *, rounds: int = 20, warmup: int = 3) -> dict:
     """What recording costs a kernel on the GPU: the figure a what-if takes to predict the
     kernel unrecorded (``DerivedPipeline.what_if_terms(recorder_cost=...)``, ``cute-prof
@@ -77,7 +137,7 @@ def recorder_cost(plain, recording, *, rounds: int = 20, warmup: int = 3) -> dic
     round, in a fresh random order, after ``warmup`` rounds; CUPTI (torch.profiler's kernel
     events) times them, so the host's launch overhead stays out. Returns ``{"cost": median
     recording / median plain - 1, "plain_ns": [...], "recording_ns": [...]}`` (each call's
-    kernels summed, one value per round)."""
+    kernels summed, one value per round: :func:`time_shuffled`)."""
     for name, fn in (("plain", plain), ("recording", recording)):
         if not callable(fn):
             raise ProfileBufferError(f"{name} must be a callable that launches the kernel once, "
@@ -86,39 +146,9 @@ def recorder_cost(plain, recording, *, rounds: int = 20, warmup: int = 3) -> dic
         raise ProfileBufferError(f"rounds must be an int >= 3 (a median of rounds), got {rounds!r}")
     if isinstance(warmup, bool) or not isinstance(warmup, int) or warmup < 0:
         raise ProfileBufferError(f"warmup must be an int >= 0, got {warmup!r}")
-    import random
     import statistics
 
-    import torch
-    from torch.profiler import ProfilerActivity, profile
-
-    launches = {"plain": plain, "recording": recording}
-    per_call = {name: kernels_per_call(fn) for name, fn in launches.items()}
-    for name, count in per_call.items():
-        if count == 0:
-            raise ProfileBufferError(f"{name}() launched no kernel CUPTI saw")
-    for _ in range(warmup):
-        for fn in launches.values():
-            fn()
-    torch.cuda.synchronize()
-    order = []
-    with profile(activities=[ProfilerActivity.CUDA]) as prof:
-        for _ in range(rounds):
-            names = list(launches)
-            random.shuffle(names)
-            for name in names:
-                launches[name]()
-                order.append(name)
-            torch.cuda.synchronize()
-    found = cuda_kernels(prof)
-    if len(found) != sum(per_call[name] for name in order):
-        raise ProfileBufferError(f"CUPTI saw {len(found)} kernels in {rounds} rounds, expected "
-                                 f"{sum(per_call[name] for name in order)} (a call launches a "
-                                 f"varying number of kernels)")
-    times, at = {name: [] for name in launches}, 0
-    for name in order:
-        times[name].append(sum(e.time_range.elapsed_us() for e in found[at:at + per_call[name]])
-                           * 1e3)
-        at += per_call[name]
+    times = time_shuffled({"plain": plain, "recording": recording}, rounds=rounds,
+                          warmup=warmup)
     return {"cost": statistics.median(times["recording"]) / statistics.median(times["plain"]) - 1,
             "plain_ns": times["plain"], "recording_ns": times["recording"]}

@@ -4,10 +4,6 @@ timing method. CUDA events around one Python launch also time the host's launch 
 
 from __future__ import annotations
 
-import random
-import statistics
-from typing import Callable
-
 from cute_prof import calibration
 from cute_prof.calibration import cuda_kernels
 
@@ -20,61 +16,16 @@ def device_kernels(prof) -> list:
     return cuda_kernels(prof, exclude=HOUSEKEEPING)
 
 
-def kernels_per_call(launch: Callable[[], object]) -> int:
-    """How many kernels one call launches (cuBLAS may launch more than one)."""
-    return calibration.kernels_per_call(launch, exclude=HOUSEKEEPING)
-
-
 def time_shuffled(variants: dict, *, rounds: int, warmup: int = 3, resets: dict | None = None,
                   per_block: int = 1) -> dict:
-    """``{name: [ms per round]}``: every variant once per round, in a fresh random order, its
-    kernels' CUPTI durations summed per call. ``resets[name]`` runs before each launch and is
-    not timed (its kernels must be housekeeping ones).
-
-    ``per_block`` > 1: every round launches each variant that many times back to back and
-    keeps the median of the block's second half: each launch follows its own kernel, as a
-    traced launch does (``traced_launches``), where one launch per round follows some other
-    kernel. On FA4 both ways read the same changes within 1.2 points (gpu24); neither
-    reproduced the traced launches' times (recording kernel, b4: 848 us traced, 936 us in
-    shuffled rounds, 970 us in blocks; bench/results/whatif/state/)."""
-    import torch
-    from torch.profiler import ProfilerActivity, profile
-
-    resets = resets or {}
-    counts = {name: kernels_per_call(fn) for name, fn in variants.items()}
-
-    def run(name):
-        if name in resets:
-            resets[name]()
-        variants[name]()
-
-    names = list(variants)
-    for _ in range(warmup):
-        for name in names:
-            run(name)
-    torch.cuda.synchronize()
-    order = []
-    with profile(activities=[ProfilerActivity.CUDA]) as prof:
-        for _ in range(rounds):
-            random.shuffle(names)
-            for name in names:
-                for _ in range(per_block):
-                    run(name)
-                order.append(name)
-            torch.cuda.synchronize()
-    kernels = device_kernels(prof)
-    want = sum(counts[name] * per_block for name in order)
-    if len(kernels) != want:
-        raise RuntimeError(f"CUPTI saw {len(kernels)} kernels, expected {want}: "
-                           f"{sorted({e.name for e in kernels})[:6]}")
-    times, at = {name: [] for name in variants}, 0
-    for name in order:
-        n = counts[name]
-        launches = [sum(e.time_range.elapsed_us() for e in kernels[at + i * n:at + (i + 1) * n]) / 1e3
-                    for i in range(per_block)]
-        times[name].append(statistics.median(launches[per_block // 2:]))
-        at += n * per_block
-    return times
+    """``{name: [ms per round]}``: ``calibration.time_shuffled`` without the housekeeping
+    kernels (``resets[name]`` runs before each launch, untimed). With ``per_block`` > 1 each
+    launch follows its own kernel, as a traced launch does (``traced_launches``). Neither
+    way reproduced the traced launches' times (recording kernel, b4: 848 us traced, 936 us
+    in shuffled rounds, 970 us in blocks; bench/results/whatif/state/)."""
+    times = calibration.time_shuffled(variants, rounds=rounds, warmup=warmup, resets=resets,
+                                      per_block=per_block, exclude=HOUSEKEEPING)
+    return {name: [ns / 1e6 for ns in values] for name, values in times.items()}
 
 
 def traced_launches(prof, launch, count: int, *, warm: int = 10):

@@ -1320,6 +1320,11 @@ def _one_draw_per_cluster(data: PipelineData, spec: PipelineSpec, draws: dict) -
     return out
 
 
+def _unit_ends(end: np.ndarray) -> np.ndarray:
+    """(units,) each unit's last end of a (units, iterations, regions) array."""
+    return np.nanmax(end.reshape(end.shape[0], -1), 1)
+
+
 def slowed_by_recorder(spec: PipelineSpec) -> list[str]:
     """The work regions a recorder's schedule slows: those of every role that does not
     produce (a producer's work is issuing copies, not the compiled loop ptxas reorders)."""
@@ -1350,13 +1355,13 @@ def recorder_slowdown(data: PipelineData, recorder_cost: float, *, terms=None,
     terms = terms if terms is not None else infer_terms(data)
     if recorded_end is None:
         recorded = replay(data, terms=terms, item_latency=item_latency)
-        recorded_end = np.nanmax(recorded.end.reshape(recorded.end.shape[0], -1), 1)
+        recorded_end = _unit_ends(recorded.end)
     target = 1.0 / (1.0 + float(recorder_cost)) - 1.0
 
     def change(factor: float) -> float:
         s = replay(data, terms=terms, record_ns=record_ns, item_latency=item_latency,
                    own_scale={t: factor for t in tags} if factor != 1.0 else None)
-        end = np.nanmax(s.end.reshape(s.end.shape[0], -1), 1)
+        end = _unit_ends(s.end)
         measured, predicted = _kernel_time(data, end - recorded_end)
         return predicted / measured - 1.0
 
@@ -1462,7 +1467,7 @@ def what_if(data: PipelineData, *, depth: dict | None = None, shared_by: dict | 
     recorded_end = None
     if record_ns > 0 or recorder_cost > 0:
         recorded = replay(data, terms=terms, item_latency=base_draws)
-        recorded_end = np.nanmax(recorded.end.reshape(recorded.end.shape[0], -1), 1)
+        recorded_end = _unit_ends(recorded.end)
     # the recorder's cost beyond its records' own time, taken off the warps' work
     if slowdown is None:
         slowdown = recorder_slowdown(data, recorder_cost, terms=terms, record_ns=record_ns,
@@ -1472,7 +1477,7 @@ def what_if(data: PipelineData, *, depth: dict | None = None, shared_by: dict | 
     base = replay(data, terms=terms, record_ns=record_ns, own_scale=unslowed,
                   item_latency=base_draws)
     changed_spec = data.spec.with_changes(depth=depth, shared_by=shared_by)
-    base_end = np.nanmax(base.end.reshape(base.end.shape[0], -1), 1)
+    base_end = _unit_ends(base.end)
     recorded_end = base_end if recorded_end is None else recorded_end
 
     def kernel_ns(end, keep=None):
@@ -1495,7 +1500,7 @@ def what_if(data: PipelineData, *, depth: dict | None = None, shared_by: dict | 
         changed = replay(data, changed_spec, scale=scale, own_scale=unslowed,
                          terms=changed_terms, record_ns=record_ns,
                          item_latency=changed_draws, issue_ratio=ratio)
-        new_end = np.nanmax(changed.end.reshape(changed.end.shape[0], -1), 1)
+        new_end = _unit_ends(changed.end)
         predicted = kernel_ns(new_end)
         previous, ratio = ratio, predicted / base_ns
         if abs(ratio - previous) < 1e-4:
@@ -1507,7 +1512,7 @@ def what_if(data: PipelineData, *, depth: dict | None = None, shared_by: dict | 
         keep = data.unit_sm % 2 == parity
         if keep.any() and (~keep).any():
             halves.append(kernel_ns(new_end, keep) / kernel_ns(base_end, keep) - 1)
-    measured_end = np.nanmax(data.end.reshape(data.end.shape[0], -1), 1)
+    measured_end = _unit_ends(data.end)
     fidelity = float(np.median((base_end - measured_end)
                                / np.maximum(measured_end - data.start[:, 0, :].min(1), 1)))
     return {"change": {"depth": depth, "shared_by": shared_by, "scale": scale,
@@ -1537,9 +1542,10 @@ def predict_what_if(data: PipelineData, change: dict, *, terms=None,
     halves of one kernel that disagree say the whole is not known closer); where a
     ``recorder_cost`` slowed the work (``recorder_slowdown``), also the prediction with the
     records' own time removed alone (how much of the cost is the work's is the model's
-    reading, not a measurement). A change the model cannot make comes back as ``{"modelled": False, "reason": ...}`` instead of a number; so
-    does one that hangs on a load latency the base never showed (its consumer never waited:
-    with ``bounds``, the change at latency 0 and at the unblocked waits' bound)."""
+    reading, not a measurement). A change the model cannot make comes back as
+    ``{"modelled": False, "reason": ...}`` instead of a number; so does one that hangs on
+    a load latency the base never showed (its consumer never waited: with ``bounds``, the
+    change at latency 0 and at the unblocked waits' bound)."""
     unknown = set(change) - {"depth", "shared_by", "scale", "latency"}
     if unknown:
         return {"modelled": False, "reason": f"no model term for {sorted(unknown)}"}
