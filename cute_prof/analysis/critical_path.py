@@ -15,6 +15,7 @@ kernel-time change.
 
 from __future__ import annotations
 
+import heapq
 import warnings
 from dataclasses import dataclass, field
 
@@ -1164,19 +1165,55 @@ def initiation_interval(data: PipelineData, terms=None) -> dict:
 # ---------------------------------------------------------------------------- what-if
 def _kernel_time(data: PipelineData, unit_delta: np.ndarray,
                  keep: np.ndarray | None = None) -> tuple[float, float]:
-    """Measured kernel span and the span with each unit longer by ``unit_delta``, carried
-    to every later unit on the same SM; ``keep``: over those units only (their SMs)."""
+    """Measured kernel span and the span with each unit longer by ``unit_delta``;
+    ``keep``: over those units only (their SMs). A CTA's units (a persistent CTA's tiles)
+    run one after another; the CTAs after the first wave start where an SM frees, as the
+    block scheduler dispatches them (``dispatched_span``), not on the SM they ran on."""
     keep = slice(None) if keep is None else keep
-    unit_first, unit_last, unit_sm = data.unit_first[keep], data.unit_last[keep], data.unit_sm[keep]
-    order = np.lexsort((unit_first, unit_sm))
-    sm = unit_sm[order]
-    cum = np.cumsum(unit_delta[keep][order])
-    starts = np.r_[0, np.flatnonzero(sm[1:] != sm[:-1]) + 1]
-    offset = np.repeat(np.r_[0.0, cum][starts], np.diff(np.r_[starts, sm.size]))
-    shift = np.empty_like(cum)
-    shift[order] = cum - offset
-    first = float(unit_first.min())
-    return float(unit_last.max() - first), float((unit_last + shift).max() - first)
+    first, last = data.unit_first[keep], data.unit_last[keep]
+    _, group = np.unique(data.unit_group[keep], return_inverse=True)
+    group_first = np.full(group.max() + 1, np.inf)
+    np.minimum.at(group_first, group, first)
+    group_last = np.full(group.max() + 1, -np.inf)
+    np.maximum.at(group_last, group, last)
+    group_sm = np.zeros(group.max() + 1, dtype=np.int64)
+    group_sm[group] = data.unit_sm[keep]
+    delta = np.bincount(group, np.asarray(unit_delta, dtype=np.float64)[keep],
+                        minlength=group.max() + 1)
+    measured = float(group_last.max() - group_first.min())
+    base = dispatched_span(group_first, group_last, group_sm, np.zeros_like(delta))
+    return measured, measured + dispatched_span(group_first, group_last, group_sm, delta) - base
+
+
+def dispatched_span(first: np.ndarray, last: np.ndarray, sm: np.ndarray,
+                    delta: np.ndarray) -> float:
+    """The span of CTAs that ran ``first`` -> ``last`` (ns) on ``sm``, each ``delta``
+    longer, dispatched as the block scheduler does: the first wave (the CTAs that started
+    before any ended) where they started, each later one, in the order they started, on
+    the slot that frees first, after the launch gap the trace shows between one CTA's end
+    and the next one's start on an SM. The greedy order reproduces the measured schedule:
+    FA4 b4's 2,048 CTAs on 132 SMs gave 855.7 us against 856.0 measured, each CTA's start
+    within 0.4 us (H100). A static chain per SM would pile a slower CTA's delay onto the
+    CTAs that followed it there, where the GPU hands them to the SMs that free first."""
+    order = np.argsort(first, kind="stable")
+    wave = max(int(np.count_nonzero(first < last.min())), 1)
+    end = last + delta
+    if wave >= first.size:
+        return float(end.max() - first.min())
+    by_sm = np.lexsort((first, sm))
+    same = sm[by_sm][1:] == sm[by_sm][:-1]
+    gaps = (first[by_sm][1:] - last[by_sm][:-1])[same]
+    gaps = gaps[gaps >= 0]  # CTAs sharing an SM overlap: no gap between them
+    gap = float(np.median(gaps)) if gaps.size else 0.0
+    duration = end - first
+    slots = list(end[order[:wave]])
+    heapq.heapify(slots)
+    finish = float(max(slots))
+    for u in order[wave:]:
+        done = heapq.heappop(slots) + gap + duration[u]
+        finish = max(finish, done)
+        heapq.heappush(slots, done)
+    return finish - float(first.min())
 
 
 def steady_bound(data: PipelineData, terms, i: int) -> np.ndarray:

@@ -1,0 +1,57 @@
+"""Multi-wave launches: a what-if's kernel time comes from the CTAs dispatched where SMs
+free (critical_path.dispatched_span), as the block scheduler hands them out."""
+import numpy as np
+import pytest
+
+from cute_prof.analysis.critical_path import dispatched_span
+
+GAP = 100.0
+
+
+def waves(durations: np.ndarray, sms: int):
+    """CTAs of the given durations in launch order, dispatched greedily onto ``sms`` SMs
+    with ``GAP`` ns between one CTA's end and the next one's start: (first, last, sm)."""
+    free = np.zeros(sms)
+    first, last, sm = [], [], []
+    for i, d in enumerate(durations):
+        s = int(np.argmin(free))
+        start = free[s] + (GAP if i >= sms else 0.0)
+        first.append(start), last.append(start + d), sm.append(s)
+        free[s] = start + d
+    return np.array(first), np.array(last), np.array(sm)
+
+
+def test_an_unchanged_launch_keeps_its_measured_span():
+    rng = np.random.default_rng(3)
+    first, last, sm = waves(rng.uniform(900, 1100, 64), 8)
+    span = dispatched_span(first, last, sm, np.zeros(64))
+    assert span == pytest.approx(last.max() - first.min())
+
+
+def test_a_slow_first_wave_cta_hands_its_successors_to_other_sms():
+    # 2 SMs, 6 CTAs of 1000 ns: SM 0 ran CTAs 0, 2, 4. CTA 0 taking 3000 ns longer delays
+    # none of the others: CTAs 2-4 run on SM 1 meanwhile
+    first, last, sm = waves(np.full(6, 1000.0), 2)
+    delta = np.zeros(6)
+    delta[0] = 3000.0
+    base = dispatched_span(first, last, sm, np.zeros(6))
+    assert base == pytest.approx(3000 + 2 * GAP)
+    slowed = dispatched_span(first, last, sm, delta)
+    # SM 1: CTA 1 (0-1000), then 2, 3 and 4 (ends 4300); CTA 0 ends at 4000 and SM 0
+    # takes CTA 5
+    assert slowed == pytest.approx(4000 + GAP + 1000)
+    # the static chain on SM 0 would have ended at 4000 + 2 * (GAP + 1000)
+    assert slowed < 4000 + 2 * (GAP + 1000)
+
+
+def test_every_cta_slower_by_the_same_amount_moves_each_wave():
+    first, last, sm = waves(np.full(12, 1000.0), 4)
+    base = dispatched_span(first, last, sm, np.zeros(12))
+    slowed = dispatched_span(first, last, sm, np.full(12, 250.0))
+    assert slowed - base == pytest.approx(3 * 250.0)
+
+
+def test_one_wave_is_its_slowest_cta():
+    first, last, sm = waves(np.full(4, 1000.0), 4)
+    delta = np.array([0.0, 500.0, 0.0, 200.0])
+    assert dispatched_span(first, last, sm, delta) == pytest.approx(1500.0)
