@@ -1169,20 +1169,27 @@ def _kernel_time(data: PipelineData, unit_delta: np.ndarray,
     ``keep``: over those units only (their SMs). A CTA's units (a persistent CTA's tiles)
     run one after another; the CTAs after the first wave start where an SM frees, as the
     block scheduler dispatches them (``dispatched_span``), not on the SM they ran on."""
+    group, first, last, sm, base = _memo(
+        data, ("dispatch", None if keep is None else keep.tobytes()),
+        lambda: _dispatch_groups(data, keep))
+    delta = np.bincount(group, np.asarray(unit_delta, dtype=np.float64)[
+        slice(None) if keep is None else keep], minlength=first.size)
+    measured = float(last.max() - first.min())
+    return measured, measured + dispatched_span(first, last, sm, delta) - base
+
+
+def _dispatch_groups(data: PipelineData, keep: np.ndarray | None):
+    """(each kept unit's CTA, each CTA's first start, last end and SM, the CTAs' span as
+    ``dispatched_span`` schedules them unchanged): what ``_kernel_time`` needs per call."""
     keep = slice(None) if keep is None else keep
-    first, last = data.unit_first[keep], data.unit_last[keep]
     _, group = np.unique(data.unit_group[keep], return_inverse=True)
-    group_first = np.full(group.max() + 1, np.inf)
-    np.minimum.at(group_first, group, first)
-    group_last = np.full(group.max() + 1, -np.inf)
-    np.maximum.at(group_last, group, last)
-    group_sm = np.zeros(group.max() + 1, dtype=np.int64)
-    group_sm[group] = data.unit_sm[keep]
-    delta = np.bincount(group, np.asarray(unit_delta, dtype=np.float64)[keep],
-                        minlength=group.max() + 1)
-    measured = float(group_last.max() - group_first.min())
-    base = dispatched_span(group_first, group_last, group_sm, np.zeros_like(delta))
-    return measured, measured + dispatched_span(group_first, group_last, group_sm, delta) - base
+    first = np.full(group.max() + 1, np.inf)
+    np.minimum.at(first, group, data.unit_first[keep])
+    last = np.full(group.max() + 1, -np.inf)
+    np.maximum.at(last, group, data.unit_last[keep])
+    sm = np.zeros(group.max() + 1, dtype=np.int64)
+    sm[group] = data.unit_sm[keep]
+    return group, first, last, sm, dispatched_span(first, last, sm, np.zeros(first.size))
 
 
 def dispatched_span(first: np.ndarray, last: np.ndarray, sm: np.ndarray,
@@ -1205,15 +1212,15 @@ def dispatched_span(first: np.ndarray, last: np.ndarray, sm: np.ndarray,
     gaps = (first[by_sm][1:] - last[by_sm][:-1])[same]
     gaps = gaps[gaps >= 0]  # CTAs sharing an SM overlap: no gap between them
     gap = float(np.median(gaps)) if gaps.size else 0.0
-    duration = end - first
-    slots = list(end[order[:wave]])
+    slots = end[order[:wave]].tolist()
     heapq.heapify(slots)
-    finish = float(max(slots))
-    for u in order[wave:]:
-        done = heapq.heappop(slots) + gap + duration[u]
+    finish = max(slots)
+    # one Python float per later CTA: the loop is the launch's CTAs, not its events
+    for duration in (end - first + gap)[order[wave:]].tolist():
+        done = slots[0] + duration
+        heapq.heapreplace(slots, done)
         finish = max(finish, done)
-        heapq.heappush(slots, done)
-    return finish - float(first.min())
+    return float(finish - first.min())
 
 
 def steady_bound(data: PipelineData, terms, i: int) -> np.ndarray:
