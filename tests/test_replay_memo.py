@@ -6,7 +6,7 @@ from __future__ import annotations
 
 import numpy as np
 
-from cute_prof.analysis.critical_path import match_records, replay
+from cute_prof.analysis.critical_path import match_records, replay, what_if
 from cute_prof.analysis.pipelines import derive_pipeline
 from tests.test_derived_model_terms import gemm_like
 
@@ -31,3 +31,16 @@ def test_replays_of_one_data_equal_those_of_fresh_data():
         fresh = match_records(derived.trace, spec)
         _same(replay(data, **kwargs), replay(fresh, **kwargs))
     np.testing.assert_array_equal(data.start, match_records(derived.trace, spec).start)
+
+
+def test_what_if_hands_back_the_replays_it_compared():
+    derived = derive_pipeline(gemm_like(ctas=4, cluster=[2, 1]))
+    spec = derived.spec
+    data = match_records(derived.trace, spec)
+    ring = spec.resources[0]
+    change = {"depth": {ring.name: ring.depth + 1}, "shared_by": {ring.name: 1}}
+    result = what_if(data, schedules=True, **change)
+    _same(result["base_schedule"], replay(match_records(derived.trace, spec)))
+    _same(result["changed_schedule"], replay(match_records(derived.trace, spec),
+                                             spec.with_changes(**change)))
+    assert "base_schedule" not in what_if(data, **change)

@@ -1439,7 +1439,8 @@ def what_if(data: PipelineData, *, depth: dict | None = None, shared_by: dict | 
             loaded_latency: bool = False, latency_quantile: float = 0.5,
             latency_shift_ns: float = 0.0, first_load: np.ndarray | None = None,
             record_ns: float = 0.0, arrivals: dict | None = None,
-            recorder_cost: float = 0.0, slowdown: float | None = None) -> dict:
+            recorder_cost: float = 0.0, slowdown: float | None = None,
+            schedules: bool = False) -> dict:
     """Predicted kernel-time change of a changed pipeline (ring depths, sharing, a region
     faster), from the replay of the change against the replay of the base. ``latency``:
     wait tag -> ns, replacing the inferred latency of that wait's event (when the trace
@@ -1465,6 +1466,8 @@ def what_if(data: PipelineData, *, depth: dict | None = None, shared_by: dict | 
     for slows the warps' own work in the base's replay and the change's alike
     (``recorder_slowdown``), so both replay the kernel unrecorded; ``slowdown``: that factor
     as an earlier call fitted it (its ``recorder_slowdown``), not fitted again.
+    ``schedules``: also return the base's and the change's replays (``base_schedule``,
+    ``changed_schedule``: each CTA's replayed spans, to set against a variant's own trace).
 
     ``arrivals``: ring -> loads sampled as they arrived (``pipelines.load_arrival_sample``:
     every load, not only the late ones a consumer waited for; or plain latencies); a
@@ -1559,8 +1562,9 @@ def what_if(data: PipelineData, *, depth: dict | None = None, shared_by: dict | 
     measured_end = _unit_ends(data.end)
     fidelity = float(np.median((base_end - measured_end)
                                / np.maximum(measured_end - data.start[:, 0, :].min(1), 1)))
-    return {"change": {"depth": depth, "shared_by": shared_by, "scale": scale,
-                       "latency": latency},
+    extra = {"base_schedule": base, "changed_schedule": changed} if schedules else {}
+    return {**extra, "change": {"depth": depth, "shared_by": shared_by, "scale": scale,
+                                "latency": latency},
             "kernel_ns": base_ns, "predicted_kernel_ns": predicted,
             "measured_kernel_ns": _kernel_time(data, np.zeros_like(base_end))[0],
             "predicted_change": predicted / base_ns - 1,
