@@ -133,6 +133,13 @@ ENTRIES = [
           timings="fa4_timings.json", timings_key="times_ms", wait=None, derived=True,
           timings_ns=1e6, base_trace="zero-edit", variant_trace="trace_{variant}.npz",
           arrivals_trace="trace_base_arrivals.npz"),
+    # four waves (512 CTAs): K and V (32 MB) fit the 50 MB L2, where b4's (128 MB) do not
+    Entry("FA4 fwd b1 s4096 h16 d128 bf16", "fa4_b1s4096", "trace_base.npz", load_columns,
+          derived_spec, "base", {"stages1": {"depth": {"pipeline_k": 1, "pipeline_v": 1}},
+                                 "stages3": {"depth": {"pipeline_k": 3, "pipeline_v": 3}}},
+          timings="fa4_timings.json", timings_key="times_ms", wait=None, derived=True,
+          timings_ns=1e6, base_trace="zero-edit", variant_trace="trace_{variant}.npz",
+          arrivals_trace="trace_base_arrivals.npz"),
     # history: level-2 (hand-placed probes) bases with hand-written specs; their probes sit
     # on a shallow ring's recurrence (README), so they predict the traced kernel
     Entry("ws_gemm 4096^3 (2x1 cluster, 4 stages)", "gemm", "trace_base.npz", load_columns,
