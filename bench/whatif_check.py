@@ -94,6 +94,20 @@ GEMM_CHANGES = {"stages3": {"depth": {"ab_pipe": 3}}, "stages2": {"depth": {"ab_
 NOT_A_RING = "it changes the consumer's program (order / instruction mix), not a ring"
 
 
+def fa4_entry(kernel: str, folder: str, *, program_variants: bool = False) -> Entry:
+    """An FA4 forward shape traced by bench/fa4_whatif_gpu.py: its K/V rings one stage
+    shallower and deeper, and where the GPU half built them (``program_variants``) the two
+    variants that change the consumer's program, which no ring depth models."""
+    variants = {"stages1": {"depth": {"pipeline_k": 1, "pipeline_v": 1}},
+                "stages3": {"depth": {"pipeline_k": 3, "pipeline_v": 3}}}
+    if program_variants:
+        variants |= {"overlap_off": NOT_A_RING, "pv_ss": NOT_A_RING}
+    return Entry(kernel, folder, "trace_base.npz", load_columns, derived_spec, "base", variants,
+                 timings="fa4_timings.json", timings_key="times_ms", wait=None, derived=True,
+                 timings_ns=1e6, base_trace="zero-edit", variant_trace="trace_{variant}.npz",
+                 arrivals_trace="trace_base_arrivals.npz")
+
+
 ENTRIES = [
     # zero-edit bases (only the pipeline calls recorded; the spec is derived from them)
     Entry("ws_gemm 4096^3 (2x1 cluster, 4 stages)", "gemm_ze", "trace_ze_base.npz", load_columns,
@@ -104,21 +118,9 @@ ENTRIES = [
           derived_spec, "base", GEMM_CHANGES, timings_key="times", wait=None, derived=True,
           base_trace="zero-edit", variant_trace="trace_ze_{variant}.npz",
           arrivals_trace="trace_ze_base_arrivals.npz"),
-    Entry("FA4 fwd b4 s4096 h16 d128 bf16", "fa4", "trace_base.npz", load_columns, derived_spec,
-          "base", {"stages1": {"depth": {"pipeline_k": 1, "pipeline_v": 1}},
-                   "stages3": {"depth": {"pipeline_k": 3, "pipeline_v": 3}},
-                   "overlap_off": NOT_A_RING, "pv_ss": NOT_A_RING},
-          timings="fa4_timings.json", timings_key="times_ms", wait=None, derived=True,
-          timings_ns=1e6, base_trace="zero-edit", variant_trace="trace_{variant}.npz",
-          arrivals_trace="trace_base_arrivals.npz"),
+    fa4_entry("FA4 fwd b4 s4096 h16 d128 bf16", "fa4", program_variants=True),
     # causal: CTAs run 1 to 32 K/V blocks (a CTA that ran fewer stays in the model)
-    Entry("FA4 fwd causal b4 s4096 h16 d128 bf16", "fa4_causal", "trace_base.npz", load_columns,
-          derived_spec, "base", {"stages1": {"depth": {"pipeline_k": 1, "pipeline_v": 1}},
-                                 "stages3": {"depth": {"pipeline_k": 3, "pipeline_v": 3}},
-                                 "overlap_off": NOT_A_RING, "pv_ss": NOT_A_RING},
-          timings="fa4_timings.json", timings_key="times_ms", wait=None, derived=True,
-          timings_ns=1e6, base_trace="zero-edit", variant_trace="trace_{variant}.npz",
-          arrivals_trace="trace_base_arrivals.npz"),
+    fa4_entry("FA4 fwd causal b4 s4096 h16 d128 bf16", "fa4_causal", program_variants=True),
     # quack's cooperative Hopper GEMM (bench/quack_whatif_gpu.py): the second foreign kernel
     Entry("quack GEMM 4096^3 (cooperative, 2x1 cluster, 4 stages)", "quack", "trace_base.npz",
           load_columns, derived_spec, "base",
@@ -127,19 +129,9 @@ ENTRIES = [
           timings_key="times", wait=None, derived=True, base_trace="zero-edit",
           variant_trace="trace_{variant}.npz", arrivals_trace="trace_base_arrivals.npz"),
     # one partial wave (128 CTAs on 132 SMs): no CTA starts under load
-    Entry("FA4 fwd b1 s1024 h16 d128 bf16", "fa4_small", "trace_base.npz", load_columns,
-          derived_spec, "base", {"stages1": {"depth": {"pipeline_k": 1, "pipeline_v": 1}},
-                                 "stages3": {"depth": {"pipeline_k": 3, "pipeline_v": 3}}},
-          timings="fa4_timings.json", timings_key="times_ms", wait=None, derived=True,
-          timings_ns=1e6, base_trace="zero-edit", variant_trace="trace_{variant}.npz",
-          arrivals_trace="trace_base_arrivals.npz"),
+    fa4_entry("FA4 fwd b1 s1024 h16 d128 bf16", "fa4_small"),
     # four waves (512 CTAs): K and V (32 MB) fit the 50 MB L2, where b4's (128 MB) do not
-    Entry("FA4 fwd b1 s4096 h16 d128 bf16", "fa4_b1s4096", "trace_base.npz", load_columns,
-          derived_spec, "base", {"stages1": {"depth": {"pipeline_k": 1, "pipeline_v": 1}},
-                                 "stages3": {"depth": {"pipeline_k": 3, "pipeline_v": 3}}},
-          timings="fa4_timings.json", timings_key="times_ms", wait=None, derived=True,
-          timings_ns=1e6, base_trace="zero-edit", variant_trace="trace_{variant}.npz",
-          arrivals_trace="trace_base_arrivals.npz"),
+    fa4_entry("FA4 fwd b1 s4096 h16 d128 bf16", "fa4_b1s4096"),
     # history: level-2 (hand-placed probes) bases with hand-written specs; their probes sit
     # on a shallow ring's recurrence (README), so they predict the traced kernel
     Entry("ws_gemm 4096^3 (2x1 cluster, 4 stages)", "gemm", "trace_base.npz", load_columns,
