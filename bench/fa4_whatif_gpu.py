@@ -90,6 +90,9 @@ def main(argv=None) -> int:
     ap.add_argument("--load-arrivals", type=int, default=7, metavar="N",
                     help="one more base trace (trace_base_arrivals.npz) whose producer probes "
                          "one load in N (autoprofile(load_arrivals=N)); 0: none")
+    ap.add_argument("--probe-variants", default="", metavar="NAMES",
+                    help="variants also traced with the same probes (trace_<name>_arrivals.npz, "
+                         "cut like the variant's): diagnosis of their loads, never a model input")
     ap.add_argument("--traces", type=int, default=3, metavar="K",
                     help="traced launches of the base (and of the probed base), each after ten "
                          "of its own: trace_base.npz, trace_base.launch1.npz, ...")
@@ -112,11 +115,12 @@ def main(argv=None) -> int:
     ref = reference(q, k, v, args.causal).float()
     calls, info, recordings = {}, {}, []
     names = args.variants.split(",")
-    if args.load_arrivals and "base" in names:
-        names.append("base_arrivals")  # traced, not timed
+    if args.load_arrivals:  # traced, not timed
+        probed = ["base", *filter(None, args.probe_variants.split(","))]
+        names += [f"{name}_arrivals" for name in probed if name in names]
     for name in names:
-        call_kwargs, overrides = VARIANTS["base" if name == "base_arrivals" else name]
-        probes = args.load_arrivals if name == "base_arrivals" else 0
+        call_kwargs, overrides = VARIANTS[name.removesuffix("_arrivals")]
+        probes = args.load_arrivals if name.endswith("_arrivals") else 0
         cache = {}
         fa._flash_attn_fwd.compile_cache = cache
         try:
@@ -146,7 +150,7 @@ def main(argv=None) -> int:
                       "pipelines": meta["autoprof"]["pipelines"]}
         print(f"{name}: max |out - SDPA| {error:.2e}, {len(trace):,} events, overflow "
               f"{trace.overflow}", flush=True)
-        if name == "base_arrivals":
+        if name.endswith("_arrivals"):
             continue
 
         def call(cache=cache, kwargs=call_kwargs):
