@@ -348,3 +348,38 @@ def test_cli_removes_the_record_time_measured_on_a_chain(tmp_path, capsys):
     assert main(["-q", "analyze", str(base), "--pipeline", str(spec),
                  "--record-chain-ns", "12.1"]) != 0
     assert "--record-chain-ns needs a zero-edit trace" in capsys.readouterr().err
+
+
+def test_loads_right_behind_their_groups_first_one_share_its_miss():
+    # 8 CTAs in launch order, two groups of 4 reading the same tiles; at each place the
+    # group's first load misses (900 ns), the others come 700-900 ns later and hit (300).
+    # Group 1 runs 950 ns behind group 0: taken as one group of 8, its first load would be
+    # a late one that missed, which ranks the latencies worse than groups of 4
+    offsets = [0, 700, 800, 900, 950, 1650, 1750, 1850]
+    rows = []
+    for cta, offset in enumerate(offsets):
+        for place in range(6):
+            t = 3000 * place + offset + 10
+            latency = 900 if cta % 4 == 0 else 300
+            rows += [(cta, 0, 0, 0, t, 0), (cta, 0, 1, 1, t + 32, latency - 32)]
+    sample = load_arrival_sample(probed_trace(rows))["pk"]
+    assert set(sample["group_ctas"]) == {4}
+    gaps = sample["leader_gap_ns"][np.argsort(sample["issued_ns"], kind="stable")]
+    np.testing.assert_array_equal(np.unique(gaps), [0, 700, 800, 900])
+    from cute_prof.analysis.critical_path import miss_and_hit
+    miss, hit = miss_and_hit(sample)
+    np.testing.assert_array_equal(sample["latency_ns"][miss], 900)
+    np.testing.assert_array_equal(sample["latency_ns"][hit], 300)
+    assert miss.sum() == 2 * 6 and hit.sum() == 6 * 6
+
+
+def test_a_sample_whose_latencies_no_grouping_ranks_has_no_groups():
+    rows = []
+    for cta in range(8):
+        for place in range(6):
+            t = 3000 * place + 100 * cta
+            rows += [(cta, 0, 0, 0, t, 0), (cta, 0, 1, 1, t + 32, 400 - 32)]
+    sample = load_arrival_sample(probed_trace(rows))["pk"]
+    assert set(sample["group_ctas"]) == {0}
+    from cute_prof.analysis.critical_path import miss_and_hit
+    assert miss_and_hit(sample) is None

@@ -24,7 +24,8 @@ import numpy as np
 from ..errors import ProfileBufferError
 from ..trace import Trace
 from .grouping import unique_ints
-from .model import PipelineSpec, arrival_issue_times, arrival_latencies, arrival_positions
+from .model import (PipelineSpec, arrival_issue_times, arrival_latencies, arrival_leader_gaps,
+                    arrival_positions)
 
 BLOCKED_MARGIN_NS = 64.0
 _FLOAT_MAX = np.finfo(np.float64).max
@@ -726,7 +727,8 @@ def _unwaited_release_offsets(data: PipelineData, jobs: dict, measured_begin: np
 def replay(data: PipelineData, spec: PipelineSpec | None = None, *,
            scale: dict[str, float] | None = None, terms=None,
            record_ns: float = 0.0, item_latency: dict | None = None,
-           issue_ratio: float = 1.0, own_scale: dict[str, float] | None = None) -> Schedule:
+           issue_ratio: float = 1.0, own_scale: dict[str, float] | None = None,
+           leaders: dict | None = None) -> Schedule:
     """Re-schedule the measured work durations under ``spec`` (default: the data's own);
     ``scale``: tag -> factor on that work region's durations (0.8 = 20% faster), its async
     job's included; ``own_scale``: the same on the warps' own work alone, the job's engine
@@ -735,7 +737,11 @@ def replay(data: PipelineData, spec: PipelineSpec | None = None, *,
     spans two stamps' worth of recording (from the record before it, past its own, to the
     read of the next), so each loses twice that: the replay of the kernel unrecorded.
     ``item_latency``: wait region index -> (units, iterations) latency of each item's
-    event, in place of the terms' one latency per unit (loads whose latencies vary).
+    event, in place of the terms' one latency per unit (loads whose latencies vary);
+    ``leaders``: wait region index -> CTAs per group, where that wait's latencies are
+    (2, units, iterations), as an L2 miss and as a hit: each group's first load of a place
+    (CTAs ranked by their first start) misses, and a load of the same place lands no sooner
+    than that miss, nor sooner than its own hit would (``pipelines.leader_gaps``).
     ``issue_ratio``: the change's throughput against the base's (``what_if``'s fixed point):
     the issue times on a ring's recurrence (a produce's stamp after its acquire: the copies'
     issue; a release after a wait that did not wait for its job: the next job's issue) keep
@@ -817,8 +823,17 @@ def replay(data: PipelineData, spec: PipelineSpec | None = None, *,
         i: tuple(_by_iteration(x) for x in _drains(data, i)) for i in jobs
         if _drains(data, i)[0].any()})
     latency_of = np.ascontiguousarray(latency.T)  # (n, U)
-    per_item = {i: _by_iteration(np.asarray(x, dtype=np.float64))
-                for i, x in (item_latency or {}).items()}
+    # an item's latency: its draw, or (2, U, K) draws, as a miss and as an L2 hit, for a ring
+    # whose CTAs share lines in groups (``leaders``: wait -> the group's CTAs)
+    per_item = {i: (np.stack([_by_iteration(c) for c in x]) if x.ndim == 3
+                    else _by_iteration(x))
+                for i, x in ((i, np.asarray(x, dtype=np.float64))
+                             for i, x in (item_latency or {}).items())}
+    leaders = {i: int(group) for i, group in (leaders or {}).items() if per_item[i].ndim == 3}
+    led = {spec.regions[i].relations["consumes"].resource: group
+           for i, group in leaders.items()}
+    group_first = {name: np.zeros((iters, units), dtype=np.int64) for name in led}
+    cta_rank = _memo(data, ("cta_rank",), lambda: _cta_ranks(data))
     job_end = {i: np.full(units, -np.inf) for i in jobs}
     shape = (iters, n, units)
     start = np.full(shape, np.nan)
@@ -872,7 +887,18 @@ def replay(data: PipelineData, spec: PipelineSpec | None = None, *,
                     raise ProfileBufferError(
                         f"the pipeline cannot run: {r.tag} at iteration {k} waits on an event "
                         f"that comes later in the same iteration (ring too shallow: deadlock)")
-                arm = dep + (per_item[i][k] if i in per_item else latency_of[i])
+                if i in leaders and k >= rl.distance:
+                    # a load lands when its own copy would (an L2 hit) and no sooner than
+                    # its group's first load of the place, a miss, brings the line
+                    j = k - rl.distance
+                    first_unit = group_first[rl.resource][j]
+                    miss = prod[rl.resource][j][first_unit] + per_item[i][0, k, first_unit]
+                    item = np.maximum(per_item[i][1, k], miss - dep)
+                elif i in leaders:
+                    item = per_item[i][1, k]
+                else:
+                    item = per_item[i][k] if i in per_item else latency_of[i]
+                arm = dep + item
                 own = begin + own_time[k, i]
                 # the event decides where it comes later: no event (nan) never does, and an
                 # infinite one counts as the largest float (np.nan_to_num(arm, nan=-inf)
@@ -910,8 +936,17 @@ def replay(data: PipelineData, spec: PipelineSpec | None = None, *,
                 if "produces" in r.relations:
                     offset = (_unqueued_scaled(produce_at[i][0][k], produce_low[i], issue_ratio)
                               - record_ns) if i in produce_at else 0.0
-                    prod[r.relations["produces"].resource][k] = begin + np.clip(
-                        offset, 0.0, end[k, i] - begin)
+                    made = r.relations["produces"].resource
+                    prod[made][k] = begin + np.clip(offset, 0.0, end[k, i] - begin)
+                    if made in led:  # each unit's group's first load of this place
+                        cell = cta_rank // led[made]
+                        when = np.where(here, prod[made][k], np.inf)
+                        first_of = np.full(int(cell.max()) + 1, np.inf)
+                        np.minimum.at(first_of, cell, when)
+                        first_unit = np.full(first_of.size, units)
+                        np.minimum.at(first_unit, cell,
+                                      np.where(when == first_of[cell], arange, units))
+                        group_first[made][k] = np.minimum(first_unit[cell], units - 1)
                 if "releases" in r.relations:
                     rl = r.relations["releases"]
                     if k - rl.distance >= 0:
@@ -969,6 +1004,17 @@ def queued_under_load(queued, unqueued: float, ratio: float):
         return q / r
     w0 = max(float(unqueued), 1e-9)
     return w0 * q / ((w0 + q) * r - q)  # > 0: (w0 + q) r > w0 + q > q
+
+
+def _cta_ranks(data: PipelineData) -> np.ndarray:
+    """(units,) each unit's CTA's rank by its first start: the launch order that groups the
+    CTAs reading the same tiles (``pipelines.leader_gaps``)."""
+    _, group = np.unique(data.unit_group, return_inverse=True)
+    first = np.full(group.max() + 1, np.inf)
+    np.minimum.at(first, group, data.unit_first)
+    rank = np.empty(first.size, dtype=np.int64)
+    rank[np.argsort(first, kind="stable")] = np.arange(first.size)
+    return rank[group]
 
 
 def _by_iteration(a: np.ndarray) -> np.ndarray:
@@ -1336,11 +1382,62 @@ def _draw_latencies(rng, sample, shape: tuple[int, int]
             congestion = load_congestion(latency, issued)
             floor = np.quantile(congestion, UNQUEUED_QUANTILE)
             queued = np.maximum(_window_medians(congestion, position, iteration) - floor, 0.0)
-            own = (latency - congestion)[order][pick]
-            return np.repeat(queued[None, :], shape[0], 0), floor + own, float(floor)
+            own = latency - congestion
+            classes = miss_and_hit(sample)
+            if classes is None:
+                drawn = own[order][pick]
+            else:  # (2, U, K): as a group's first load of the place (a miss), as an L2 hit
+                drawn = np.stack([_draw_in_class(rng, own[order], c[order], shape,
+                                                 position[order]) for c in classes])
+            return np.repeat(queued[None, :], shape[0], 0), floor + drawn, float(floor)
         drawn = latency[order][pick]  # no issue times to tell congestion by
     floor = np.quantile(latency, UNQUEUED_QUANTILE)
     return np.maximum(drawn - floor, 0.0), np.minimum(drawn, floor), float(floor)
+
+
+# a sampled load issued less than this many of the sample's median latency after its
+# group's first load of the same place was that first load (a miss); one issued more than
+# ``HIT_AFTER`` of them after it found the line in the L2
+MISS_WITHIN, HIT_AFTER = 0.1, 1.5
+# the least a miss takes over a hit (medians) for a group's loads to be coupled: FA4's
+# first loads took 2.2-2.6x the hits (H100: 768-832 against 320-352 ns), a memory miss
+# against an L2 hit; the GEMMs' 1.1-1.7x, where coupling every group over-predicted the
+# 2-stage rows by 7-15 points (gpu27, gpu29: tiles shared along rows and columns, which
+# one launch-order group does not describe)
+MISS_OVER_HIT = 2.0
+
+
+def miss_and_hit(sample) -> tuple[np.ndarray, np.ndarray] | None:
+    """Masks of a ring's sampled loads that were their group's first load of the place (the
+    L2 missed) and of those issued long enough after it to hit (``pipelines.leader_gaps``);
+    None where the sample has no groups, or its first loads do not take ``MISS_OVER_HIT``
+    times the hits. The loads between waited for the first one's line: the replay couples
+    them to it instead of drawing from them."""
+    gaps = arrival_leader_gaps(sample)
+    if gaps is None:
+        return None
+    latency = arrival_latencies(sample)
+    typical = float(np.median(latency))
+    miss, hit = gaps[0] < MISS_WITHIN * typical, gaps[0] >= HIT_AFTER * typical
+    if min(int(miss.sum()), int(hit.sum())) < MIN_LATENCY_SAMPLE or (
+            np.median(latency[miss]) < MISS_OVER_HIT * np.median(latency[hit])):
+        return None
+    return miss, hit
+
+
+def _draw_in_class(rng, values: np.ndarray, member: np.ndarray, shape: tuple[int, int],
+                   position: np.ndarray) -> np.ndarray:
+    """(units, iterations) draws of the members' ``values`` (all sorted by ``position``):
+    iteration k's from the ``NEAREST_ARRIVALS`` members sampled nearest place k (from every
+    sample where fewer than ``MIN_LATENCY_SAMPLE`` are members)."""
+    if int(member.sum()) < MIN_LATENCY_SAMPLE:
+        member = np.ones_like(member)
+    values, position = values[member], position[member]
+    if values.size <= NEAREST_ARRIVALS:
+        return rng.choice(values, size=shape)
+    pick = (_window_starts(position, np.arange(shape[1]))[None, :]
+            + rng.integers(0, NEAREST_ARRIVALS, size=shape))
+    return values[pick]
 
 
 def _one_draw_per_cluster(data: PipelineData, spec: PipelineSpec, draws: dict) -> dict:
@@ -1360,7 +1457,7 @@ def _one_draw_per_cluster(data: PipelineData, spec: PipelineSpec, draws: dict) -
         cluster = _memo(data, ("cluster", shared), lambda: _cluster_index(data, shared))
         first = np.full(int(cluster.max()) + 1, cluster.size)
         np.minimum.at(first, cluster, np.arange(cluster.size))
-        out[i] = x[first[cluster]]
+        out[i] = x[..., first[cluster], :]
     return out
 
 
@@ -1382,6 +1479,7 @@ RECORDER_SLOWDOWN_STEPS = 8  # replays of the fit past its two ends (it needs 2-
 
 def recorder_slowdown(data: PipelineData, recorder_cost: float, *, terms=None,
                       record_ns: float = 0.0, item_latency: dict | None = None,
+                      leaders: dict | None = None,
                       recorded_end: np.ndarray | None = None) -> float:
     """The factor on the non-producing roles' own work (``slowed_by_recorder``; their async
     jobs' engine time kept) that, with ``record_ns`` of each work region removed as well,
@@ -1398,13 +1496,13 @@ def recorder_slowdown(data: PipelineData, recorder_cost: float, *, terms=None,
         return 1.0
     terms = terms if terms is not None else infer_terms(data)
     if recorded_end is None:
-        recorded = replay(data, terms=terms, item_latency=item_latency)
+        recorded = replay(data, terms=terms, item_latency=item_latency, leaders=leaders)
         recorded_end = _unit_ends(recorded.end)
     target = 1.0 / (1.0 + float(recorder_cost)) - 1.0
 
     def change(factor: float) -> float:
         s = replay(data, terms=terms, record_ns=record_ns, item_latency=item_latency,
-                   own_scale={t: factor for t in tags} if factor != 1.0 else None)
+                   leaders=leaders, own_scale={t: factor for t in tags} if factor != 1.0 else None)
         end = _unit_ends(s.end)
         measured, predicted = _kernel_time(data, end - recorded_end)
         return predicted / measured - 1.0
@@ -1473,14 +1571,17 @@ def what_if(data: PipelineData, *, depth: dict | None = None, shared_by: dict | 
     every load, not only the late ones a consumer waited for; or plain latencies); a
     consumes wait on such a ring takes its L_b and L_0 from that sample, ahead of
     ``first_load``, and each item its own latency (``_draw_latencies``), one per item for
-    the CTAs of a cluster that share the ring (a multicast load lands in all of them)."""
+    the CTAs of a cluster that share the ring (a multicast load lands in all of them).
+    Where the sample's CTAs share lines in groups (``miss_and_hit``), each item draws a
+    miss and a hit, and the replay couples the loads of a group (``replay(leaders=)``): a
+    change that holds CTAs in step makes all of them wait for the first one's miss."""
     terms = terms if terms is not None else infer_terms(data)
     tags = [r.tag for r in data.spec.regions]
     for tag, value in (latency or {}).items():
         if tag not in tags:
             raise ProfileBufferError(f"latency names an unknown region {tag!r}")
         terms = with_latency(terms, tags.index(tag), value)
-    loaded, draws = {}, {}
+    loaded, draws, leaders = {}, {}, {}
     if loaded_latency:
         for i, r in enumerate(data.spec.regions):
             if "consumes" in r.relations and r.tag not in (latency or {}):
@@ -1494,6 +1595,8 @@ def what_if(data: PipelineData, *, depth: dict | None = None, shared_by: dict | 
                     # by the quantile asked for less the sample's median
                     rng = np.random.default_rng(LATENCY_DRAW_SEED + i)
                     queued, fixed, unqueued = _draw_latencies(rng, sample, data.shape[:2])
+                    if fixed.ndim == 3:
+                        leaders[i] = arrival_leader_gaps(sample)[1]
                     draws[i] = (queued + (at - np.median(probed)) + latency_shift_ns, fixed,
                                 unqueued)
                 elif first_load is not None and len(first_load) >= MIN_LATENCY_SAMPLE:
@@ -1513,16 +1616,17 @@ def what_if(data: PipelineData, *, depth: dict | None = None, shared_by: dict | 
         data, data.spec, {i: queued + fixed for i, (queued, fixed, _) in draws.items()})
     recorded_end = None
     if record_ns > 0 or recorder_cost > 0:
-        recorded = replay(data, terms=terms, item_latency=base_draws)
+        recorded = replay(data, terms=terms, item_latency=base_draws, leaders=leaders)
         recorded_end = _unit_ends(recorded.end)
     # the recorder's cost beyond its records' own time, taken off the warps' work
     if slowdown is None:
         slowdown = recorder_slowdown(data, recorder_cost, terms=terms, record_ns=record_ns,
-                                     item_latency=base_draws, recorded_end=recorded_end)
+                                     item_latency=base_draws, leaders=leaders,
+                                     recorded_end=recorded_end)
     unslowed = ({tag: slowdown for tag in slowed_by_recorder(data.spec)}
                 if slowdown != 1.0 else None)
     base = replay(data, terms=terms, record_ns=record_ns, own_scale=unslowed,
-                  item_latency=base_draws)
+                  item_latency=base_draws, leaders=leaders)
     changed_spec = data.spec.with_changes(depth=depth, shared_by=shared_by)
     base_end = _unit_ends(base.end)
     recorded_end = base_end if recorded_end is None else recorded_end
@@ -1546,7 +1650,7 @@ def what_if(data: PipelineData, *, depth: dict | None = None, shared_by: dict | 
             for i, (queued, fixed, unqueued) in draws.items()})
         changed = replay(data, changed_spec, scale=scale, own_scale=unslowed,
                          terms=changed_terms, record_ns=record_ns,
-                         item_latency=changed_draws, issue_ratio=ratio)
+                         item_latency=changed_draws, leaders=leaders, issue_ratio=ratio)
         new_end = _unit_ends(changed.end)
         predicted = kernel_ns(new_end)
         previous, ratio = ratio, predicted / base_ns

@@ -50,13 +50,18 @@ from ..errors import ProfileBufferError
 from .roles import RoleSpec, read_spec
 
 __all__ = ["Relation", "Resource", "Region", "PipelineSpec", "load_pipeline",
-           "ARRIVAL_SAMPLE_DTYPE", "arrival_latencies", "arrival_positions", "arrival_issue_times"]
+           "ARRIVAL_SAMPLE_DTYPE", "arrival_latencies", "arrival_positions", "arrival_issue_times",
+           "arrival_leader_gaps"]
 
 # a sampled load of a ring (pipelines.load_arrival_sample): its latency, its place in the
 # loop (the ordinal of its commit in its producer warp) and when it was issued (its commit's
 # stamp, ns: the loads issued around one time share the memory's congestion)
+# ``leader_gap_ns``: how long after the first CTA of its launch-order group (``group_ctas``
+# CTAs; 0: no groups) issued the same place's load this one was: CTAs reading the same
+# tile share one L2 miss, so the first pays the memory's latency and the next ones less
 ARRIVAL_SAMPLE_DTYPE = np.dtype([("latency_ns", np.float64), ("position", np.int64),
-                                 ("issued_ns", np.float64)])
+                                 ("issued_ns", np.float64), ("leader_gap_ns", np.float64),
+                                 ("group_ctas", np.int64)])
 
 
 def arrival_latencies(sample) -> np.ndarray:
@@ -70,6 +75,16 @@ def arrival_positions(sample) -> np.ndarray | None:
     """Where in the loop each sampled load was issued, None for a plain sequence."""
     sample = np.asarray(sample)
     return sample["position"] if sample.dtype.names else None
+
+
+def arrival_leader_gaps(sample) -> tuple[np.ndarray, int] | None:
+    """(each sampled load's gap behind its group's first, the group's CTAs), None where the
+    sample has no groups."""
+    sample = np.asarray(sample)
+    if not sample.dtype.names or "group_ctas" not in sample.dtype.names or not sample.size:
+        return None
+    group = int(sample["group_ctas"].max())
+    return (sample["leader_gap_ns"], group) if group > 1 else None
 
 
 def arrival_issue_times(sample) -> np.ndarray | None:

@@ -266,14 +266,120 @@ def load_arrival_sample(trace: Trace) -> dict[str, np.ndarray]:
     pairs = load_arrival_pairs(trace)
     latency = (pairs["arrived"] - pairs["commit"]).astype(np.float64)
     out: dict[str, np.ndarray] = {}
+    commits = ring_commits(trace) if pairs["ring"].size else {}
     for p in _meta(trace)["pipelines"]:
         here = pairs["ring"] == int(p["index"])
         if here.any():
             sample = np.zeros(int(here.sum()), dtype=ARRIVAL_SAMPLE_DTYPE)
             sample["latency_ns"], sample["position"] = latency[here], pairs["position"][here]
             sample["issued_ns"] = pairs["commit"][here]
+            gaps, group = leader_gaps(commits, pairs, here, latency)
+            sample["leader_gap_ns"], sample["group_ctas"] = gaps, group
             out[p["name"]] = sample
     return out
+
+
+# group sizes tried (CTAs in launch order) for the loads that share an L2 miss
+LEADER_GROUPS = (2, 4, 8, 16, 32, 64, 128)
+
+
+def _average_ranks(a: np.ndarray) -> np.ndarray:
+    """Ranks of ``a`` with ties sharing their mean rank (timer ticks make many ties)."""
+    values, inverse, counts = np.unique(a, return_inverse=True, return_counts=True)
+    upto = np.cumsum(counts)
+    return (upto - (counts - 1) / 2.0)[inverse]
+
+
+def _rank_correlation(a: np.ndarray, b: np.ndarray) -> float:
+    """Spearman's rank correlation: 0 where either is constant."""
+    finite = np.isfinite(a) & np.isfinite(b)
+    a, b = a[finite], b[finite]
+    if a.size < 3 or np.ptp(a) == 0 or np.ptp(b) == 0:
+        return 0.0
+    return float(np.corrcoef(_average_ranks(a), _average_ranks(b))[0, 1])
+
+
+def leader_gaps(commits: dict, pairs: dict, sampled: np.ndarray, latency: np.ndarray
+                ) -> tuple[np.ndarray, int]:
+    """For the sampled loads ``sampled`` of one ring (a mask over ``pairs``; ``commits``:
+    ``ring_commits`` of the same trace): how long after
+    the first CTA of its group issued the load of the same place each was issued, and the
+    group's size, (zeros, 0) where no grouping explains the latencies.
+
+    CTAs that read the same tile at once share one L2 miss: the first waits for the memory,
+    those right behind it for the same line, the later ones hit the L2. On FA4's forward the
+    CTAs of one head are consecutive in launch order (32 for s4096), and in the base the
+    first of each 32 to load a tile took 768-832 ns (median), those 600 ns behind it 352
+    (gpu31, b1 s4096). The group size is the one (``LEADER_GROUPS``, CTAs ranked by their
+    first commit) whose gaps rank the latencies best (most negative rank correlation), past
+    each CTA's first ``LEADER_START`` loads (its start burst)."""
+    none = (np.zeros(int(sampled.sum())), 0)
+    if not sampled.any():
+        return none
+    ring = int(pairs["ring"][sampled][0])
+    if ring not in commits:
+        return none
+    tid, start, place, cta = commits[ring]
+    # the sampled loads among the ring's commits (sorted by warp, then time)
+    key = tid * (1 << 42) + start.astype(np.int64)
+    want = (pairs["tid"][sampled].astype(np.int64) * (1 << 42)
+            + pairs["commit"][sampled].astype(np.int64))
+    at = np.minimum(np.searchsorted(key, want), key.size - 1)
+    found = key[at] == want
+    steady = found & (pairs["position"][sampled] >= LEADER_START)
+    lat = latency[sampled]
+    # sorted by place, then CTA: every group of a place is one run, whatever its size
+    by_place = np.lexsort((cta, place))
+    place_sorted, cta_sorted, start_sorted = place[by_place], cta[by_place], start[by_place]
+    best, best_group, best_gaps = 0.0, 0, none[0]
+    for group in LEADER_GROUPS:
+        cell = cta_sorted // group
+        heads = np.flatnonzero(np.r_[True, (place_sorted[1:] != place_sorted[:-1])
+                                     | (cell[1:] != cell[:-1])])
+        first = np.minimum.reduceat(start_sorted, heads)
+        behind = np.empty_like(start)
+        behind[by_place] = start_sorted - np.repeat(first, np.diff(np.r_[heads, start.size]))
+        gap = np.where(found, behind[at], np.inf)
+        score = _rank_correlation(gap[steady], lat[steady])
+        if score < best:
+            best, best_group, best_gaps = score, group, gap
+    return best_gaps, best_group
+
+
+def ring_commits(trace: Trace) -> dict[int, tuple]:
+    """Per ring (pipeline index): its commits as (producer warp, stamp (ns, float), place
+    (the commit's ordinal in its warp), the warp's CTA rank by first commit of any ring),
+    sorted by warp, then time."""
+    ev = trace.events
+    sites = _sites(_meta(trace))
+    ring_of = {s["name"]: int(s["pipeline"]) for s in sites.values()
+               if s["op"] == "producer_commit" and s.get("pipeline") is not None}
+    tag_ring = np.full(len(trace.tag_names), -1, dtype=np.int64)
+    for t, name in enumerate(trace.tag_names):
+        tag_ring[t] = ring_of.get(name.split("@")[0], -1)
+    rows = np.flatnonzero(tag_ring[np.ascontiguousarray(ev["tag"]).astype(np.int64)] >= 0)
+    if not rows.size:
+        return {}
+    tid = ev["tid"][rows].astype(np.int64)
+    start = ev["start_ns"][rows].astype(np.float64)
+    warps, warp = np.unique(tid, return_inverse=True)
+    first = np.full(warps.size, np.inf)
+    np.minimum.at(first, warp, start)
+    rank = np.empty(warps.size, dtype=np.int64)
+    rank[np.argsort(first, kind="stable")] = np.arange(warps.size)
+    ring = tag_ring[ev["tag"][rows].astype(np.int64)]
+    out = {}
+    for r in np.unique(ring):
+        mine = np.flatnonzero(ring == r)
+        mine = mine[np.lexsort((ev["start_ns"][rows[mine]], tid[mine]))]
+        t = tid[mine]
+        new = np.r_[True, t[1:] != t[:-1]]
+        place = np.arange(t.size) - np.flatnonzero(new)[np.cumsum(new) - 1]
+        out[int(r)] = (t, start[mine], place, rank[warp[mine]])
+    return out
+
+
+LEADER_START = 3  # each CTA's first loads meet its start burst, not a shared miss
 
 
 def load_arrival_latency(trace: Trace) -> dict[str, np.ndarray]:
