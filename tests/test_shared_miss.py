@@ -33,14 +33,20 @@ def consumer_wait(spec):
     return next(i for i, r in enumerate(spec.regions) if "consumes" in r.relations)
 
 
-def test_a_groups_loads_land_with_its_first_ones_miss():
+def replays(group_ctas: int):
+    """The concurrent GEMM replayed with every load a hit, and with its loads coupled in
+    groups of ``group_ctas`` CTAs (a miss of ``MISS``, a hit of ``HIT``): (derived, both)."""
     derived = derive_pipeline(concurrent_gemm())
     data = match_records(derived.trace, derived.spec)
     i = consumer_wait(derived.spec)
     units, iters, _ = data.shape
     draws = np.stack([np.full((units, iters), MISS), np.full((units, iters), HIT)])
-    hits = replay(data, item_latency={i: draws[1]})
-    shared = replay(data, item_latency={i: draws}, leaders={i: 2})
+    return derived, i, (replay(data, item_latency={i: draws[1]}),
+                        replay(data, item_latency={i: draws}, leaders={i: group_ctas}))
+
+
+def test_a_groups_loads_land_with_its_first_ones_miss():
+    derived, i, (hits, shared) = replays(2)
     produce = next(j for j, r in enumerate(derived.spec.regions) if "produces" in r.relations)
     issued = shared.start[:, :, produce]
     # hits alone: every wait ends right after its own load; groups of two CTAs (launch
@@ -53,12 +59,6 @@ def test_a_groups_loads_land_with_its_first_ones_miss():
 
 
 def test_a_group_of_one_cta_misses_every_load():
-    derived = derive_pipeline(concurrent_gemm())
-    data = match_records(derived.trace, derived.spec)
-    i = consumer_wait(derived.spec)
-    units, iters, _ = data.shape
-    draws = np.stack([np.full((units, iters), MISS), np.full((units, iters), HIT)])
-    plain = replay(data, item_latency={i: draws[1]})
-    grouped_by_one = replay(data, item_latency={i: draws}, leaders={i: 1})
+    _, i, (plain, grouped_by_one) = replays(1)
     # a group of one CTA is its own first load: every load a miss
     assert (grouped_by_one.end[:, 1:, i] > plain.end[:, 1:, i] + MISS / 2).all()
