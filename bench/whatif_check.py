@@ -39,7 +39,7 @@ from cute_prof import storage  # noqa: E402
 from cute_prof.analysis.critical_path import (  # noqa: E402
     latency_sample, match_records, predict_what_if, timer_step, what_if)
 from cute_prof.analysis.model import PipelineSpec, arrival_latencies, load_pipeline  # noqa: E402
-from cute_prof.analysis.pipelines import derive_pipeline  # noqa: E402
+from cute_prof.analysis.pipelines import derive_pipeline, rank_correlation  # noqa: E402
 from cute_prof.trace import Trace  # noqa: E402
 
 sys.path.insert(0, str(ROOT / "bench"))
@@ -145,25 +145,6 @@ ENTRIES = [
            "p_cluster1x1": {"shared_by": {"smem_ab": 1}}}, timings_key="whatif",
           base_trace="level 2"),
 ]
-
-
-def spearman(x, y) -> float:
-    """Spearman rank correlation (average ranks for ties)."""
-    def ranks(v):
-        v = np.asarray(v, dtype=float)
-        order = np.argsort(v, kind="stable")
-        r = np.empty(v.size)
-        r[order] = np.arange(v.size)
-        for value in np.unique(v):
-            tie = v == value
-            r[tie] = r[tie].mean()
-        return r
-    if len(x) < 2:
-        return float("nan")
-    rx, ry = ranks(x), ranks(y)
-    if rx.std() == 0 or ry.std() == 0:
-        return float("nan")
-    return float(np.corrcoef(rx, ry)[0, 1])
 
 
 def trace_span(trace: Trace) -> float:
@@ -443,7 +424,7 @@ def recorder_txt(row: dict) -> str:
 
 def table(rows: list[dict], infos: list[dict], root: Path) -> str:
     done = [r for r in rows if r.get("modelled") and r.get("measured") is not None]
-    rho = spearman([r["predicted"] for r in done], [r["measured"] for r in done])
+    rho = rank_correlation([r["predicted"] for r in done], [r["measured"] for r in done])
     devices = sorted({str(i.get("device")) for i in infos if "device" in i})
     device_txt = (root / "device.txt").read_text().strip() if (root / "device.txt").exists() \
         else ", ".join(devices)
@@ -574,7 +555,7 @@ def table(rows: list[dict], infos: list[dict], root: Path) -> str:
               "by the base's launch-to-launch spread, half its IQR)."]
     for kind in sorted({r["base_trace"] for r in done}):
         sub = [r for r in done if r["base_trace"] == kind]
-        rho_k = spearman([r["predicted"] for r in sub], [r["measured"] for r in sub])
+        rho_k = rank_correlation([r["predicted"] for r in sub], [r["measured"] for r in sub])
         lines.append(f"- {kind} bases: {len(sub)} rows, Spearman {rho_k:+.3f}, within 3 pp "
                      f"{sum(abs(r['error_pp']) <= 3 for r in sub)}, mean absolute error "
                      f"{statistics.mean(abs(r['error_pp']) for r in sub):.2f} pp, inside the interval "

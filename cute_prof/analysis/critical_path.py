@@ -825,10 +825,8 @@ def replay(data: PipelineData, spec: PipelineSpec | None = None, *,
     latency_of = np.ascontiguousarray(latency.T)  # (n, U)
     # an item's latency: its draw, or (2, U, K) draws, as a miss and as an L2 hit, for a ring
     # whose CTAs share lines in groups (``leaders``: wait -> the group's CTAs)
-    per_item = {i: (np.stack([_by_iteration(c) for c in x]) if x.ndim == 3
-                    else _by_iteration(x))
-                for i, x in ((i, np.asarray(x, dtype=np.float64))
-                             for i, x in (item_latency or {}).items())}
+    per_item = {i: np.ascontiguousarray(np.moveaxis(np.asarray(x, dtype=np.float64), -2, -1))
+                for i, x in (item_latency or {}).items()}  # ([2,] K, U)
     leaders = {i: int(group) for i, group in (leaders or {}).items() if per_item[i].ndim == 3}
     led = {spec.regions[i].relations["consumes"].resource: group
            for i, group in leaders.items()}
@@ -1009,9 +1007,7 @@ def queued_under_load(queued, unqueued: float, ratio: float):
 def _cta_ranks(data: PipelineData) -> np.ndarray:
     """(units,) each unit's CTA's rank by its first start: the launch order that groups the
     CTAs reading the same tiles (``pipelines.leader_gaps``)."""
-    _, group = np.unique(data.unit_group, return_inverse=True)
-    first = np.full(group.max() + 1, np.inf)
-    np.minimum.at(first, group, data.unit_first)
+    group, first = _memo(data, ("dispatch", None), lambda: _dispatch_groups(data, None))[:2]
     rank = np.empty(first.size, dtype=np.int64)
     rank[np.argsort(first, kind="stable")] = np.arange(first.size)
     return rank[group]

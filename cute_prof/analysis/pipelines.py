@@ -290,12 +290,14 @@ def _average_ranks(a: np.ndarray) -> np.ndarray:
     return (upto - (counts - 1) / 2.0)[inverse]
 
 
-def _rank_correlation(a: np.ndarray, b: np.ndarray) -> float:
-    """Spearman's rank correlation: 0 where either is constant."""
+def rank_correlation(a, b) -> float:
+    """Spearman's rank correlation of the pairs where both are finite (ties share their
+    mean rank); nan where fewer than two pairs, or either side constant."""
+    a, b = np.asarray(a, dtype=np.float64), np.asarray(b, dtype=np.float64)
     finite = np.isfinite(a) & np.isfinite(b)
     a, b = a[finite], b[finite]
-    if a.size < 3 or np.ptp(a) == 0 or np.ptp(b) == 0:
-        return 0.0
+    if a.size < 2 or np.ptp(a) == 0 or np.ptp(b) == 0:
+        return float("nan")
     return float(np.corrcoef(_average_ranks(a), _average_ranks(b))[0, 1])
 
 
@@ -340,8 +342,8 @@ def leader_gaps(commits: dict, pairs: dict, sampled: np.ndarray, latency: np.nda
         behind = np.empty_like(start)
         behind[by_place] = start_sorted - np.repeat(first, np.diff(np.r_[heads, start.size]))
         gap = np.where(found, behind[at], np.inf)
-        score = _rank_correlation(gap[steady], lat[steady])
-        if score < best:
+        score = rank_correlation(gap[steady], lat[steady])
+        if score < best:  # nan (no ranking) never is
             best, best_group, best_gaps = score, group, gap
     return best_gaps, best_group
 
