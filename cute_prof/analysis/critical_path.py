@@ -1241,8 +1241,8 @@ def dispatched_span(first: np.ndarray, last: np.ndarray, sm: np.ndarray,
     before any ended) where they started, each later one, in the order they started, on
     the slot that frees first, after the launch gap the trace shows between one CTA's end
     and the next one's start on an SM. The greedy order reproduces the measured schedule:
-    FA4 b4's 2,048 CTAs on 132 SMs gave 855.7 us against 856.0 measured, each CTA's start
-    within 0.4 us (H100). A static chain per SM would pile a slower CTA's delay onto the
+    FA4 b4's 2,048 CTAs on 132 SMs gave 855.7 us against 856.0 measured (H100,
+    ``bench/whatif_fa4_lockstep.py``). A static chain per SM would pile a slower CTA's delay onto the
     CTAs that followed it there, where the GPU hands them to the SMs that free first."""
     order = np.argsort(first, kind="stable")
     wave = max(int(np.count_nonzero(first < last.min())), 1)
@@ -1396,8 +1396,8 @@ def _draw_latencies(rng, sample, shape: tuple[int, int]
 # ``HIT_AFTER`` of them after it found the line in the L2
 MISS_WITHIN, HIT_AFTER = 0.1, 1.5
 # the least a miss takes over a hit (medians) for a group's loads to be coupled: FA4's
-# first loads took 2.2-2.6x the hits (H100: 768-832 against 320-352 ns), a memory miss
-# against an L2 hit; the GEMMs' 1.1-1.7x, where coupling every group over-predicted the
+# first loads took 2.0-2.45x the hits (H100: 768-864 against 352-384 ns), a memory miss
+# against an L2 hit; the GEMMs' 1.21-1.44x, where coupling every group over-predicted the
 # 2-stage rows by 7-15 points (gpu27, gpu29: tiles shared along rows and columns, which
 # one launch-order group does not describe)
 MISS_OVER_HIT = 2.0
