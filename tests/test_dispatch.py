@@ -3,7 +3,7 @@ free (critical_path.dispatched_span), as the block scheduler hands them out."""
 import numpy as np
 import pytest
 
-from cute_prof.analysis.critical_path import dispatched_span
+from cute_prof.analysis.critical_path import dispatched_span, dispatched_starts
 
 GAP = 100.0
 
@@ -55,3 +55,38 @@ def test_one_wave_is_its_slowest_cta():
     first, last, sm = waves(np.full(4, 1000.0), 4)
     delta = np.array([0.0, 500.0, 0.0, 200.0])
     assert dispatched_span(first, last, sm, delta) == pytest.approx(1500.0)
+
+
+def test_the_unchanged_dispatch_puts_every_cta_where_it_started():
+    rng = np.random.default_rng(5)
+    first, last, sm = waves(rng.uniform(900, 1100, 40), 6)
+    np.testing.assert_allclose(dispatched_starts(first, last, sm, np.zeros(40)), first)
+
+
+def test_a_slower_first_wave_starts_the_next_wave_later():
+    # 4 SMs, 8 CTAs of 1000 ns: the first wave 300 ns slower starts each of the second
+    # 300 ns later, and where only CTA 0 is slower, the CTA that took its SM (the last to
+    # find one) starts 300 ns later, the others where they did
+    first, last, sm = waves(np.full(8, 1000.0), 4)
+    later = dispatched_starts(first, last, sm, np.r_[np.full(4, 300.0), np.zeros(4)])
+    np.testing.assert_allclose(later - first, np.r_[np.zeros(4), np.full(4, 300.0)])
+    one = dispatched_starts(first, last, sm, np.r_[300.0, np.zeros(7)])
+    np.testing.assert_allclose(one - first, np.r_[np.zeros(7), 300.0])
+
+
+def test_ctas_that_came_late_for_another_reason_keep_their_starts():
+    """gemm_like's CTAs follow one another 100 us apart on one SM: the dispatch reproduces
+    that launch, and a longer CTA 0 starts the others later. Put on four SMs, the same
+    starts are no block scheduler's (an SM stood free), so the what-if keeps them."""
+    import dataclasses
+
+    from cute_prof.analysis.critical_path import dispatch_shift, match_records
+    from cute_prof.analysis.pipelines import derive_pipeline
+    from test_derived_model_terms import gemm_like
+
+    derived = derive_pipeline(gemm_like(ctas=4))
+    one_sm = match_records(derived.trace, derived.spec)
+    slower_first = np.r_[500.0, np.zeros(3)]
+    np.testing.assert_allclose(dispatch_shift(one_sm, slower_first), [0, 500, 500, 500])
+    four_sms = dataclasses.replace(one_sm, unit_sm=np.arange(4))
+    np.testing.assert_array_equal(dispatch_shift(four_sms, slower_first), np.zeros(4))

@@ -140,6 +140,38 @@ def test_each_item_draws_from_the_loads_sampled_near_its_place_in_the_loop():
     assert abs(near - exact_ns) < 0.02 * exact_ns < abs(anywhere - exact_ns)
 
 
+def test_a_place_sampled_often_enough_draws_from_its_own_loads_alone():
+    """Twenty loads sampled at each place, the first two places in the start burst (4 us):
+    the 64 nearest a later place reached into the burst, and the 1-deep change, which
+    waits for every load, stalled on burst latencies at its third and fourth items. Each
+    place's own loads keep them at the start, as the exact 1-deep schedule has them."""
+    from cute_prof.analysis import critical_path
+
+    iters = 24
+    latencies = [4000.0] * 2 + [600.0] * (iters - 2)
+    data = match_records(make_trace([(0, varying_ring(latencies, depth=4))]),
+                         load_pipeline(spec_dict(4)))
+    sample = np.zeros(20 * iters, dtype=ARRIVAL_SAMPLE_DTYPE)
+    sample["position"] = np.tile(np.arange(iters), 20)
+    sample["latency_ns"] = np.asarray(latencies)[sample["position"]]
+    sample["issued_ns"] = sample["position"] * 1000.0 + np.repeat(np.arange(20) * 7.0, iters)
+    wait = [r.tag for r in data.spec.regions].index("w_f")
+
+    def third_and_fourth_waits():
+        s = what_if(data, depth={"ring": 1}, loaded_latency=True, arrivals={"ring": sample},
+                    schedules=True)["changed_schedule"]
+        return (s.end - s.start)[0, 2:4, wait]
+    own = third_and_fourth_waits()
+    with pytest.MonkeyPatch.context() as patch:
+        patch.setattr(critical_path, "PLACE_SAMPLE_MIN", 10 ** 9)
+        nearest = third_and_fourth_waits()
+    # the exact 1-deep ring waits 600 ns there, for its 600 ns loads
+    exact = varying_ring(latencies, depth=1)
+    assert [e - s for s, e in exact["w_f"][2:4]] == [600.0, 600.0]
+    np.testing.assert_allclose(own, 600.0)
+    assert nearest.max() > 1200.0
+
+
 def test_a_congested_stretch_of_the_base_is_not_carried_into_the_change():
     """Two samples of one latency distribution: in one the slow loads were all issued in
     one stretch of time (the memory congested for every CTA then), in the other they are
@@ -222,7 +254,34 @@ def test_what_if_terms_hand_on_a_probed_launchs_latencies():
     probed = probed_trace([(0, 0, 0, 0, 100, 0), (0, 0, 1, 1, 132, 868)] * 1)
     terms = derived.what_if_terms(arrivals_from=probed)
     np.testing.assert_array_equal(terms["arrivals"]["pk"]["latency_ns"], [900])
-    np.testing.assert_array_equal(terms["arrivals"]["pk"]["position"], [0])
+    # the warp's first K commit is the loop's prologue: its load is no iteration's item
+    np.testing.assert_array_equal(terms["arrivals"]["pk"]["position"], [-1])
+
+
+def test_a_sampled_loads_place_is_the_loop_iteration_whose_item_it_loads():
+    """FA4 loads its first K tile before the loop (derive_pipeline's ``@prologue``), so
+    iteration k consumes the warp's K commit k + 1 and V commit k: each sampled load's
+    place (its commit's ordinal in the warp) is shifted to the iteration that consumes it."""
+    from test_derived_pipeline import software_pipelined
+
+    derived = derive_pipeline(software_pipelined(ctas=1, blocks=6))
+    assert derived.commits_before_loop() == {"pk": 1}
+    data = match_records(derived.trace, derived.spec)
+    tags = [r.tag for r in derived.spec.regions]
+    events = derived.trace.events
+    for ring, shift in (("pk", 1), ("pv", 0)):
+        commit = [t for t, name in enumerate(derived.trace.tag_names)
+                  if name.split("@")[0] == f"{ring}.producer_commit"]
+        stamps = np.sort(events["start_ns"][np.isin(events["tag"], commit)])
+        loop = data.start[0, :, tags.index(f"{ring}.producer_commit")]
+        k = np.flatnonzero(np.isfinite(loop))
+        np.testing.assert_array_equal(loop[k], stamps[k + shift])
+    # one probe after each of six commits per ring
+    rows = [(0, 0, tag, payload, 100 + 1000 * j + 30 * payload + 500 * (tag > 1), 300 * payload)
+            for j in range(6) for tag, payload in ((0, 0), (1, 1), (2, 0), (3, 1))]
+    arrivals = derived.what_if_terms(arrivals_from=probed_trace(rows))["arrivals"]
+    np.testing.assert_array_equal(arrivals["pk"]["position"], np.arange(6) - 1)
+    np.testing.assert_array_equal(arrivals["pv"]["position"], np.arange(6))
 
 
 def test_a_ring_armed_before_its_copies_loses_one_record_off_its_latencies():

@@ -40,7 +40,11 @@ def test_what_if_hands_back_the_replays_it_compared():
     ring = spec.resources[0]
     change = {"depth": {ring.name: ring.depth + 1}, "shared_by": {ring.name: 1}}
     result = what_if(data, schedules=True, **change)
-    _same(result["base_schedule"], replay(match_records(derived.trace, spec)))
-    _same(result["changed_schedule"], replay(match_records(derived.trace, spec),
-                                             spec.with_changes(**change)))
+    # the fixture's CTAs follow one another on one SM: the change, which ends the first
+    # sooner, starts the later ones sooner (dispatch_shift)
+    assert (result["changed_unit_shift"][1:] < 0).all()
+    for which, changed_spec in (("base", spec), ("changed", spec.with_changes(**change))):
+        _same(result[f"{which}_schedule"], replay(
+            match_records(derived.trace, spec), changed_spec,
+            unit_shift=result[f"{which}_unit_shift"]))
     assert "base_schedule" not in what_if(data, **change)

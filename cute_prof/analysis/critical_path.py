@@ -46,6 +46,7 @@ LATENCY_DRAW_SEED = 2027
 # each replayed item draws its latency from this many sampled loads, those nearest its place
 # in the loop (what_if: _draw_latencies)
 NEAREST_ARRIVALS = 64
+PLACE_SAMPLE_MIN = 16  # ... unless this many were sampled at the place itself: those
 
 
 @dataclass
@@ -697,12 +698,30 @@ def _leading_job_left(data: PipelineData, measured_begin: np.ndarray, jobs: dict
         return {}
     spec = data.spec
     prev, _ = _role_sequences(spec)
-    step = timer_step(data)
-    return {i: np.nan_to_num(np.maximum(data.lead_end[:, :, i] - measured_begin[:, :, i] - step,
-                                        0.0))
-            for i, r in enumerate(spec.regions)
-            if r.kind == "work" and "releases" in r.relations and i not in jobs
-            and _async_after_wait(spec, i, prev)}
+    out = {}
+    for i, r in enumerate(spec.regions):
+        if r.kind == "work" and "releases" in r.relations and i not in jobs \
+                and _async_after_wait(spec, i, prev):
+            left = data.lead_end[:, :, i] - measured_begin[:, :, i] - _after_wait_floor(data, i)
+            out[i] = np.nan_to_num(np.maximum(left, 0.0))
+    return out
+
+
+def _after_wait_floor(data: PipelineData, i: int) -> float:
+    """The least a warp of region i's role takes from a wait's end to its next stamp with
+    no job to wait for: the role's gaps from one wait's end to the next wait's start
+    (FA4: K's wait to V's, the QK GEMM's issue and a record between them), their
+    ``UNQUEUED_QUANTILE``; one timer step where the role has no such pair. FA4's 1-deep
+    variants released 96-128 ns after a V wait that blocked (their bases' gap: 96-128);
+    the timer step alone left 32 ns and replayed the fast CTAs' iterations 64 ns short."""
+    spec = data.spec
+    prev, _ = _role_sequences(spec)
+    gaps = [data.start[:, :, j] - data.end[:, :, prev[j]]
+            for j, r in enumerate(spec.regions)
+            if r.role == spec.regions[i].role and r.kind == "wait" and prev[j] >= 0
+            and spec.regions[prev[j]].kind == "wait"]
+    gaps = np.concatenate([g[data.valid & np.isfinite(g)] for g in gaps]) if gaps else ()
+    return float(np.quantile(gaps, UNQUEUED_QUANTILE)) if len(gaps) else timer_step(data)
 
 
 def _unwaited_release_offsets(data: PipelineData, jobs: dict, measured_begin: np.ndarray,
@@ -728,7 +747,7 @@ def replay(data: PipelineData, spec: PipelineSpec | None = None, *,
            scale: dict[str, float] | None = None, terms=None,
            record_ns: float = 0.0, item_latency: dict | None = None,
            issue_ratio: float = 1.0, own_scale: dict[str, float] | None = None,
-           leaders: dict | None = None) -> Schedule:
+           leaders: dict | None = None, unit_shift: np.ndarray | None = None) -> Schedule:
     """Re-schedule the measured work durations under ``spec`` (default: the data's own);
     ``scale``: tag -> factor on that work region's durations (0.8 = 20% faster), its async
     job's included; ``own_scale``: the same on the warps' own work alone, the job's engine
@@ -742,6 +761,8 @@ def replay(data: PipelineData, spec: PipelineSpec | None = None, *,
     (2, units, iterations), as an L2 miss and as a hit: each group's first load of a place
     (CTAs ranked by their first start) misses, and a load of the same place lands no sooner
     than that miss, nor sooner than its own hit would (``pipelines.leader_gaps``).
+    ``unit_shift``: (units,) ns each unit starts later than measured (``dispatch_shift``:
+    the CTAs past the first wave start where the change frees an SM).
     ``issue_ratio``: the change's throughput against the base's (``what_if``'s fixed point):
     the issue times on a ring's recurrence (a produce's stamp after its acquire: the copies'
     issue; a release after a wait that did not wait for its job: the next job's issue) keep
@@ -855,7 +876,8 @@ def replay(data: PipelineData, spec: PipelineSpec | None = None, *,
             elif k > 0:
                 begin = end[k - 1, role_last[i]]
             else:
-                begin = data.start[:, 0, i]
+                begin = data.start[:, 0, i] if unit_shift is None else (
+                    data.start[:, 0, i] + unit_shift)
             if r.kind == "wait" and i in lead:
                 begin = begin + lead[i][k]
             start[k, i] = begin
@@ -1220,6 +1242,35 @@ def _kernel_time(data: PipelineData, unit_delta: np.ndarray,
     return measured, measured + dispatched_span(first, last, sm, delta) - base
 
 
+def dispatch_shift(data: PipelineData, unit_delta: np.ndarray) -> np.ndarray:
+    """(units,) how much later than measured each unit starts when each is ``unit_delta``
+    longer: its CTA dispatched where an SM frees (``dispatched_starts``), so a change that
+    slows the first wave starts the next one later, and its CTAs in step where the first
+    wave's ended in step."""
+    group, first, last, sm, _ = _memo(data, ("dispatch", None),
+                                      lambda: _dispatch_groups(data, None))
+    if not _memo(data, ("dispatch_reproduced",), lambda: _dispatch_reproduced(
+            first, last, sm)):
+        return np.zeros(group.size)
+    delta = np.bincount(group, np.asarray(unit_delta, dtype=np.float64), minlength=first.size)
+    return (dispatched_starts(first, last, sm, delta) - first)[group]
+
+
+# the dispatch moves the CTAs' starts only where it reproduces the measured ones: their
+# median distance at most this fraction of the median CTA's time (H100: FA4 b4 0.2%, its
+# causal variant 2.9%, ws_gemm 0.1%)
+DISPATCH_MATCH = 0.05
+
+
+def _dispatch_reproduced(first: np.ndarray, last: np.ndarray, sm: np.ndarray) -> bool:
+    """Whether ``dispatched_starts`` of the unchanged CTAs puts them where they started: a
+    launch whose later CTAs waited for an SM, not one whose CTAs came late for another
+    reason (a trace of several launches, a synthetic one)."""
+    unchanged = dispatched_starts(first, last, sm, np.zeros(first.size))
+    return bool(np.median(np.abs(unchanged - first))
+                <= DISPATCH_MATCH * np.median(last - first))
+
+
 def _dispatch_groups(data: PipelineData, keep: np.ndarray | None):
     """(each kept unit's CTA, each CTA's first start, last end and SM, the CTAs' span as
     ``dispatched_span`` schedules them unchanged): what ``_kernel_time`` needs per call."""
@@ -1244,25 +1295,34 @@ def dispatched_span(first: np.ndarray, last: np.ndarray, sm: np.ndarray,
     FA4 b4's 2,048 CTAs on 132 SMs gave 855.7 us against 856.0 measured (H100,
     ``bench/whatif_fa4_lockstep.py``). A static chain per SM would pile a slower CTA's delay onto the
     CTAs that followed it there, where the GPU hands them to the SMs that free first."""
+    starts = dispatched_starts(first, last, sm, delta)
+    return float((starts + (last - first) + delta).max() - first.min())
+
+
+def dispatched_starts(first: np.ndarray, last: np.ndarray, sm: np.ndarray,
+                      delta: np.ndarray) -> np.ndarray:
+    """Each CTA's start as ``dispatched_span`` dispatches them (ns, the first wave's
+    unchanged): where a change that slows some CTAs starts the later ones."""
     order = np.argsort(first, kind="stable")
     wave = max(int(np.count_nonzero(first < last.min())), 1)
-    end = last + delta
+    starts = np.asarray(first, dtype=np.float64).copy()
     if wave >= first.size:
-        return float(end.max() - first.min())
+        return starts
     by_sm = np.lexsort((first, sm))
     same = sm[by_sm][1:] == sm[by_sm][:-1]
     gaps = (first[by_sm][1:] - last[by_sm][:-1])[same]
     gaps = gaps[gaps >= 0]  # CTAs sharing an SM overlap: no gap between them
     gap = float(np.median(gaps)) if gaps.size else 0.0
-    slots = end[order[:wave]].tolist()
+    slots = (last + delta)[order[:wave]].tolist()
     heapq.heapify(slots)
-    finish = max(slots)
+    later = order[wave:]
+    begun = np.empty(later.size)
     # one Python float per later CTA: the loop is the launch's CTAs, not its events
-    for duration in (end - first + gap)[order[wave:]].tolist():
-        done = slots[0] + duration
-        heapq.heapreplace(slots, done)
-        finish = max(finish, done)
-    return float(finish - first.min())
+    for n, duration in enumerate((last - first + delta)[later].tolist()):
+        begun[n] = slots[0] + gap
+        heapq.heapreplace(slots, begun[n] + duration)
+    starts[later] = begun
+    return starts
 
 
 def steady_bound(data: PipelineData, terms, i: int) -> np.ndarray:
@@ -1332,6 +1392,30 @@ def _window_starts(sorted_keys: np.ndarray, at: np.ndarray) -> np.ndarray:
                    sorted_keys.size - NEAREST_ARRIVALS)
 
 
+def _place_windows(sorted_places: np.ndarray, at: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
+    """For each place in ``at``, (first index, count) of the sorted sampled loads an item
+    there draws from: those sampled at that very place where there are
+    ``PLACE_SAMPLE_MIN``, else the ``NEAREST_ARRIVALS`` nearest. A CTA's first loads meet
+    its start burst, and a window reaching into them from a later place carried their
+    latency there (FA4 b1 s1024: 18 loads a place, 64 spanned four places, and items at
+    the third and fourth drew the burst's 800-1000 ns where the GPU's loads took 352-480)."""
+    first = np.searchsorted(sorted_places, at, side="left")
+    count = np.searchsorted(sorted_places, at, side="right") - first
+    own = count >= PLACE_SAMPLE_MIN
+    near = min(NEAREST_ARRIVALS, sorted_places.size)
+    return (np.where(own, first, np.clip(first - near // 2, 0, sorted_places.size - near)),
+            np.where(own, count, near))
+
+
+def _place_medians(sorted_values: np.ndarray, sorted_places: np.ndarray,
+                   at: np.ndarray) -> np.ndarray:
+    """The median of each place's window (``_place_windows``) of ``sorted_values``."""
+    first, count = _place_windows(sorted_places, at)
+    # one median per place of the loop, not per load
+    return np.array([np.median(sorted_values[f:f + c])
+                     for f, c in zip(first.tolist(), count.tolist())])
+
+
 def _window_medians(values: np.ndarray, keys: np.ndarray, at: np.ndarray) -> np.ndarray:
     """The median of the ``NEAREST_ARRIVALS`` values whose keys lie nearest each of ``at``."""
     order = np.argsort(keys, kind="stable")
@@ -1372,12 +1456,13 @@ def _draw_latencies(rng, sample, shape: tuple[int, int]
     else:
         order = np.argsort(position, kind="stable")
         iteration = np.arange(shape[1])
-        pick = (_window_starts(position[order], iteration)[None, :]
-                + rng.integers(0, NEAREST_ARRIVALS, size=shape))
+        first, count = _place_windows(position[order], iteration)
+        pick = first[None, :] + rng.integers(0, count[None, :], size=shape)
         if issued is not None and np.ptp(issued) > 0:
             congestion = load_congestion(latency, issued)
             floor = np.quantile(congestion, UNQUEUED_QUANTILE)
-            queued = np.maximum(_window_medians(congestion, position, iteration) - floor, 0.0)
+            queued = np.maximum(_place_medians(congestion[order], position[order], iteration)
+                                - floor, 0.0)
             own = latency - congestion
             classes = miss_and_hit(sample)
             if classes is None:
@@ -1431,9 +1516,8 @@ def _draw_in_class(rng, values: np.ndarray, member: np.ndarray, shape: tuple[int
     values, position = values[member], position[member]
     if values.size <= NEAREST_ARRIVALS:
         return rng.choice(values, size=shape)
-    pick = (_window_starts(position, np.arange(shape[1]))[None, :]
-            + rng.integers(0, NEAREST_ARRIVALS, size=shape))
-    return values[pick]
+    first, count = _place_windows(position, np.arange(shape[1]))
+    return values[first[None, :] + rng.integers(0, count[None, :], size=shape)]
 
 
 def _one_draw_per_cluster(data: PipelineData, spec: PipelineSpec, draws: dict) -> dict:
@@ -1469,6 +1553,9 @@ def slowed_by_recorder(spec: PipelineSpec) -> list[str]:
     return [r.tag for r in spec.regions if r.kind == "work" and r.role not in producers]
 
 
+# replays of a what-if that re-dispatch its CTAs (``dispatch_shift``) until no start moves
+# by a timer tick (H100: 32 ns)
+DISPATCH_ROUNDS, DISPATCH_TOLERANCE_NS = 24, 32.0
 RECORDER_SLOWDOWN_FLOOR = 0.5  # the most a recorder is taken to slow the work (x 1 / 0.5)
 RECORDER_SLOWDOWN_STEPS = 8  # replays of the fit past its two ends (it needs 2-4)
 
@@ -1561,7 +1648,9 @@ def what_if(data: PipelineData, *, depth: dict | None = None, shared_by: dict | 
     (``recorder_slowdown``), so both replay the kernel unrecorded; ``slowdown``: that factor
     as an earlier call fitted it (its ``recorder_slowdown``), not fitted again.
     ``schedules``: also return the base's and the change's replays (``base_schedule``,
-    ``changed_schedule``: each CTA's replayed spans, to set against a variant's own trace).
+    ``changed_schedule``: each CTA's replayed spans, to set against a variant's own trace)
+    and how much later than measured each unit started in them (``base_unit_shift``,
+    ``changed_unit_shift``: ``dispatch_shift``).
 
     ``arrivals``: ring -> loads sampled as they arrived (``pipelines.load_arrival_sample``:
     every load, not only the late ones a consumer waited for; or plain latencies); a
@@ -1621,11 +1710,35 @@ def what_if(data: PipelineData, *, depth: dict | None = None, shared_by: dict | 
                                      recorded_end=recorded_end)
     unslowed = ({tag: slowdown for tag in slowed_by_recorder(data.spec)}
                 if slowdown != 1.0 else None)
-    base = replay(data, terms=terms, record_ns=record_ns, own_scale=unslowed,
-                  item_latency=base_draws, leaders=leaders)
     changed_spec = data.spec.with_changes(depth=depth, shared_by=shared_by)
-    base_end = _unit_ends(base.end)
-    recorded_end = base_end if recorded_end is None else recorded_end
+    if recorded_end is None:
+        recorded_end = _unit_ends(replay(data, terms=terms, record_ns=record_ns,
+                                         own_scale=unslowed, item_latency=base_draws,
+                                         leaders=leaders).end)
+
+    def dispatched(spec, shift=None, **kw):
+        """The replay with the CTAs past the first wave started where the replay frees
+        an SM (``dispatch_shift``, to a fixed point from ``shift``: each round fixes at
+        least one more wave), each unit's end as if it had started where measured, and the
+        shifts it replayed with. Where no unit's replay depends on another's (no shared
+        misses, no ring shared by a cluster), its span does not depend on its start: one
+        round, unshifted, unless the schedules are asked for."""
+        shift = np.zeros(data.shape[0]) if shift is None else shift
+        replay_terms = kw.pop("terms", terms)
+        alone = not (leaders or schedules or any(r.shared_by > 1 for r in spec.resources))
+        for round_ in range(DISPATCH_ROUNDS):
+            s = replay(data, spec, terms=replay_terms, record_ns=record_ns,
+                       own_scale=unslowed, leaders=leaders, unit_shift=shift, **kw)
+            end = _unit_ends(s.end) - shift
+            if alone or round_ == DISPATCH_ROUNDS - 1:
+                break
+            moved = dispatch_shift(data, end - recorded_end)
+            if np.abs(moved - shift).max() < DISPATCH_TOLERANCE_NS:
+                break
+            shift = moved
+        return s, end, shift
+
+    base, base_end, base_shift = dispatched(data.spec, item_latency=base_draws)
 
     def kernel_ns(end, keep=None):
         """The kernel's time with each unit ending at ``end``: the measured kernel moved
@@ -1635,7 +1748,7 @@ def what_if(data: PipelineData, *, depth: dict | None = None, shared_by: dict | 
         return _kernel_time(data, end - recorded_end, keep)[1]
 
     base_ns = kernel_ns(base_end)
-    changed_terms, ratio, changed_draws = terms, 1.0, {}
+    changed_terms, ratio, changed_draws, changed_shift = terms, 1.0, {}, base_shift
     for _ in range(8 if loaded else 1):
         for i, (at_base, unqueued) in loaded.items():
             value = unqueued + queued_under_load(max(at_base - unqueued, 0.0), unqueued, ratio)
@@ -1644,10 +1757,9 @@ def what_if(data: PipelineData, *, depth: dict | None = None, shared_by: dict | 
         changed_draws = _one_draw_per_cluster(data, changed_spec, {
             i: fixed + queued_under_load(queued, unqueued, ratio)
             for i, (queued, fixed, unqueued) in draws.items()})
-        changed = replay(data, changed_spec, scale=scale, own_scale=unslowed,
-                         terms=changed_terms, record_ns=record_ns,
-                         item_latency=changed_draws, leaders=leaders, issue_ratio=ratio)
-        new_end = _unit_ends(changed.end)
+        changed, new_end, changed_shift = dispatched(
+            changed_spec, changed_shift, scale=scale, terms=changed_terms,
+            item_latency=changed_draws, issue_ratio=ratio)
         predicted = kernel_ns(new_end)
         previous, ratio = ratio, predicted / base_ns
         if abs(ratio - previous) < 1e-4:
@@ -1662,7 +1774,8 @@ def what_if(data: PipelineData, *, depth: dict | None = None, shared_by: dict | 
     measured_end = _unit_ends(data.end)
     fidelity = float(np.median((base_end - measured_end)
                                / np.maximum(measured_end - data.start[:, 0, :].min(1), 1)))
-    extra = {"base_schedule": base, "changed_schedule": changed} if schedules else {}
+    extra = {"base_schedule": base, "changed_schedule": changed, "base_unit_shift": base_shift,
+             "changed_unit_shift": changed_shift} if schedules else {}
     return {**extra, "change": {"depth": depth, "shared_by": shared_by, "scale": scale,
                                 "latency": latency},
             "kernel_ns": base_ns, "predicted_kernel_ns": predicted,

@@ -602,6 +602,27 @@ class DerivedPipeline:
         return {p["name"]: self.record_ns
                 for p in _meta(self.trace)["pipelines"] if p.get("commit_arms_copies")}
 
+    def commits_before_loop(self) -> dict[str, int]:
+        """Per ring: how many commits each producer warp makes before the loop's first
+        iteration (its ``@prologue`` calls), the shift from a commit's ordinal in its warp
+        (a sampled load's ``position``) to the loop iteration whose item it loads. FA4's
+        first K tile is loaded before the loop, so the item of iteration k is K's commit
+        k + 1: drawn at place k, each K item took the latency of the load before its own
+        (b1 s1024: the second K load, 750-1000 ns in the start burst, drawn for the third)."""
+        names = list(self.trace.tag_names)
+        event_tid, event_tag = self._column("tid"), self._column("tag")
+        out = {}
+        for r in self.spec.regions:
+            if "produces" not in r.relations:
+                continue
+            tag = f"{r.tag}@prologue"
+            if tag not in names:
+                continue
+            mine = event_tag == names.index(tag)
+            _, per_warp = np.unique(event_tid[mine], return_counts=True)
+            out[r.relations["produces"].resource] = int(np.median(per_warp))
+        return out
+
     def what_if_terms(self, *, arrivals_from: Trace | None = None,
                       record_chain_ns: float | None = None,
                       recorder_cost: float | None = None) -> dict[str, Any]:
@@ -636,8 +657,10 @@ class DerivedPipeline:
         chain = record_chain_ns if record_chain_ns is not None else record_chain_ns_of(self.trace)
         probed = load_arrival_sample(arrivals_from if arrivals_from is not None else self.trace)
         late = self.copy_issue_delay_ns()
+        before_loop = self.commits_before_loop()
         for ring, sample in probed.items():
             sample["latency_ns"] -= late.get(ring, 0.0)
+            sample["position"] -= before_loop.get(ring, 0)
         return {"first_load": self.first_load_latency()[0],
                 "record_ns": float(chain) if chain is not None else self.record_ns,
                 "arrivals": probed, "recorder_cost": float(recorder_cost or 0.0)}
