@@ -702,12 +702,12 @@ def _leading_job_left(data: PipelineData, measured_begin: np.ndarray, jobs: dict
     for i, r in enumerate(spec.regions):
         if r.kind == "work" and "releases" in r.relations and i not in jobs \
                 and _async_after_wait(spec, i, prev):
-            left = data.lead_end[:, :, i] - measured_begin[:, :, i] - _after_wait_floor(data, i)
+            left = data.lead_end[:, :, i] - measured_begin[:, :, i] - after_wait_floor(data, i)
             out[i] = np.nan_to_num(np.maximum(left, 0.0))
     return out
 
 
-def _after_wait_floor(data: PipelineData, i: int) -> float:
+def after_wait_floor(data: PipelineData, i: int) -> float:
     """The least a warp of region i's role takes from a wait's end to its next stamp with
     no job to wait for: the role's gaps from one wait's end to the next wait's start
     (FA4: K's wait to V's, the QK GEMM's issue and a record between them), their
@@ -1711,10 +1711,6 @@ def what_if(data: PipelineData, *, depth: dict | None = None, shared_by: dict | 
     unslowed = ({tag: slowdown for tag in slowed_by_recorder(data.spec)}
                 if slowdown != 1.0 else None)
     changed_spec = data.spec.with_changes(depth=depth, shared_by=shared_by)
-    if recorded_end is None:
-        recorded_end = _unit_ends(replay(data, terms=terms, record_ns=record_ns,
-                                         own_scale=unslowed, item_latency=base_draws,
-                                         leaders=leaders).end)
 
     def dispatched(spec, shift=None, **kw):
         """The replay with the CTAs past the first wave started where the replay frees
@@ -1726,10 +1722,13 @@ def what_if(data: PipelineData, *, depth: dict | None = None, shared_by: dict | 
         shift = np.zeros(data.shape[0]) if shift is None else shift
         replay_terms = kw.pop("terms", terms)
         alone = not (leaders or schedules or any(r.shared_by > 1 for r in spec.resources))
+        nonlocal recorded_end
         for round_ in range(DISPATCH_ROUNDS):
             s = replay(data, spec, terms=replay_terms, record_ns=record_ns,
                        own_scale=unslowed, leaders=leaders, unit_shift=shift, **kw)
             end = _unit_ends(s.end) - shift
+            if recorded_end is None:  # nothing removed: the base's first round is it
+                recorded_end = end
             if alone or round_ == DISPATCH_ROUNDS - 1:
                 break
             moved = dispatch_shift(data, end - recorded_end)
