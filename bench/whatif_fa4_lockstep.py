@@ -43,8 +43,8 @@ def columns(data):
 
 def regimes(label: str, data, start, end, rank):
     """Per-iteration period, commit -> wait end (K, V) and the waits' own time, of the fast
-    and the slow CTAs, and the first wave's spread of K commits at iterations 10 and 20 (a
-    wave: one CTA per SM the trace holds)."""
+    and the slow CTAs, the share of slow CTAs in each wave, and the first wave's spread of K
+    commits at iterations 10 and 20 (a wave: one CTA per SM the trace holds)."""
     c = columns(data)
     wave = np.unique(data.unit_sm).size
     period = np.nanmedian(np.diff(end[:, :, c["k_consumer_wait"]], axis=1)[:, STEADY:], axis=1)
@@ -60,6 +60,10 @@ def regimes(label: str, data, start, end, rank):
         print(f"  {label:<18} {name}: {sel.sum():>5} CTAs ({first} of the first wave), "
               f"{np.median(period[sel]):>6.0f} ns per iteration, commit -> wait end K "
               f"{lat_k:.0f} V {lat_v:.0f} ns, waits K {wait_k:.0f} V {wait_v:.0f} ns")
+    per_wave = [np.mean(period[rank // wave == w] >= SLOW_PERIOD_NS) * 100
+                for w in range(int(rank.max()) // wave + 1)]
+    print(f"  {label:<18} slow CTAs per wave of {wave}, %: "
+          + " ".join(f"{x:.0f}" for x in per_wave))
     wave0 = rank < wave
     spread = [np.ptp(start[wave0, k, c["k_producer_commit"]]) for k in (10, 20)]
     groups = [np.ptp(start[(rank // 32 == g) & wave0, k, c["k_producer_commit"]])

@@ -167,3 +167,21 @@ def test_a_blocked_wait_runs_the_leading_groups_job_and_the_releases_come_sooner
     truth = match_records(job_then_handoff(1), spec(1, async_release=True))
     late = merged.dep_time[0, 1:, 0] - truth.end[0, :-1, 3]
     assert (late[1:] >= 416).all()
+
+
+def test_a_blocked_waits_leading_release_keeps_the_roles_least_wait_to_stamp_time():
+    """FA4's consumers wait for K, then for V: the time between K's wait ending and V's
+    starting (the QK GEMM's issue and a record) is the least a warp takes from a wait's end
+    to its next stamp. A blocked V wait cannot bring the leading release closer than that
+    (FA4's 1-deep variants: 96-128 ns, their bases' gap); a role with no wait right after
+    another has only the timer's step."""
+    from cute_prof.analysis.critical_path import after_wait_floor, timer_step
+    from cute_prof.analysis.pipelines import derive_pipeline
+    from test_derived_pipeline import software_pipelined
+
+    derived = derive_pipeline(software_pipelined())
+    data = match_records(derived.trace, derived.spec)
+    tags = [r.tag for r in derived.spec.regions]
+    # the fixture's V wait starts 400 ns after K's, which lasts 20
+    assert after_wait_floor(data, tags.index("pk.consumer_release")) == 380
+    assert after_wait_floor(data, tags.index("pk.producer_commit")) == timer_step(data)
