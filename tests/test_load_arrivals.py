@@ -119,19 +119,26 @@ def test_what_if_draws_the_latency_of_every_item_from_the_arrivals():
     assert drawn["predicted_kernel_ns"] > at_median["predicted_kernel_ns"] + 0.1 * iters * 400
 
 
+def burst_then_steady(iters: int, burst: int, per_place: int):
+    """A 4-deep ring whose first ``burst`` loads take 4 us (a CTA's start burst) and the
+    rest 600 ns, and ``per_place`` sampled loads at each place: (latencies, data, sample)."""
+    latencies = [4000.0] * burst + [600.0] * (iters - burst)
+    data = match_records(make_trace([(0, varying_ring(latencies, depth=4))]),
+                         load_pipeline(spec_dict(4)))
+    sample = np.zeros(per_place * iters, dtype=ARRIVAL_SAMPLE_DTYPE)
+    sample["position"] = np.tile(np.arange(iters), per_place)
+    sample["latency_ns"] = np.asarray(latencies)[sample["position"]]
+    sample["issued_ns"] = (sample["position"] * 1000.0
+                           + np.repeat(np.arange(per_place) * 7.0, iters))
+    return latencies, data, sample
+
+
 def test_each_item_draws_from_the_loads_sampled_near_its_place_in_the_loop():
     """A CTA's first four loads meet its start burst (4 us), the rest take 600 ns. Drawn
     anywhere in the loop, the slow loads land everywhere and a 3-deep ring stalls on each;
     drawn from the loads sampled near each item's place, they stay at the start, as on the
     GPU: the prediction lands near the exact 3-deep schedule."""
-    iters = 40
-    latencies = [4000.0] * 4 + [600.0] * (iters - 4)
-    data = match_records(make_trace([(0, varying_ring(latencies, depth=4))]),
-                         load_pipeline(spec_dict(4)))
-    sample = np.zeros(5 * iters, dtype=ARRIVAL_SAMPLE_DTYPE)
-    sample["position"] = np.tile(np.arange(iters), 5)
-    sample["latency_ns"] = np.asarray(latencies)[sample["position"]]
-    sample["issued_ns"] = sample["position"] * 1000.0 + np.repeat(np.arange(5) * 7.0, iters)
+    latencies, data, sample = burst_then_steady(iters=40, burst=4, per_place=5)
     exact = varying_ring(latencies, depth=3)
     exact_ns = exact["c"][-1][1] - exact["w_e"][0][0]
     near, anywhere = (what_if(data, depth={"ring": 3}, loaded_latency=True,
@@ -147,14 +154,7 @@ def test_a_place_sampled_often_enough_draws_from_its_own_loads_alone():
     place's own loads keep them at the start, as the exact 1-deep schedule has them."""
     from cute_prof.analysis import critical_path
 
-    iters = 24
-    latencies = [4000.0] * 2 + [600.0] * (iters - 2)
-    data = match_records(make_trace([(0, varying_ring(latencies, depth=4))]),
-                         load_pipeline(spec_dict(4)))
-    sample = np.zeros(20 * iters, dtype=ARRIVAL_SAMPLE_DTYPE)
-    sample["position"] = np.tile(np.arange(iters), 20)
-    sample["latency_ns"] = np.asarray(latencies)[sample["position"]]
-    sample["issued_ns"] = sample["position"] * 1000.0 + np.repeat(np.arange(20) * 7.0, iters)
+    latencies, data, sample = burst_then_steady(iters=24, burst=2, per_place=20)
     wait = [r.tag for r in data.spec.regions].index("w_f")
 
     def third_and_fourth_waits():
