@@ -93,9 +93,13 @@ def between_ctas(pairs: dict):
 
 
 def sampled_loads(ring: str, x: np.ndarray):
-    """How much of a ring's sampled latencies lies between CTAs (their producer warps'
-    means), and the latency by gap behind the launch-order group's first load of the place,
+    """The latency of a ring's loads at each of a warp's first commits (its start burst),
+    and by gap behind the launch-order group's first load of the place,
     with the first loads' median over the hits' (``critical_path.MISS_OVER_HIT``)."""
+    first_places = range(min(int(x["position"].max()) + 1, 6))
+    print(f"  {ring}: latency (median) of the loads sampled at each of a warp's first commits: "
+          + ", ".join(f"{np.median(x['latency_ns'][x['position'] == p]):.0f}"
+                      for p in first_places) + " ns")
     steady = x["position"] >= STEADY
     print(f"  {ring}: {x.size} loads sampled; launch-order groups of {x['group_ctas'][0]} "
           "CTAs; latency (median) by gap behind the group's first load of the place:")
@@ -119,9 +123,9 @@ def main(argv=None) -> int:
     for folder in ap.parse_args(argv).folders:
         print(f"== {folder}")
         derived, base = matched(next(folder.glob("trace*_base.npz")))
-        span = cp._kernel_time(base, np.zeros(base.shape[0]))
-        print(f"  dispatch: {base.shape[0]} CTAs, measured span {span[0] / 1e3:.1f} us, "
-              f"dispatched {cp.dispatched_span(*cp._dispatch_groups(base, None)[1:4], 0.0) / 1e3:.1f} us")
+        _, first, last, sm, _ = cp.cta_dispatch(base)
+        print(f"  dispatch: {base.shape[0]} CTAs, measured span "
+              f"{(last.max() - first.min()) / 1e3:.1f} us, dispatched {cp.dispatched_span(first, last, sm, np.zeros(first.size)) / 1e3:.1f} us")
         probed = load_columns(next(folder.glob("trace*base_arrivals.npz")))
         for ring, x in load_arrival_sample(probed).items():
             sampled_loads(ring, x)
@@ -129,9 +133,9 @@ def main(argv=None) -> int:
         if not (folder / "trace_stages1.npz").is_file():
             continue
         _, variant = matched(folder / "trace_stages1.npz")
-        rank = cp._cta_ranks(base)
+        rank = cp.cta_ranks(base)
         regimes("base, measured", base, base.start, base.end, rank)
-        regimes("1-deep, measured", variant, variant.start, variant.end, cp._cta_ranks(variant))
+        regimes("1-deep, measured", variant, variant.start, variant.end, cp.cta_ranks(variant))
         terms = derived.what_if_terms(arrivals_from=probed)
         replayed = cp.what_if(base, loaded_latency=True, first_load=terms["first_load"],
                               arrivals=terms["arrivals"], schedules=True, **ONE_DEEP)

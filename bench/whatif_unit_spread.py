@@ -77,8 +77,7 @@ def main(argv=None) -> int:
                         "measured": spans(measured.start, measured.end),
                         "replayed": spans(variant_replay.start, variant_replay.end)}
                 # the kernel's span compares only where the variant's trace holds every CTA
-                # of a one-wave launch (later waves start where the check's kernel time
-                # dispatches them, not in these schedules)
+                # (a multi-wave variant is traced on some SMs): a one-wave launch
                 whole = measured.shape[0] == data.shape[0] == np.unique(data.unit_sm).size
                 for label, (unit, kernel) in rows.items():
                     print(f"{root.name:<6} {entry.folder:<12} {name:<8} {label:<14} "

@@ -712,8 +712,9 @@ def after_wait_floor(data: PipelineData, i: int) -> float:
     no job to wait for: the role's gaps from one wait's end to the next wait's start
     (FA4: K's wait to V's, the QK GEMM's issue and a record between them), their
     ``UNQUEUED_QUANTILE``; one timer step where the role has no such pair. FA4's 1-deep
-    variants released 96-128 ns after a V wait that blocked (their bases' gap: 96-128);
-    the timer step alone left 32 ns and replayed the fast CTAs' iterations 64 ns short."""
+    variants released 96-128 ns after a V wait that blocked (``bench/whatif_diagnose.py``);
+    the timer step alone left 32 ns and replayed the fast CTAs' iterations 64 ns short
+    (stop 45's ``bench/whatif_fa4_lockstep.py``: 1,728 ns against 1,792 measured)."""
     spec = data.spec
     prev, _ = _role_sequences(spec)
     gaps = [data.start[:, :, j] - data.end[:, :, prev[j]]
@@ -852,7 +853,7 @@ def replay(data: PipelineData, spec: PipelineSpec | None = None, *,
     led = {spec.regions[i].relations["consumes"].resource: group
            for i, group in leaders.items()}
     group_first = {name: np.zeros((iters, units), dtype=np.int64) for name in led}
-    cta_rank = _memo(data, ("cta_rank",), lambda: _cta_ranks(data))
+    cta_rank = cta_ranks(data)
     job_end = {i: np.full(units, -np.inf) for i in jobs}
     shape = (iters, n, units)
     start = np.full(shape, np.nan)
@@ -1026,13 +1027,15 @@ def queued_under_load(queued, unqueued: float, ratio: float):
     return w0 * q / ((w0 + q) * r - q)  # > 0: (w0 + q) r > w0 + q > q
 
 
-def _cta_ranks(data: PipelineData) -> np.ndarray:
+def cta_ranks(data: PipelineData) -> np.ndarray:
     """(units,) each unit's CTA's rank by its first start: the launch order that groups the
     CTAs reading the same tiles (``pipelines.leader_gaps``)."""
-    group, first = _memo(data, ("dispatch", None), lambda: _dispatch_groups(data, None))[:2]
-    rank = np.empty(first.size, dtype=np.int64)
-    rank[np.argsort(first, kind="stable")] = np.arange(first.size)
-    return rank[group]
+    def ranks():
+        group, first = cta_dispatch(data)[:2]
+        rank = np.empty(first.size, dtype=np.int64)
+        rank[np.argsort(first, kind="stable")] = np.arange(first.size)
+        return rank[group]
+    return _memo(data, ("cta_rank",), ranks)
 
 
 def _by_iteration(a: np.ndarray) -> np.ndarray:
@@ -1233,27 +1236,17 @@ def _kernel_time(data: PipelineData, unit_delta: np.ndarray,
     ``keep``: over those units only (their SMs). A CTA's units (a persistent CTA's tiles)
     run one after another; the CTAs after the first wave start where an SM frees, as the
     block scheduler dispatches them (``dispatched_span``), not on the SM they ran on."""
-    group, first, last, sm, base = _memo(
-        data, ("dispatch", None if keep is None else keep.tobytes()),
-        lambda: _dispatch_groups(data, keep))
-    delta = np.bincount(group, np.asarray(unit_delta, dtype=np.float64)[
-        slice(None) if keep is None else keep], minlength=first.size)
+    group, first, last, sm, unchanged = cta_dispatch(data, keep)
+    delta = _cta_delta(group, unit_delta if keep is None else np.asarray(unit_delta)[keep],
+                       first.size)
     measured = float(last.max() - first.min())
+    base = float((unchanged + (last - first)).max() - first.min())
     return measured, measured + dispatched_span(first, last, sm, delta) - base
 
 
-def dispatch_shift(data: PipelineData, unit_delta: np.ndarray) -> np.ndarray:
-    """(units,) how much later than measured each unit starts when each is ``unit_delta``
-    longer: its CTA dispatched where an SM frees (``dispatched_starts``), so a change that
-    slows the first wave starts the next one later, and its CTAs in step where the first
-    wave's ended in step."""
-    group, first, last, sm, _ = _memo(data, ("dispatch", None),
-                                      lambda: _dispatch_groups(data, None))
-    if not _memo(data, ("dispatch_reproduced",), lambda: _dispatch_reproduced(
-            first, last, sm)):
-        return np.zeros(group.size)
-    delta = np.bincount(group, np.asarray(unit_delta, dtype=np.float64), minlength=first.size)
-    return (dispatched_starts(first, last, sm, delta) - first)[group]
+def _cta_delta(group: np.ndarray, unit_delta: np.ndarray, ctas: int) -> np.ndarray:
+    """(ctas,) each CTA's change: its units' (a persistent CTA's tiles run in turn)."""
+    return np.bincount(group, np.asarray(unit_delta, dtype=np.float64), minlength=ctas)
 
 
 # the dispatch moves the CTAs' starts only where it reproduces the measured ones: their
@@ -1262,27 +1255,34 @@ def dispatch_shift(data: PipelineData, unit_delta: np.ndarray) -> np.ndarray:
 DISPATCH_MATCH = 0.05
 
 
-def _dispatch_reproduced(first: np.ndarray, last: np.ndarray, sm: np.ndarray) -> bool:
-    """Whether ``dispatched_starts`` of the unchanged CTAs puts them where they started: a
-    launch whose later CTAs waited for an SM, not one whose CTAs came late for another
-    reason (a trace of several launches, a synthetic one)."""
-    unchanged = dispatched_starts(first, last, sm, np.zeros(first.size))
-    return bool(np.median(np.abs(unchanged - first))
-                <= DISPATCH_MATCH * np.median(last - first))
+def dispatch_shift(data: PipelineData, unit_delta: np.ndarray) -> np.ndarray:
+    """(units,) how much later than measured each unit starts when each is ``unit_delta``
+    longer: its CTA dispatched where an SM frees (``dispatched_starts``), so a change that
+    slows the first wave starts the next one later, and its CTAs in step where the first
+    wave's ended in step. Zeros where the unchanged dispatch does not put the CTAs where
+    they started (``DISPATCH_MATCH``): a launch whose CTAs came late for another reason than
+    waiting for an SM (a trace of several launches, a synthetic one)."""
+    group, first, last, sm, unchanged = cta_dispatch(data)
+    if np.median(np.abs(unchanged - first)) > DISPATCH_MATCH * np.median(last - first):
+        return np.zeros(group.size)
+    delta = _cta_delta(group, unit_delta, first.size)
+    return (dispatched_starts(first, last, sm, delta) - first)[group]
 
 
-def _dispatch_groups(data: PipelineData, keep: np.ndarray | None):
-    """(each kept unit's CTA, each CTA's first start, last end and SM, the CTAs' span as
-    ``dispatched_span`` schedules them unchanged): what ``_kernel_time`` needs per call."""
-    keep = slice(None) if keep is None else keep
-    _, group = np.unique(data.unit_group[keep], return_inverse=True)
-    first = np.full(group.max() + 1, np.inf)
-    np.minimum.at(first, group, data.unit_first[keep])
-    last = np.full(group.max() + 1, -np.inf)
-    np.maximum.at(last, group, data.unit_last[keep])
-    sm = np.zeros(group.max() + 1, dtype=np.int64)
-    sm[group] = data.unit_sm[keep]
-    return group, first, last, sm, dispatched_span(first, last, sm, np.zeros(first.size))
+def cta_dispatch(data: PipelineData, keep: np.ndarray | None = None):
+    """(each kept unit's CTA, each CTA's first start, last end and SM, and its start as
+    ``dispatched_starts`` dispatches the CTAs unchanged), memoised per ``keep``."""
+    def compute():
+        kept = slice(None) if keep is None else keep
+        _, group = np.unique(data.unit_group[kept], return_inverse=True)
+        first = np.full(group.max() + 1, np.inf)
+        np.minimum.at(first, group, data.unit_first[kept])
+        last = np.full(group.max() + 1, -np.inf)
+        np.maximum.at(last, group, data.unit_last[kept])
+        sm = np.zeros(group.max() + 1, dtype=np.int64)
+        sm[group] = data.unit_sm[kept]
+        return group, first, last, sm, dispatched_starts(first, last, sm, np.zeros(first.size))
+    return _memo(data, ("dispatch", None if keep is None else keep.tobytes()), compute)
 
 
 def dispatched_span(first: np.ndarray, last: np.ndarray, sm: np.ndarray,
@@ -1393,18 +1393,23 @@ def _window_starts(sorted_keys: np.ndarray, at: np.ndarray) -> np.ndarray:
 
 
 def _place_windows(sorted_places: np.ndarray, at: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
-    """For each place in ``at``, (first index, count) of the sorted sampled loads an item
-    there draws from: those sampled at that very place where there are
-    ``PLACE_SAMPLE_MIN``, else the ``NEAREST_ARRIVALS`` nearest. A CTA's first loads meet
-    its start burst, and a window reaching into them from a later place carried their
-    latency there (FA4 b1 s1024: 18 loads a place, 64 spanned four places, and items at
-    the third and fourth drew the burst's 800-1000 ns where the GPU's loads took 352-480)."""
+    """For each place in ``at``, (first index, count) of the sorted sampled loads (more than
+    ``NEAREST_ARRIVALS`` of them) an item there draws from: those sampled at that very place
+    where there are ``PLACE_SAMPLE_MIN``, else the ``NEAREST_ARRIVALS`` nearest. A CTA's
+    first loads meet its start burst, and a window reaching into them from a later place
+    carried their latency there (FA4 b1 s1024 samples 18 loads a place: 64 spanned four)."""
     first = np.searchsorted(sorted_places, at, side="left")
     count = np.searchsorted(sorted_places, at, side="right") - first
     own = count >= PLACE_SAMPLE_MIN
-    near = min(NEAREST_ARRIVALS, sorted_places.size)
-    return (np.where(own, first, np.clip(first - near // 2, 0, sorted_places.size - near)),
-            np.where(own, count, near))
+    return (np.where(own, first, _window_starts(sorted_places, at)),
+            np.where(own, count, NEAREST_ARRIVALS))
+
+
+def _place_picks(rng, sorted_places: np.ndarray, shape: tuple[int, int]) -> np.ndarray:
+    """(units, iterations) indices into the sorted sample: each item's draw from its
+    place's window (``_place_windows``)."""
+    first, count = _place_windows(sorted_places, np.arange(shape[1]))
+    return first[None, :] + rng.integers(0, count[None, :], size=shape)
 
 
 def _place_medians(sorted_values: np.ndarray, sorted_places: np.ndarray,
@@ -1456,8 +1461,7 @@ def _draw_latencies(rng, sample, shape: tuple[int, int]
     else:
         order = np.argsort(position, kind="stable")
         iteration = np.arange(shape[1])
-        first, count = _place_windows(position[order], iteration)
-        pick = first[None, :] + rng.integers(0, count[None, :], size=shape)
+        pick = _place_picks(rng, position[order], shape)
         if issued is not None and np.ptp(issued) > 0:
             congestion = load_congestion(latency, issued)
             floor = np.quantile(congestion, UNQUEUED_QUANTILE)
@@ -1516,8 +1520,7 @@ def _draw_in_class(rng, values: np.ndarray, member: np.ndarray, shape: tuple[int
     values, position = values[member], position[member]
     if values.size <= NEAREST_ARRIVALS:
         return rng.choice(values, size=shape)
-    first, count = _place_windows(position, np.arange(shape[1]))
-    return values[first[None, :] + rng.integers(0, count[None, :], size=shape)]
+    return values[_place_picks(rng, position, shape)]
 
 
 def _one_draw_per_cluster(data: PipelineData, spec: PipelineSpec, draws: dict) -> dict:

@@ -608,7 +608,8 @@ class DerivedPipeline:
         (a sampled load's ``position``) to the loop iteration whose item it loads. FA4's
         first K tile is loaded before the loop, so the item of iteration k is K's commit
         k + 1: drawn at place k, each K item took the latency of the load before its own
-        (b1 s1024: the second K load, 750-1000 ns in the start burst, drawn for the third)."""
+        (b1 s1024: the second K load, 832 ns median in the start burst where the later ones
+        take 352, drawn for the third; ``bench/whatif_fa4_lockstep.py``, gpu33)."""
         names = list(self.trace.tag_names)
         event_tid, event_tag = self._column("tid"), self._column("tag")
         out = {}
