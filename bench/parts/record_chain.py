@@ -11,6 +11,10 @@ consumer: wait, release), ``--iters`` times, once plain and once compiled inside
 the wait's end, each before the arrive that follows it); the commit's and the release's
 instants follow their arrive and end where the warp blocks anyway.
 
+``--consumer-warps N``: N warps consume each item together, as the GEMMs' and FA4's two
+consumer warpgroups do (8 warps): the producer's acquire waits for the last of their
+releases, so the chain holds the slowest of N warps' wait records, issued at once.
+
     python bench/record_cost.py chain --rounds 20 --out bench/results/record_cost/chain.md
 
 Timing: CUPTI kernel durations, both kernels once per round in a fresh random order, after
@@ -30,10 +34,8 @@ ROOT = Path(__file__).resolve().parents[2]
 sys.path.insert(0, str(ROOT))
 sys.path.insert(0, str(ROOT / "bench"))
 
-THREADS = 64  # warp 0 produces, warp 1 consumes
 
-
-def build(iters: int):
+def build(iters: int, consumer_warps: int = 1):
     """The ping-pong kernel's host launcher: ``launch(out, stream)``."""
     import cutlass
     import cutlass.cute as cute
@@ -52,14 +54,15 @@ def build(iters: int):
         ring = pipeline.PipelineAsync.create(
             num_stages=1, barrier_storage=barriers,
             producer_group=pipeline.CooperativeGroup(pipeline.Agent.Thread, 32),
-            consumer_group=pipeline.CooperativeGroup(pipeline.Agent.Thread, 32))
+            consumer_group=pipeline.CooperativeGroup(pipeline.Agent.Thread,
+                                                     32 * consumer_warps))
         if warp == 0:
             state = pipeline.make_pipeline_state(pipeline.PipelineUserType.Producer, 1)
             for _ in cutlass.range(n, unroll=1):
                 ring.producer_acquire(state)
                 ring.producer_commit(state)
                 state.advance()
-        if warp == 1:
+        if warp >= 1:
             state = pipeline.make_pipeline_state(pipeline.PipelineUserType.Consumer, 1)
             for _ in cutlass.range(n, unroll=1):
                 ring.consumer_wait(state)
@@ -72,8 +75,8 @@ def build(iters: int):
 
     @cute.jit
     def launch(out: cute.Tensor, n: cutlass.Int32, stream):
-        pingpong(out, n).launch(grid=(out.shape[0], 1, 1), block=(THREADS, 1, 1),
-                                smem=64, stream=stream)
+        pingpong(out, n).launch(grid=(out.shape[0], 1, 1),
+                                block=(32 * (1 + consumer_warps), 1, 1), smem=64, stream=stream)
 
     return launch
 
@@ -83,6 +86,8 @@ def main(argv=None) -> int:
     ap.add_argument("--iters", type=int, default=20000, help="round trips per CTA")
     ap.add_argument("--ctas", type=int, default=132, help="one per SM")
     ap.add_argument("--rounds", type=int, default=20)
+    ap.add_argument("--consumer-warps", type=int, default=1,
+                    help="warps that consume each item together (warp 0 produces)")
     ap.add_argument("--out", type=Path, default=None, help="the Markdown result")
     args = ap.parse_args(argv)
     import cuda.bindings.driver as cuda
@@ -99,11 +104,14 @@ def main(argv=None) -> int:
     view = from_dlpack(out)
     stream = cuda.CUstream(torch.cuda.current_stream().cuda_stream)
     n = cutlass.Int32(args.iters)
-    launcher = build(args.iters)
+    if args.consumer_warps < 1:
+        ap.error("--consumer-warps must be >= 1")
+    threads = 32 * (1 + args.consumer_warps)
+    launcher = build(args.iters, args.consumer_warps)
     plain = cute.compile(launcher, view, n, stream)
     # records per warp: a wait is two words, a signal one: 3 per round trip, and the slack
     per_warp = 3 * args.iters + 64
-    with cute_prof.autoprofile(per_warp=per_warp, max_warps=args.ctas * THREADS // 32) as prof:
+    with cute_prof.autoprofile(per_warp=per_warp, max_warps=args.ctas * threads // 32) as prof:
         recorded = cute.compile(launcher, view, n, stream)
     calls = {"plain": lambda: plain(view, n, stream), "recorded": lambda: recorded(view, n, stream)}
     for call in calls.values():
@@ -121,7 +129,8 @@ def main(argv=None) -> int:
         "# One zero-edit record on a dependency chain (`bench/parts/record_chain.py`)", "",
         f"- device: {device}; date {time.strftime('%Y-%m-%d %H:%M UTC', time.gmtime())}",
         f"- command: `python bench/record_cost.py chain {' '.join(argv or sys.argv[1:])}`",
-        f"- {args.ctas} CTAs x {args.iters} round trips; CUPTI medians of {args.rounds} shuffled "
+        f"- {args.ctas} CTAs x {args.iters} round trips, {args.consumer_warps} consumer "
+        f"warp{'s' if args.consumer_warps > 1 else ''}; CUPTI medians of {args.rounds} shuffled "
         f"rounds; the recorded launch: {len(trace.events):,} records, overflow {trace.overflow}",
         "",
         "| kernel | median us | ns per round trip |",
@@ -137,8 +146,11 @@ def main(argv=None) -> int:
     if args.out:
         args.out.write_text(text)
     target = Path(os.environ.get("OUT", "."))
-    (target / "record_chain.json").write_text(json.dumps(
-        {"device": device, "iters": args.iters, "ctas": args.ctas, "times_ms": times,
+    name = ("record_chain.json" if args.consumer_warps == 1
+            else f"record_chain_w{args.consumer_warps}.json")
+    (target / name).write_text(json.dumps(
+        {"device": device, "iters": args.iters, "ctas": args.ctas,
+         "consumer_warps": args.consumer_warps, "times_ms": times,
          "per_record_ns": per_record, "record_cost_ns": record_ns}, indent=1))
     return 0
 
