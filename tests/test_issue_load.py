@@ -3,7 +3,9 @@
 a starved ring does (ws_gemm 4 -> 2: the copies' commit 50 ns after the acquire in the base,
 38 in the 2-stage variant; a release 160 ns after its wait in the base's unwaited releases,
 117 in the variant). The replay keeps each such time's least loaded part (the base's
-``UNQUEUED_QUANTILE``) and scales the rest by 1 / the change's throughput ratio."""
+``UNQUEUED_QUANTILE``) and scales the rest: ``replay(issue_ratio=)`` by 1 / a throughput
+ratio, ``what_if`` by each unit's busy share (``replay(load_share=)``: how much of its
+consumers' time stays work in the change against the base)."""
 
 import numpy as np
 import pytest
@@ -56,23 +58,27 @@ def test_each_issue_time_keeps_its_unqueued_part_and_scales_the_rest(ratio):
     assert steps.min() == CONSUME + WAKE + 32 + LATENCY
 
 
-def test_what_if_scales_the_issue_times_by_the_change_throughput():
+def test_what_if_scales_the_issue_times_by_the_consumers_busy_share():
     # two bases of the same length: every commit 64 ns after its acquire, or 32 and 96 in
-    # turn (a queued part above 32). Consumer work 1.5x as long makes the kernel slower
-    # (ratio > 1): the spread base's 96 ns issues shrink, the even base has nothing queued.
-    # The latency is the trace's own (blocked waits), loaded: the fixed point gives the ratio
-    def predict(gaps, factor):
+    # turn (a queued part above 32). Faster consumer work leaves the consumer waiting for a
+    # larger share of its time: the spread base's 96 ns issues shrink by its busy share, the
+    # even base has nothing queued. Slower consumer work keeps it busier: the SM stays as
+    # loaded, and no issue time shrinks (a throughput ratio alone would have shrunk them).
+    def predict(gaps, **change):
         data = match_records(make_trace([(0, ring_with_issue_gaps(gaps))]),
                              load_pipeline(spec_dict(1)))
-        got = what_if(data, scale={"c": factor}, loaded_latency=True)
+        got = what_if(data, **change)
         return got["kernel_ns"], got["predicted_kernel_ns"]
     even, spread = [64] * 8, [32, 96] * 4
-    assert predict(even, 1.0)[0] == predict(spread, 1.0)[0]
+    assert predict(even)[0] == predict(spread)[0]
     for gaps in (even, spread):  # no change: the base itself
-        measured, predicted = predict(gaps, 1.0)
+        measured, predicted = predict(gaps)
         assert predicted == pytest.approx(measured)
-    _, slower_even = predict(even, 1.5)
-    _, slower_spread = predict(spread, 1.5)
+    _, faster_even = predict(even, scale={"c": 0.5})
+    _, faster_spread = predict(spread, scale={"c": 0.5})
     # the items after the first whose commits came 96 ns after the acquire (3 on the
     # recurrence) each lose part of their 64 ns queued time, none all of it
-    assert 0 < slower_even - slower_spread < 3 * 64
+    assert 0 < faster_even - faster_spread < 3 * 64
+    _, busier_even = predict(even, scale={"c": 1.5})
+    _, busier_spread = predict(spread, scale={"c": 1.5})
+    assert busier_even == pytest.approx(busier_spread)

@@ -748,7 +748,8 @@ def replay(data: PipelineData, spec: PipelineSpec | None = None, *,
            scale: dict[str, float] | None = None, terms=None,
            record_ns: float = 0.0, item_latency: dict | None = None,
            issue_ratio: float = 1.0, own_scale: dict[str, float] | None = None,
-           leaders: dict | None = None, unit_shift: np.ndarray | None = None) -> Schedule:
+           leaders: dict | None = None, unit_shift: np.ndarray | None = None,
+           load_share: np.ndarray | None = None) -> Schedule:
     """Re-schedule the measured work durations under ``spec`` (default: the data's own);
     ``scale``: tag -> factor on that work region's durations (0.8 = 20% faster), its async
     job's included; ``own_scale``: the same on the warps' own work alone, the job's engine
@@ -772,7 +773,16 @@ def replay(data: PipelineData, spec: PipelineSpec | None = None, *,
     on the GPU only for the memory's queue). Under the base's load the SM issues them later
     than a starved ring does (ws_gemm 4 -> 2: a release 160 ns after the wait in the base's
     unwaited releases, 117 ns mean in the variant; the copies' commit 50 ns after the acquire
-    against 38): kept whole, they made the replayed 2-deep ring 5% slow."""
+    against 38): kept whole, they made the replayed 2-deep ring 5% slow.
+    ``load_share``: (units,) how much of each unit's non-producing roles' time stays work in
+    the change against the base (``what_if``'s fixed point, ``busy_share``), in place of
+    ``issue_ratio``: the load the SM's warps put on each other shrinks with it, so the issue
+    times keep that share of their part above the least loaded one, and each unit's own work
+    that share of its departure from the iteration's median over the units (a 1-deep FA4
+    b1 s1024: the consumers' work per SM spread 45 ns in the base, 13 in the variant; the
+    producer's V commit came 288 ns after its acquire mid-loop in the base, 160 in the
+    variant; the GEMMs' 2-deep rings committed and released 32 ns sooner than 1 / ratio
+    gave)."""
     base = data.spec
     spec = base if spec is None else spec
     if [r.tag for r in spec.regions] != [r.tag for r in base.regions]:
@@ -803,7 +813,13 @@ def replay(data: PipelineData, spec: PipelineSpec | None = None, *,
     release_at, produce_at = stamp_offsets(releasing), stamp_offsets(producing)
     # a stamp's offset from the wait before it holds that wait's record (its store): one
     # record less without recording
-    release_own = {i: max(_unqueued_scaled(x, low, issue_ratio) - record_ns, 0.0)
+    def issue_scaled(value, low):
+        """An issue time under the change's load: its part above the least loaded one
+        keeps each unit's busy share, or 1 / ``issue_ratio`` of it."""
+        if load_share is not None:
+            return low + (value - low) * load_share
+        return _unqueued_scaled(value, low, issue_ratio)
+    release_own = {i: np.maximum(issue_scaled(x, low) - record_ns, 0.0)
                    for i, (x, low) in _memo(
         data, ("unwaited_release_at",), lambda: _unwaited_release_offsets(
             data, jobs, measured_begin, measured_dur, measured_floor)).items()}
@@ -824,6 +840,16 @@ def replay(data: PipelineData, spec: PipelineSpec | None = None, *,
     # shortest measured duration of each work region: a minimum, so a scaled region's is
     # its own scaled (one pass over the data per record time)
     floor = np.array(_memo(data, ("floor", record_ns), lambda: _shortest(data, dur)))
+    if load_share is not None:
+        # each unit's own work keeps its busy share of its departure from the iteration's
+        # median over the units (the load the SM's warps put on each other in the base)
+        own_work = set(slowed_by_recorder(spec))
+        for i in (i for i, r in enumerate(spec.regions) if r.tag in own_work):
+            with warnings.catch_warnings():  # an iteration no unit ran: no median, no work
+                warnings.simplefilter("ignore", RuntimeWarning)
+                typical = np.nan_to_num(np.nanmedian(np.where(ran, dur[:, :, i], np.nan), 0))
+            dur[:, :, i] = np.where(ran, typical[None, :] + (dur[:, :, i] - typical[None, :])
+                                    * load_share[:, None], dur[:, :, i])
     tags = [r.tag for r in spec.regions]
     for own, factors in ((False, scale), (True, own_scale)):
         for tag, factor in (factors or {}).items():
@@ -832,8 +858,9 @@ def replay(data: PipelineData, spec: PipelineSpec | None = None, *,
             if spec.regions[tags.index(tag)].kind != "work":
                 raise ProfileBufferError(f"only work regions can be made faster, {tag!r} is a "
                                          "wait")
-            dur[:, :, tags.index(tag)] *= float(factor)
-            floor[tags.index(tag)] *= float(factor)
+            factor = np.asarray(factor, dtype=np.float64)
+            dur[:, :, tags.index(tag)] *= factor[:, None] if factor.ndim else float(factor)
+            floor[tags.index(tag)] *= float(factor.min())
             if not own and tags.index(tag) in jobs:  # the region's work is its async job
                 jobs[tags.index(tag)] = jobs[tags.index(tag)] * float(factor)
     prev, role_last = _role_sequences(spec)
@@ -955,7 +982,7 @@ def replay(data: PipelineData, spec: PipelineSpec | None = None, *,
                         end[k, i] = np.where(here, np.minimum(
                             end[k, i], begin + dur[k, i] - absorbed[i]), begin)
                 if "produces" in r.relations:
-                    offset = (_unqueued_scaled(produce_at[i][0][k], produce_low[i], issue_ratio)
+                    offset = (issue_scaled(produce_at[i][0][k], produce_low[i])
                               - record_ns) if i in produce_at else 0.0
                     made = r.relations["produces"].resource
                     prod[made][k] = begin + np.clip(offset, 0.0, end[k, i] - begin)
@@ -1647,8 +1674,11 @@ def what_if(data: PipelineData, *, depth: dict | None = None, shared_by: dict | 
 
     ``recorder_cost``: what recording cost the base on the GPU (the recording kernel's
     time over the plain kernel's, less 1): the part of it ``record_ns`` does not account
-    for slows the warps' own work in the base's replay and the change's alike
-    (``recorder_slowdown``), so both replay the kernel unrecorded; ``slowdown``: that factor
+    for slows the warps' own work (``recorder_slowdown``), in the change's replay by each
+    unit's busy share of it (the recorder's schedule costs where the warps work: FA4's
+    1-deep variants paid 0.41-0.50 of the base's cost on an H100, causal's 0.65), so both
+    replay the kernel unrecorded. The change's replay runs at each unit's busy share
+    (``replay(load_share=)``, ``busy_share``), to a fixed point; ``slowdown``: that factor
     as an earlier call fitted it (its ``recorder_slowdown``), not fitted again.
     ``schedules``: also return the base's and the change's replays (``base_schedule``,
     ``changed_schedule``: each CTA's replayed spans, to set against a variant's own trace)
@@ -1715,6 +1745,8 @@ def what_if(data: PipelineData, *, depth: dict | None = None, shared_by: dict | 
                 if slowdown != 1.0 else None)
     changed_spec = data.spec.with_changes(depth=depth, shared_by=shared_by)
 
+    own_roles = {r.role for r in data.spec.regions if r.tag in slowed_by_recorder(data.spec)}
+
     def dispatched(spec, shift=None, **kw):
         """The replay with the CTAs past the first wave started where the replay frees
         an SM (``dispatch_shift``, to a fixed point from ``shift``: each round fixes at
@@ -1724,11 +1756,12 @@ def what_if(data: PipelineData, *, depth: dict | None = None, shared_by: dict | 
         round, unshifted, unless the schedules are asked for."""
         shift = np.zeros(data.shape[0]) if shift is None else shift
         replay_terms = kw.pop("terms", terms)
+        own_now = kw.pop("own", unslowed)
         alone = not (leaders or schedules or any(r.shared_by > 1 for r in spec.resources))
         nonlocal recorded_end
         for round_ in range(DISPATCH_ROUNDS):
             s = replay(data, spec, terms=replay_terms, record_ns=record_ns,
-                       own_scale=unslowed, leaders=leaders, unit_shift=shift, **kw)
+                       own_scale=own_now, leaders=leaders, unit_shift=shift, **kw)
             end = _unit_ends(s.end) - shift
             if recorded_end is None:  # nothing removed: the base's first round is it
                 recorded_end = end
@@ -1751,7 +1784,13 @@ def what_if(data: PipelineData, *, depth: dict | None = None, shared_by: dict | 
 
     base_ns = kernel_ns(base_end)
     changed_terms, ratio, changed_draws, changed_shift = terms, 1.0, {}, base_shift
-    for _ in range(8 if loaded else 1):
+    # each unit's busy share: how much of its non-producing roles' time stays work (not
+    # blocked) in the change against the base, a fixed point with the replay
+    base_busy = busy_share(data, base, own_roles, terms[2])
+    share, changed_own = np.ones(data.shape[0]), unslowed
+    for _ in range(8):
+        if unslowed:  # the recorder's schedule costs where the warps work
+            changed_own = {t: 1.0 / (1.0 + (1.0 / f - 1.0) * share) for t, f in unslowed.items()}
         for i, (at_base, unqueued) in loaded.items():
             value = unqueued + queued_under_load(max(at_base - unqueued, 0.0), unqueued, ratio)
             changed_terms = with_latency(changed_terms, i, value)
@@ -1761,10 +1800,13 @@ def what_if(data: PipelineData, *, depth: dict | None = None, shared_by: dict | 
             for i, (queued, fixed, unqueued) in draws.items()})
         changed, new_end, changed_shift = dispatched(
             changed_spec, changed_shift, scale=scale, terms=changed_terms,
-            item_latency=changed_draws, issue_ratio=ratio)
+            item_latency=changed_draws, own=changed_own, load_share=share)
         predicted = kernel_ns(new_end)
         previous, ratio = ratio, predicted / base_ns
-        if abs(ratio - previous) < 1e-4:
+        moved = share
+        share = np.minimum(busy_share(data, changed, own_roles, terms[2])
+                           / np.maximum(base_busy, 1e-9), 1.0)
+        if abs(ratio - previous) < 1e-4 and np.abs(share - moved).max() < BUSY_TOLERANCE:
             break
     delta = new_end - base_end
     # per-CTA variation: the same change carried through each half of the SMs alone
@@ -1791,6 +1833,29 @@ def what_if(data: PipelineData, *, depth: dict | None = None, shared_by: dict | 
             # the ring's loads were sampled, else the one loaded latency
             "latency_ns": {tags[i]: float(np.mean(changed_draws[i])) if i in changed_draws
                            else float(changed_terms[1][0, i]) for i in loaded}}
+
+
+# the busy shares' fixed point stops once no unit's share moves by this much
+BUSY_TOLERANCE = 1e-3
+
+
+def busy_share(data: PipelineData, sched: Schedule, roles: set, cost) -> np.ndarray:
+    """(units,) the share of ``roles``' time (each unit's first start to last end of
+    their regions) not spent blocked in a wait beyond its own cost (``cost``: each
+    region's unblocked cost, ``infer_terms``): how much the SM's warps load each other."""
+    idx = [i for i, r in enumerate(data.spec.regions) if r.role in roles]
+    if not idx:
+        return np.ones(data.shape[0])
+    start, end = sched.start[:, :, idx], sched.end[:, :, idx]
+    span = (np.nanmax(end.reshape(end.shape[0], -1), 1)
+            - np.nanmin(start.reshape(start.shape[0], -1), 1))
+    blocked = np.zeros(span.shape)
+    for j, i in enumerate(idx):
+        if data.spec.regions[i].kind != "wait":
+            continue
+        extra = (end[:, :, j] - start[:, :, j]) - float(np.asarray(cost)[i])
+        blocked += np.nansum(np.where(sched.blocked[:, :, i], np.maximum(extra, 0.0), 0.0), 1)
+    return 1.0 - blocked / np.maximum(span, 1e-9)
 
 
 def predict_what_if(data: PipelineData, change: dict, *, terms=None,
