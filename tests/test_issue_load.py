@@ -3,9 +3,9 @@
 a starved ring does (ws_gemm 4 -> 2: the copies' commit 50 ns after the acquire in the base,
 38 in the 2-stage variant; a release 160 ns after its wait in the base's unwaited releases,
 117 in the variant). The replay keeps each such time's least loaded part (the base's
-``UNQUEUED_QUANTILE``) and scales the rest: ``replay(issue_ratio=)`` by 1 / a throughput
-ratio, ``what_if`` by each unit's busy share (``replay(load_share=)``: how much of its
-consumers' time stays work in the change against the base)."""
+``UNQUEUED_QUANTILE``) and keeps each unit's busy share of the rest (``replay(load_share=)``:
+how much of its consumers' time stays work in the change against the base, ``what_if``'s
+fixed point)."""
 
 import numpy as np
 import pytest
@@ -40,16 +40,17 @@ GAPS = [32, 96, 32, 96, 32, 96, 32, 96]
 def test_at_the_base_load_the_replay_is_the_measured_schedule():
     data = match_records(make_trace([(0, ring_with_issue_gaps(GAPS))]),
                          load_pipeline(spec_dict(1)))
-    np.testing.assert_allclose(replay(data, issue_ratio=1.0).end, data.end)
+    np.testing.assert_allclose(replay(data, load_share=np.ones(1)).end, data.end)
 
 
 @pytest.mark.parametrize("ratio", [1.5, 2.0, 4.0])
 def test_each_issue_time_keeps_its_unqueued_part_and_scales_the_rest(ratio):
+    # a busy share of 1 / ratio: the consumers work that much less of their time
     data = match_records(make_trace([(0, ring_with_issue_gaps(GAPS))]),
                          load_pipeline(spec_dict(1)))
     unqueued = np.quantile(GAPS, UNQUEUED_QUANTILE)
     assert unqueued == 32
-    sched = replay(data, issue_ratio=ratio)
+    sched = replay(data, load_share=np.full(1, 1.0 / ratio))
     # each consumes wait now waits for the commit stamp the scaled gap puts there: every
     # item's step on the recurrence shrinks by what its gap lost, the 32 ns ones by nothing
     steps = np.diff(sched.end[0, :, 2])

@@ -747,7 +747,7 @@ def _unwaited_release_offsets(data: PipelineData, jobs: dict, measured_begin: np
 def replay(data: PipelineData, spec: PipelineSpec | None = None, *,
            scale: dict[str, float] | None = None, terms=None,
            record_ns: float = 0.0, item_latency: dict | None = None,
-           issue_ratio: float = 1.0, own_scale: dict[str, float] | None = None,
+           own_scale: dict[str, float] | None = None,
            leaders: dict | None = None, unit_shift: np.ndarray | None = None,
            load_share: np.ndarray | None = None) -> Schedule:
     """Re-schedule the measured work durations under ``spec`` (default: the data's own);
@@ -765,20 +765,18 @@ def replay(data: PipelineData, spec: PipelineSpec | None = None, *,
     than that miss, nor sooner than its own hit would (``pipelines.leader_gaps``).
     ``unit_shift``: (units,) ns each unit starts later than measured (``dispatch_shift``:
     the CTAs past the first wave start where the change frees an SM).
-    ``issue_ratio``: the change's throughput against the base's (``what_if``'s fixed point):
-    the issue times on a ring's recurrence (a produce's stamp after its acquire: the copies'
-    issue; a release after a wait that did not wait for its job: the next job's issue) keep
-    their least loaded part (``UNQUEUED_QUANTILE`` of the base's) and scale the rest by
-    1 / ratio (Little's law; a load's latency follows ``queued_under_load`` instead, checked
-    on the GPU only for the memory's queue). Under the base's load the SM issues them later
-    than a starved ring does (ws_gemm 4 -> 2: a release 160 ns after the wait in the base's
-    unwaited releases, 117 ns mean in the variant; the copies' commit 50 ns after the acquire
-    against 38): kept whole, they made the replayed 2-deep ring 5% slow.
     ``load_share``: (units,) how much of each unit's non-producing roles' time stays work in
-    the change against the base (``what_if``'s fixed point, ``busy_share``), in place of
-    ``issue_ratio``: the load the SM's warps put on each other shrinks with it, so the issue
-    times keep that share of their part above the least loaded one, and each unit's own work
-    that share of its departure from the iteration's median over the units (a 1-deep FA4
+    the change against the base (``what_if``'s fixed point, ``busy_share``; None: the
+    base's load): the load the SM's warps put on each other shrinks with it. The issue
+    times on a ring's recurrence (a produce's stamp after its acquire: the copies' issue; a
+    release after a wait that did not wait for its job: the next job's issue) keep their
+    least loaded part (``UNQUEUED_QUANTILE`` of the base's) and that share of the rest:
+    under the base's load the SM issues them later than a starved ring does (ws_gemm 4 -> 2:
+    a release 160 ns after the wait in the base's unwaited releases, 117 ns mean in the
+    variant; the copies' commit 50 ns after the acquire against 38), and kept whole they
+    made the replayed 2-deep ring 5% slow (stop 41 scaled them by 1 / the throughput ratio).
+    Each unit's own work keeps that share of its departure from the iteration's median over
+    the units (a 1-deep FA4
     b1 s1024: the consumers' work per SM spread 45 ns in the base, 13 in the variant; the
     producer's V commit came 288 ns after its acquire mid-loop in the base, 160 in the
     variant; the GEMMs' 2-deep rings committed and released 32 ns sooner than 1 / ratio
@@ -815,10 +813,8 @@ def replay(data: PipelineData, spec: PipelineSpec | None = None, *,
     # record less without recording
     def issue_scaled(value, low):
         """An issue time under the change's load: its part above the least loaded one
-        keeps each unit's busy share, or 1 / ``issue_ratio`` of it."""
-        if load_share is not None:
-            return low + (value - low) * load_share
-        return _unqueued_scaled(value, low, issue_ratio)
+        keeps each unit's busy share."""
+        return value if load_share is None else low + (value - low) * load_share
     release_own = {i: np.maximum(issue_scaled(x, low) - record_ns, 0.0)
                    for i, (x, low) in _memo(
         data, ("unwaited_release_at",), lambda: _unwaited_release_offsets(
@@ -1026,12 +1022,6 @@ def replay(data: PipelineData, spec: PipelineSpec | None = None, *,
     return Schedule(start=_by_unit(start), end=_by_unit(end), latency=latency, cost=cost,
                     dep_time=_by_unit(dep_all), dep_peer=_by_unit(peer_all),
                     blocked=_by_unit(blocked))
-
-
-def _unqueued_scaled(value, unqueued: float, ratio: float):
-    """The part of ``value`` above its unqueued level scaled by 1 / ``ratio`` (Little's law:
-    ``ratio`` is the change's time against the base's): the issue times of ``replay``."""
-    return unqueued + (value - unqueued) / max(ratio, 1e-6) if ratio != 1.0 else value
 
 
 def queued_under_load(queued, unqueued: float, ratio: float):
@@ -1745,8 +1735,6 @@ def what_if(data: PipelineData, *, depth: dict | None = None, shared_by: dict | 
                 if slowdown != 1.0 else None)
     changed_spec = data.spec.with_changes(depth=depth, shared_by=shared_by)
 
-    own_roles = {r.role for r in data.spec.regions if r.tag in slowed_by_recorder(data.spec)}
-
     def dispatched(spec, shift=None, **kw):
         """The replay with the CTAs past the first wave started where the replay frees
         an SM (``dispatch_shift``, to a fixed point from ``shift``: each round fixes at
@@ -1756,12 +1744,12 @@ def what_if(data: PipelineData, *, depth: dict | None = None, shared_by: dict | 
         round, unshifted, unless the schedules are asked for."""
         shift = np.zeros(data.shape[0]) if shift is None else shift
         replay_terms = kw.pop("terms", terms)
-        own_now = kw.pop("own", unslowed)
+        kw.setdefault("own_scale", unslowed)
         alone = not (leaders or schedules or any(r.shared_by > 1 for r in spec.resources))
         nonlocal recorded_end
         for round_ in range(DISPATCH_ROUNDS):
             s = replay(data, spec, terms=replay_terms, record_ns=record_ns,
-                       own_scale=own_now, leaders=leaders, unit_shift=shift, **kw)
+                       leaders=leaders, unit_shift=shift, **kw)
             end = _unit_ends(s.end) - shift
             if recorded_end is None:  # nothing removed: the base's first round is it
                 recorded_end = end
@@ -1786,7 +1774,7 @@ def what_if(data: PipelineData, *, depth: dict | None = None, shared_by: dict | 
     changed_terms, ratio, changed_draws, changed_shift = terms, 1.0, {}, base_shift
     # each unit's busy share: how much of its non-producing roles' time stays work (not
     # blocked) in the change against the base, a fixed point with the replay
-    base_busy = busy_share(data, base, own_roles, terms[2])
+    base_busy = busy_share(data, base, terms[2])
     share, changed_own = np.ones(data.shape[0]), unslowed
     for _ in range(8):
         if unslowed:  # the recorder's schedule costs where the warps work
@@ -1800,13 +1788,14 @@ def what_if(data: PipelineData, *, depth: dict | None = None, shared_by: dict | 
             for i, (queued, fixed, unqueued) in draws.items()})
         changed, new_end, changed_shift = dispatched(
             changed_spec, changed_shift, scale=scale, terms=changed_terms,
-            item_latency=changed_draws, own=changed_own, load_share=share)
+            item_latency=changed_draws, own_scale=changed_own, load_share=share)
         predicted = kernel_ns(new_end)
-        previous, ratio = ratio, predicted / base_ns
-        moved = share
-        share = np.minimum(busy_share(data, changed, own_roles, terms[2])
-                           / np.maximum(base_busy, 1e-9), 1.0)
-        if abs(ratio - previous) < 1e-4 and np.abs(share - moved).max() < BUSY_TOLERANCE:
+        previous_ratio, ratio = ratio, predicted / base_ns
+        previous_share, share = share, np.minimum(
+            busy_share(data, changed, terms[2]) / np.maximum(base_busy, 1e-9), 1.0)
+        # the ratio moves only the loads' queueing: without loaded latencies it settles nothing
+        if (not loaded or abs(ratio - previous_ratio) < 1e-4) \
+                and np.abs(share - previous_share).max() < BUSY_TOLERANCE:
             break
     delta = new_end - base_end
     # per-CTA variation: the same change carried through each half of the SMs alone
@@ -1839,10 +1828,13 @@ def what_if(data: PipelineData, *, depth: dict | None = None, shared_by: dict | 
 BUSY_TOLERANCE = 1e-3
 
 
-def busy_share(data: PipelineData, sched: Schedule, roles: set, cost) -> np.ndarray:
-    """(units,) the share of ``roles``' time (each unit's first start to last end of
-    their regions) not spent blocked in a wait beyond its own cost (``cost``: each
-    region's unblocked cost, ``infer_terms``): how much the SM's warps load each other."""
+def busy_share(data: PipelineData, sched: Schedule, cost) -> np.ndarray:
+    """(units,) the share of the non-producing roles' time (``slowed_by_recorder``'s: each
+    unit's first start to last end of their regions) not spent blocked in a wait beyond its
+    own cost (``cost``: each region's unblocked cost, ``infer_terms``): how much the SM's
+    warps load each other."""
+    own_work = set(slowed_by_recorder(data.spec))
+    roles = {r.role for r in data.spec.regions if r.tag in own_work}
     idx = [i for i, r in enumerate(data.spec.regions) if r.role in roles]
     if not idx:
         return np.ones(data.shape[0])
