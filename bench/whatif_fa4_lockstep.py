@@ -123,9 +123,10 @@ def main(argv=None) -> int:
     for folder in ap.parse_args(argv).folders:
         print(f"== {folder}")
         derived, base = matched(next(folder.glob("trace*_base.npz")))
-        _, first, last, sm, _ = cp.cta_dispatch(base)
+        _, first, last, _, _ = cp.cta_dispatch(base)
         print(f"  dispatch: {base.shape[0]} CTAs, measured span "
-              f"{(last.max() - first.min()) / 1e3:.1f} us, dispatched {cp.dispatched_span(first, last, sm, np.zeros(first.size)) / 1e3:.1f} us")
+              f"{(last.max() - first.min()) / 1e3:.1f} us, dispatched "
+              f"{cp.unchanged_span(base) / 1e3:.1f} us")
         probed = load_columns(next(folder.glob("trace*base_arrivals.npz")))
         for ring, x in load_arrival_sample(probed).items():
             sampled_loads(ring, x)

@@ -90,3 +90,24 @@ def test_ctas_that_came_late_for_another_reason_keep_their_starts():
     np.testing.assert_allclose(dispatch_shift(one_sm, slower_first), [0, 500, 500, 500])
     four_sms = dataclasses.replace(one_sm, unit_sm=np.arange(4))
     np.testing.assert_array_equal(dispatch_shift(four_sms, slower_first), np.zeros(4))
+
+
+def test_the_unchanged_span_is_measured_only_where_the_dispatch_reproduces_the_launch():
+    """What a change's dispatched span is set against: on one SM the dispatch replays
+    gemm_like's CTAs 100 us apart (its launch gap), so the unchanged span is the measured
+    one. Put on four SMs, no SM shows a gap and only CTA 0 ran before one ended (a wave of
+    one): the dispatch runs them back to back, four CTAs long, not the measured span."""
+    import dataclasses
+
+    from cute_prof.analysis.critical_path import match_records, unchanged_span
+    from cute_prof.analysis.pipelines import derive_pipeline
+    from test_derived_model_terms import gemm_like
+
+    derived = derive_pipeline(gemm_like(ctas=4))
+    one_sm = match_records(derived.trace, derived.spec)
+    measured = float(one_sm.unit_last.max() - one_sm.unit_first.min())
+    assert unchanged_span(one_sm) == pytest.approx(measured)
+    four_sms = dataclasses.replace(one_sm, unit_sm=np.arange(4))  # a fresh memo
+    back_to_back = float((four_sms.unit_last - four_sms.unit_first).sum())
+    assert unchanged_span(four_sms) == pytest.approx(back_to_back)
+    assert back_to_back < measured / 2

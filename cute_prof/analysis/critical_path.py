@@ -32,8 +32,8 @@ _FLOAT_MAX = np.finfo(np.float64).max
 
 __all__ = ["PipelineData", "Schedule", "match_records", "replay", "critical_path",
            "blockers", "ring_occupancy", "initiation_interval", "what_if", "latency_sample",
-           "timer_step", "load_congestion", "queued_under_load", "predict_what_if",
-           "never_blocked", "recorder_slowdown", "slowed_by_recorder",
+           "timer_step", "load_congestion", "unchanged_span", "queued_under_load",
+           "predict_what_if", "never_blocked", "recorder_slowdown", "slowed_by_recorder",
            "analyze_pipeline", "perfetto_outputs", "format_pipeline_report"]
 
 # loaded latency: at least this many observations of one kind before it is used
@@ -841,9 +841,12 @@ def replay(data: PipelineData, spec: PipelineSpec | None = None, *,
         # median over the units (the load the SM's warps put on each other in the base)
         own_work = set(slowed_by_recorder(spec))
         for i in (i for i, r in enumerate(spec.regions) if r.tag in own_work):
-            with warnings.catch_warnings():  # an iteration no unit ran: no median, no work
-                warnings.simplefilter("ignore", RuntimeWarning)
-                typical = np.nan_to_num(np.nanmedian(np.where(ran, dur[:, :, i], np.nan), 0))
+            def medians(i=i):
+                with warnings.catch_warnings():  # an iteration no unit ran: no median
+                    warnings.simplefilter("ignore", RuntimeWarning)
+                    return np.nan_to_num(np.nanmedian(np.where(ran, dur[:, :, i], np.nan), 0))
+            # the unscaled durations' medians: the same for every replay of one record time
+            typical = _memo(data, ("iteration_medians", record_ns, i), medians)
             dur[:, :, i] = np.where(ran, typical[None, :] + (dur[:, :, i] - typical[None, :])
                                     * load_share[:, None], dur[:, :, i])
     tags = [r.tag for r in spec.regions]
@@ -1253,12 +1256,19 @@ def _kernel_time(data: PipelineData, unit_delta: np.ndarray,
     ``keep``: over those units only (their SMs). A CTA's units (a persistent CTA's tiles)
     run one after another; the CTAs after the first wave start where an SM frees, as the
     block scheduler dispatches them (``dispatched_span``), not on the SM they ran on."""
-    group, first, last, sm, unchanged = cta_dispatch(data, keep)
+    group, first, last, sm, _ = cta_dispatch(data, keep)
     delta = _cta_delta(group, unit_delta if keep is None else np.asarray(unit_delta)[keep],
                        first.size)
     measured = float(last.max() - first.min())
-    base = float((unchanged + (last - first)).max() - first.min())
-    return measured, measured + dispatched_span(first, last, sm, delta) - base
+    return measured, measured + dispatched_span(first, last, sm, delta) - unchanged_span(
+        data, keep)
+
+
+def unchanged_span(data: PipelineData, keep: np.ndarray | None = None) -> float:
+    """The kernel's span as ``dispatched_span`` dispatches its CTAs unchanged: what a
+    change's dispatched span is set against (the greedy dispatch's own error cancels)."""
+    _, first, last, _, unchanged = cta_dispatch(data, keep)
+    return float((unchanged + (last - first)).max() - first.min())
 
 
 def _cta_delta(group: np.ndarray, unit_delta: np.ndarray, ctas: int) -> np.ndarray:
