@@ -22,10 +22,13 @@ FIRST_LATENCY = 700  # the first load of a CTA (its wait blocks for it)
 STEADY_SLACK = 270  # commit -> end of an unblocked steady-state wait
 
 
-def gemm_like(ctas=3, iters=8, cluster=None):
+def gemm_like(ctas=3, iters=8, cluster=None, wait_sooner=None):
     """ws_gemm's calls: the producer acquires and commits k-tile j; the consumers wait for
     k-tile j and then release k-tile j - 1 (after the next MMA is issued); CTA c starts
-    after CTA c - 1 ended, so CTAs 1.. start under load."""
+    after CTA c - 1 ended, so CTAs 1.. start under load. ``wait_sooner``: (CTA, k-tile) ->
+    ns that the consumers' wait starts sooner, ending where it did (the work before it is
+    that much shorter)."""
+    wait_sooner = wait_sooner or {}
     rows = []
     for c in range(ctas):
         t0 = c * 100 * STEP
@@ -36,7 +39,8 @@ def gemm_like(ctas=3, iters=8, cluster=None):
             rows.append((c, w, 4, 0, t0 + 100, FIRST_LATENCY - 50))
             for j in range(1, iters):
                 at = t0 + j * STEP + 300
-                rows.append((c, w, 4, 0, at, STEADY_SLACK - 250))
+                sooner = wait_sooner.get((c, j), 0)
+                rows.append((c, w, 4, 0, at - sooner, STEADY_SLACK - 250 + sooner))
                 rows.append((c, w, 6, 0, at + 400, 0))
             rows.append((c, w, 6, 0, t0 + iters * STEP + 400, 0))
     trace = _raw_trace(rows)
@@ -377,3 +381,31 @@ def test_what_if_terms_take_a_record_cost_on_a_dependency_chain():
     for bad in (-1.0, float("nan")):
         with pytest.raises(ValueError, match="record_chain_ns"):
             derived.what_if_terms(record_chain_ns=bad)
+
+
+def test_one_stray_short_instance_does_not_decide_which_releases_waited_for_their_job():
+    """A starved ring's release comes as soon after its wait as the base's releases that did
+    not wait for their job (wgmma): which ones those were is read against the job region's
+    shortest typical instance. The shortest one alone let one stray instance in a thousand
+    (quack's launch 2: work after a wait 352 ns long where 416-448 were the shortest of the
+    others) count every other release as one that waited, and the replayed 2-deep ring took
+    the stray's release offset."""
+    from cute_prof.analysis.critical_path import (SHORTEST_TYPICAL, _async_jobs, _shortest,
+                                                  _unwaited_release_offsets, work_spans)
+
+    def unwaited(wait_sooner):
+        derived = derive_pipeline(gemm_like(ctas=40, iters=32, wait_sooner=wait_sooner))
+        data = match_records(derived.trace, derived.spec)
+        begin, span = work_spans(data)
+        i = [r.tag for r in data.spec.regions].index("pk.consumer_release")
+        floor = _shortest(data, span, SHORTEST_TYPICAL)
+        offsets = _unwaited_release_offsets(data, _async_jobs(data, span, floor), begin,
+                                            span, floor)[i]
+        return offsets, _shortest(data, span)[i], floor[i]
+
+    clean, clean_shortest, _ = unwaited({})
+    # CTA 7's work before its wait for k-tile 20: 980 - 700 ns, below every other instance
+    stray, stray_shortest, stray_typical = unwaited({(7, 20): 700})
+    assert stray_shortest == pytest.approx(280.0) and clean_shortest == pytest.approx(380.0)
+    assert stray_typical == pytest.approx(clean_shortest)  # but not the typical shortest
+    assert stray == pytest.approx(clean)
