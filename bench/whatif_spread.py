@@ -23,6 +23,7 @@ sys.path.insert(0, str(ROOT / "bench"))
 import cute_prof.analysis.critical_path as cp  # noqa: E402
 from cute_prof.analysis.pipelines import derive_pipeline, load_arrival_pairs  # noqa: E402
 from tools.columns import load_columns  # noqa: E402
+from tools.report_text import emit  # noqa: E402
 
 KERNELS = {"gemm_ze": ("ze_base", ("ze_stages3", "ze_stages2")),
            "persistent_ze": ("ze_base", ("ze_stages3", "ze_stages2")),
@@ -70,10 +71,7 @@ def main(argv=None) -> int:
             folder = args.gpu_out / name
             lines += [name, base_spread(folder, base),
                       *(variant_spread(folder, v) for v in (base, *variants))]
-    text = "\n".join(lines) + "\n"
-    if args.out:
-        args.out.write_text(text)
-    print(text, end="")
+    emit(lines, args.out)
     return 0
 
 

@@ -33,6 +33,7 @@ sys.path.insert(0, str(ROOT / "bench"))
 from cute_prof.analysis import critical_path as cp  # noqa: E402
 from cute_prof.analysis.model import arrival_latencies, arrival_positions  # noqa: E402
 from cute_prof.analysis.pipelines import derive_pipeline  # noqa: E402
+from tools.report_text import emit  # noqa: E402
 from whatif_check import (  # noqa: E402
     ENTRIES, base_recorder_cost, launch_model, launch_paths, record_chain)
 
@@ -182,10 +183,7 @@ def main(argv=None) -> int:
     if args.launches:
         for v in args.variants:
             lines += launch_table(args.gpu_out, entry, folder, entry.variants[v])
-    text = "\n".join(lines) + "\n"
-    if args.out:
-        args.out.write_text(text)
-    print(text, end="")
+    emit(lines, args.out)
     return 0
 
 
