@@ -587,9 +587,9 @@ def _shortest(data: PipelineData, dur: np.ndarray, quantile: float = 0.0) -> np.
 # the share of a job region's instances below the duration that tells whether a release
 # waited for its job (``_waited_for_job``): the shortest one alone let one stray instance
 # decide. quack's 4 -> 2 stages on an H100 (gpu34) read +97.95%, +90.85% and +76.09% from
-# three traced launches of the same base; the third's shortest release came 352 ns after
-# its wait where the others' came 416-448 (a 32 ns timer), so fewer of its releases counted
-# as not waiting. At this share: +99.01%, +90.85%, +89.99% (bench/whatif_variants.py)
+# three traced launches of the same base; the third's shortest work after a wait took 352
+# ns where the others' took 416-448 (a 32 ns timer), so fewer of its releases counted as
+# not waiting. At this share: +99.01%, +90.85%, +89.99% (bench/whatif_variants.py)
 SHORTEST_TYPICAL = 0.001
 
 
