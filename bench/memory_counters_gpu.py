@@ -77,8 +77,7 @@ def quack_cases():
     import quack.gemm as quack_gemm
     from quack.gemm_config import GemmConfig
     from quack.gemm_interface import gemm_tuned
-    from quack.gemm_sm90 import GemmSm90
-    from quack_whatif_gpu import compile_cache
+    from quack_whatif_gpu import ab_stages, compile_cache
 
     m, n, k = 4096, 4096, 4096
     a = torch.randn(m, k, device="cuda", dtype=torch.bfloat16)
@@ -87,19 +86,12 @@ def quack_cases():
     config = GemmConfig(tile_m=256, tile_n=128, pingpong=False, cluster_m=2, cluster_n=1,
                         is_dynamic_persistent=False, device_capacity=9)
     compiled, plans = compile_cache(quack_gemm._compile_gemm), quack_gemm._gemm_plan_cache
-    original = GemmSm90.__dict__["_compute_stages"].__func__
     for variant, offset in QUACK_VARIANTS.items():
-        def compute(cls, *args, offset=offset, **kw):
-            ab, *rest = original(cls, *args, **kw)
-            return (ab + offset, *rest)
-        GemmSm90._compute_stages = classmethod(compute)
-        try:
+        with ab_stages(offset):
             compiled.clear()
             plans.clear()
             gemm_tuned.fn(a, b, out, config=config)
             torch.cuda.synchronize()
-        finally:
-            GemmSm90._compute_stages = classmethod(original)
         plan = dict(plans)
         yield ("quack GEMM 4096^3 (cooperative, 2x1 cluster, 4 stages)", variant,
                lambda plan=plan: (plans.clear(), plans.update(plan),

@@ -18,6 +18,7 @@ DSL's own JIT cache is off (``CUTE_DSL_NO_CACHE=1``) for the same reason.
 from __future__ import annotations
 
 import argparse
+import contextlib
 import json
 import os
 import statistics
@@ -50,6 +51,27 @@ def compile_cache(compile_fn) -> dict:
     raise RuntimeError(f"no in-memory cache found around {compile_fn!r} (quack changed?)")
 
 
+@contextlib.contextmanager
+def ab_stages(offset: int, chosen: dict | None = None):
+    """While active, quack's Hopper GEMM builds its A/B ring with ``offset`` stages more than
+    ``GemmSm90._compute_stages`` chooses (``chosen["base"]``: what it chose)."""
+    from quack.gemm_sm90 import GemmSm90
+
+    original = GemmSm90.__dict__["_compute_stages"].__func__
+
+    def compute(cls, *args, **kw):
+        ab, *rest = original(cls, *args, **kw)
+        if chosen is not None:
+            chosen.setdefault("base", ab)
+        return (ab + offset, *rest)
+
+    GemmSm90._compute_stages = classmethod(compute)
+    try:
+        yield
+    finally:
+        GemmSm90._compute_stages = classmethod(original)
+
+
 def main(argv=None) -> int:
     ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     ap.add_argument("--mnk", default="4096,4096,4096")
@@ -66,7 +88,6 @@ def main(argv=None) -> int:
     import quack.gemm as quack_gemm
     from quack.gemm_config import GemmConfig
     from quack.gemm_interface import gemm_tuned
-    from quack.gemm_sm90 import GemmSm90
 
     if quack.__version__ != QUACK_VERSION:
         print(f"warning: quack-kernels {quack.__version__}, this script was written for "
@@ -83,28 +104,17 @@ def main(argv=None) -> int:
     compiled = compile_cache(quack_gemm._compile_gemm)
     plans = quack_gemm._gemm_plan_cache  # launch plans, each holding its compiled kernel
     chosen = {}
-    original = GemmSm90.__dict__["_compute_stages"].__func__
-
-    def stages_of(offset):
-        def compute(cls, *a, **kw):
-            ab, *rest = original(cls, *a, **kw)
-            chosen.setdefault("base", ab)
-            return (ab + offset, *rest)
-        return classmethod(compute)
 
     def launch():
         gemm_tuned.fn(a, b, out, config=config)
 
     def build(offset):
         """Compile the variant (quack's stage count + offset) and return its cache entries."""
-        GemmSm90._compute_stages = stages_of(offset)
-        try:
+        with ab_stages(offset, chosen):
             compiled.clear()
             plans.clear()
             launch()
             torch.cuda.synchronize()
-        finally:
-            GemmSm90._compute_stages = classmethod(original)
         return dict(plans)
 
     # quack takes as many stages as shared memory holds (one more fails to launch, and a

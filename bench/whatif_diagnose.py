@@ -54,17 +54,23 @@ def loads(trace) -> dict:
             "fastest": np.quantile(gap, [0.001, 0.01]) if gap.size else None}
 
 
+def blocked_loads(data, terms, w: int) -> tuple[np.ndarray, np.ndarray]:
+    """(U, K) wait ``w``'s end less the event it waited on (its load's issue), and where it
+    blocked (``critical_path.blocked_and_free``): the loads' latency as the consumers saw it."""
+    dep = terms[3][:, :, w]
+    blocked, _ = cp.blocked_and_free(data, w, terms[2][w], dep)
+    return data.end[:, :, w] - dep, blocked
+
+
 def quarters(got: dict) -> str:
     """Per quarter of the loop (a persistent CTA's tiles, roughly): how often the waits
     blocked and the blocked loads' median end - issue: a latency that moves along the launch
     (cold first tile from DRAM, warm later ones) that one latency per unit cannot carry."""
-    data, terms, w = got["data"], got["terms"], got["wait"]
-    dep, end = terms[3][:, :, w], data.end[:, :, w]
-    blocked, _ = cp.blocked_and_free(data, w, terms[2][w], dep)
+    latency, blocked = blocked_loads(got["data"], got["terms"], got["wait"])
     cells = []
-    for part in np.array_split(np.arange(data.shape[1]), 4):
+    for part in np.array_split(np.arange(latency.shape[1]), 4):
         b = blocked[:, part]
-        lat = (end - dep)[:, part][b]
+        lat = latency[:, part][b]
         cells.append(f"{b.mean() * 100:3.0f}% / " + (f"{np.median(lat):4.0f}" if lat.size else "   -"))
     return " | ".join(cells)
 

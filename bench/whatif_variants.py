@@ -12,7 +12,8 @@ variants named, per stretch of the loop (eighths of the iterations):
   starved ring pays on every item) against the base's shortest instances;
 - ``launches``: the model's prediction from each traced base launch with each probed
   launch's arrivals (which of the two carries a launch-to-launch spread), and each traced
-  launch's shortest consumer work after a wait (the replay's floor for a starved ring).
+  launch's shortest consumer work after a wait (the replay's floor for a starved ring) and
+  its recorded replay's error against its own trace.
 
     python bench/whatif_variants.py GPU_OUT --kernel quack --variants stages_minus2 \
         [--launches] [--out FILE]
@@ -34,13 +35,11 @@ from cute_prof.analysis import critical_path as cp  # noqa: E402
 from cute_prof.analysis.model import arrival_latencies, arrival_positions  # noqa: E402
 from cute_prof.analysis.pipelines import derive_pipeline  # noqa: E402
 from tools.report_text import emit  # noqa: E402
+from whatif_diagnose import blocked_loads  # noqa: E402
 from whatif_check import (  # noqa: E402
     ENTRIES, base_recorder_cost, launch_model, launch_paths, record_chain)
 
 STRETCHES = 8
-# a wait that took longer than this blocked (two timer ticks of 32 ns and one more)
-BLOCKED_NS = 96.0
-
 
 def matched(trace):
     derived = derive_pipeline(trace)
@@ -63,12 +62,6 @@ def ring_regions(data) -> list[tuple[str, int, int, int]]:
     return out
 
 
-def blocked_latency(data, wait: int, made: int):
-    """(U, K) latency as a blocked wait saw it, and where the wait blocked."""
-    took = data.end[:, :, wait] - data.start[:, :, wait]
-    return data.end[:, :, wait] - data.start[:, :, made], (took > BLOCKED_NS) & data.valid
-
-
 def median_or_nan(values) -> float:
     return float(np.median(values)) if np.size(values) else float("nan")
 
@@ -79,12 +72,14 @@ def stretch_table(base, variants: dict, arrivals: dict) -> list[str]:
         iters = base.shape[1]
         stretches = np.array_split(np.arange(iters), STRETCHES)
         sample = arrivals.get(ring)
-        lines.append(f"  ring {ring}: latency (ns, median; blocked share) by stretch of the loop")
+        lines.append(f"  ring {ring}: latency by stretch of the loop (ns, median over the consumers' "
+                     "blocked waits of their end less the load's issue; the share that "
+                     "blocked); sampled: the base's probed arrivals")
         head = f"    {'places':>9} {'sampled':>8} {'base':>12}" + "".join(
             f" {name:>16}" for name in variants)
         lines.append(head)
         traces = {"base": base, **variants}
-        cells = {name: blocked_latency(d, wait, made) for name, d in traces.items()}
+        cells = {name: blocked_loads(d, cp.infer_terms(d), wait) for name, d in traces.items()}
         for places in stretches:
             row = f"    {places[0]:3d}-{places[-1]:3d}  "
             if sample is not None and arrival_positions(sample) is not None:
@@ -114,10 +109,10 @@ def stretch_table(base, variants: dict, arrivals: dict) -> list[str]:
             lines.append(f"    {name:>16} " + " ".join(cols) + "  | " + " ".join(starts))
         if after >= 0:
             lines.append(f"  consumer's work after its wait ({base.spec.regions[after].tag}, "
-                         "wait end to the next stamp, ns)")
+                         "the wait's end to the role's next wait, ns)")
             for name, d in traces.items():
                 _, span = cp.work_spans(d)
-                _, blocked = blocked_latency(d, wait, made)
+                _, blocked = cells[name]
                 work = span[:, :, after]
                 ran = d.valid
                 lines.append(
@@ -136,13 +131,20 @@ def launch_table(root: Path, entry, folder: Path, change: dict) -> list[str]:
     chain_ns, _ = record_chain(root)
     probes = launch_paths(folder / entry.arrivals_trace)
     lines = [f"  predicted change (%) by traced launch (rows) and probed launch (columns): "
-             f"{change}"]
+             f"{change}; then the traced launch's shortest work after a wait (ns, every "
+             "iteration) and its recorded replay's error per CTA with its own probed launch"]
     for t, path in enumerate(launch_paths(folder / entry.trace)):
         raw = entry.load(path)
         data = matched(raw)
         _, span = cp.work_spans(data)
-        shortest = [f"{data.spec.regions[after].tag} {np.nanmin(span[:, :, after][data.valid]):.0f}"
+        shortest = [f"{np.nanmin(span[:, :, after][data.valid]):.0f}"
                     for _, _, _, after in ring_regions(data) if after >= 0]
+        own = launch_model(entry, raw, entry.load(probes[t % len(probes)]),
+                           record_chain_ns=chain_ns, recorder_cost=recorder_cost)
+        # the recorded kernel's replay against its own trace (median over the CTAs)
+        fidelity = cp.what_if(own["data"], loaded_latency=True,
+                              first_load=own["inputs"]["first_load"],
+                              arrivals=own["inputs"]["arrivals"])["replay_error_median"]
         row = []
         for probe in probes:
             model = launch_model(entry, raw, entry.load(probe), record_chain_ns=chain_ns,
@@ -152,8 +154,8 @@ def launch_table(root: Path, entry, folder: Path, change: dict) -> list[str]:
                              record_ns=model["record_ns"], arrivals=model["inputs"]["arrivals"],
                              recorder_cost=model["inputs"]["recorder_cost"], **change)
             row.append(f"{got['predicted_change'] * 100:+7.2f}")
-        lines.append(f"    launch {t}: " + " ".join(row) + "   (shortest work after a wait, "
-                     "every iteration: " + ", ".join(shortest) + " ns)")
+        lines.append(f"    launch {t}: " + " ".join(row) + " | " + ", ".join(shortest)
+                     + f" ns, {fidelity * 100:+.2f}%")
     return lines
 
 

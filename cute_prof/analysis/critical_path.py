@@ -786,11 +786,10 @@ def replay(data: PipelineData, spec: PipelineSpec | None = None, *,
     variant; the copies' commit 50 ns after the acquire against 38), and kept whole they
     made the replayed 2-deep ring 5% slow (stop 41 scaled them by 1 / the throughput ratio).
     Each unit's own work keeps that share of its departure from the iteration's median over
-    the units (a 1-deep FA4
-    b1 s1024: the consumers' work per SM spread 45 ns in the base, 13 in the variant; the
-    producer's V commit came 288 ns after its acquire mid-loop in the base, 160 in the
-    variant; the GEMMs' 2-deep rings committed and released 32 ns sooner than 1 / ratio
-    gave)."""
+    the units (a 1-deep FA4 b1 s1024: the consumers' work per SM spread 45 ns in the base,
+    13 in the variant; the producer's V commit came 288 ns after its acquire mid-loop in
+    the base, 160 in the variant; the GEMMs' 2-deep rings committed and released 32 ns
+    sooner than 1 / ratio gave)."""
     base = data.spec
     spec = base if spec is None else spec
     if [r.tag for r in spec.regions] != [r.tag for r in base.regions]:
