@@ -121,7 +121,9 @@ def test_what_if_draws_the_latency_of_every_item_from_the_arrivals():
 
 def burst_then_steady(iters: int, burst: int, per_place: int):
     """A 4-deep ring whose first ``burst`` loads take 4 us (a CTA's start burst) and the
-    rest 600 ns, and ``per_place`` sampled loads at each place: (latencies, data, sample)."""
+    rest 600 ns, and ``per_place`` sampled loads at each place, from CTAs that ran one
+    after another (a burst is the CTA's own, not the memory's congestion then): (latencies,
+    data, sample)."""
     latencies = [4000.0] * burst + [600.0] * (iters - burst)
     data = match_records(make_trace([(0, varying_ring(latencies, depth=4))]),
                          load_pipeline(spec_dict(4)))
@@ -129,7 +131,7 @@ def burst_then_steady(iters: int, burst: int, per_place: int):
     sample["position"] = np.tile(np.arange(iters), per_place)
     sample["latency_ns"] = np.asarray(latencies)[sample["position"]]
     sample["issued_ns"] = (sample["position"] * 1000.0
-                           + np.repeat(np.arange(per_place) * 7.0, iters))
+                           + np.repeat(np.arange(per_place) * iters * 1000.0, iters))
     return latencies, data, sample
 
 
@@ -198,6 +200,31 @@ def test_a_congested_stretch_of_the_base_is_not_carried_into_the_change():
     fast = predict(np.full(count, 1000.0))
     assert predict(np.where(slow, 3000.0, 1000.0)) == pytest.approx(fast)
     assert predict(np.where(scattered_slow, 3000.0, 1000.0)) > fast + 0.2
+
+
+def test_a_change_meets_the_loops_typical_congestion_not_the_bases_places():
+    """The base met a congested memory at the loop's first places (its ring refilling as
+    a tile starts, every CTA in step). A change sends its loads out at other times: every
+    item meets the loop's typical congestion, the first places no more than the last (a
+    persistent GEMM's 2-stage variant waited as long over either half of a tile: README)."""
+    work, produce, iters, per_place = 1000, 100, 40, 70
+    count = iters * per_place
+    data = match_records(make_trace([(0, simulate(4, work, produce, 1200, iters))]),
+                         load_pipeline(spec_dict(4)))
+    sample = np.zeros(count, dtype=ARRIVAL_SAMPLE_DTYPE)
+    sample["position"] = np.arange(count) % iters
+    # each place's loads went out together (more of them than a load's congestion is the
+    # median of), place after place: the first half's met the congestion, and a load's own
+    # path adds nothing to it
+    sample["issued_ns"] = sample["position"] * 10_000.0 + np.arange(count) // iters
+    sample["latency_ns"] = np.where(sample["position"] < iters // 2, 2000.0, 1000.0)
+    changed = what_if(data, depth={"ring": 1}, loaded_latency=True, arrivals={"ring": sample},
+                      schedules=True)["changed_schedule"]
+    tags = [r["tag"] for r in spec_dict()["regions"]]
+    # a 1-deep ring waits for every load: the wait ends where its item's latency does
+    latency = changed.end[0, :, tags.index("w_f")] - changed.end[0, :, tags.index("p")]
+    first, last = latency[1:iters // 2].mean(), latency[iters // 2 + 1:].mean()
+    assert first == pytest.approx(last, abs=1.0) and 1000.0 < last < 2000.0
 
 
 def test_the_reported_latency_is_the_one_the_replay_waited_on():

@@ -1480,17 +1480,22 @@ def _draw_latencies(rng, sample, shape: tuple[int, int]
 
     With the loads' issue times (``ARRIVAL_SAMPLE_DTYPE``) a load's latency splits in two.
     Its congestion, the median latency of the ``NEAREST_ARRIVALS`` loads issued nearest it
-    in time, is shared by every CTA then; an item takes the typical congestion at its place
-    in the loop (the median over the loads sampled nearest that place), and the part of it
-    above the least congested times' (``UNQUEUED_QUANTILE``) is queued. The load's own
-    deviation from its congestion (its path, its CTA's start burst) is fixed, drawn from
-    the loads sampled near the item's place. So the base's congested stretches are not
-    carried into the change: on the GPU a 3-deep ring met loads as slow as its 4-deep
-    base's own, but not its congested stretches (ws_gemm: the base's sample spread 330 ns,
-    the 3-deep ring's waits 167), and independent draws of them stalled the replay
-    (+8.1% predicted, +1.0% measured). Without issue times, the part above the sample's
-    ``UNQUEUED_QUANTILE`` is queued: iteration k draws from the loads sampled nearest place
-    k, or without places from the whole sample."""
+    in time, is shared by every CTA then. Every item takes the loop's typical congestion
+    (the mean over its places of the median over the loads sampled nearest each place), and
+    the part of it above the least congested times' (``UNQUEUED_QUANTILE``) is queued. The load's own deviation from its
+    congestion (its path, its CTA's start burst) is fixed, drawn from the loads sampled
+    near the item's place. So the base's congested stretches
+    are not carried into the change: on the GPU a 3-deep ring met loads as slow as its
+    4-deep base's own, but not its congested stretches (ws_gemm: the base's sample spread
+    330 ns, the 3-deep ring's waits 167), and independent draws of them stalled the replay
+    (+8.1% predicted, +1.0% measured). Nor are the places where the base's own schedule
+    congested it (stop 49): CTAs that start in step fill their rings together (as many loads
+    each as the ring is deep, so the burst is the base's own), a persistent GEMM refills its
+    ring at each tile's start. On an H100 its 2-stage variant waited 704 / 704 ns over the first tile's
+    halves and 640 / 672 over the second's, where the base's sampled loads took 822 / 598
+    and 630 / 534 and draws by place 629 / 494 and 621 / 454. Without issue times, the part
+    above the sample's ``UNQUEUED_QUANTILE`` is queued: iteration k draws from the loads
+    sampled nearest place k, or without places from the whole sample."""
     latency, position = arrival_latencies(sample), arrival_positions(sample)
     issued = arrival_issue_times(sample)
     if position is None or latency.size <= NEAREST_ARRIVALS:
@@ -1502,8 +1507,9 @@ def _draw_latencies(rng, sample, shape: tuple[int, int]
         if issued is not None and np.ptp(issued) > 0:
             congestion = load_congestion(latency, issued)
             floor = np.quantile(congestion, UNQUEUED_QUANTILE)
-            queued = np.maximum(_place_medians(congestion[order], position[order], iteration)
-                                - floor, 0.0)
+            by_place = np.maximum(_place_medians(congestion[order], position[order],
+                                                 iteration) - floor, 0.0)
+            queued = np.full(shape[1], by_place.mean())  # the loop's, not the place's
             own = latency - congestion
             classes = miss_and_hit(sample)
             if classes is None:
