@@ -5,9 +5,11 @@ For each zero-edit kernel of a GPU run (``bench/whatif_all_gpu.sh``'s output) an
 variants named, per stretch of the loop (eighths of the iterations):
 
 - ``latency``: the loads' latency (the commit's stamp to the end of a consumer wait that
-  blocked) in the base's blocked waits, each variant's, and the base's sampled arrivals
-  (``autoprofile(load_arrivals=7)``), with the share of waits that blocked;
-- ``period``: the producer's commit-to-commit time, and where each stretch began;
+  blocked) in the base's blocked waits, each variant's, the base's sampled arrivals
+  (``autoprofile(load_arrivals=7)``) and the model's replay of each variant's change (the
+  recorded kernel: nothing removed), with the share of waits that blocked;
+- ``period``: the producer's commit-to-commit time, the same four ways, and where each
+  stretch began;
 - ``after wait``: the consumer's work from a blocked wait's end to its release (what a
   starved ring pays on every item) against the base's shortest instances;
 - ``launches``: the model's prediction from each traced base launch with each probed
@@ -66,7 +68,9 @@ def median_or_nan(values) -> float:
     return float(np.median(values)) if np.size(values) else float("nan")
 
 
-def stretch_table(base, variants: dict, arrivals: dict) -> list[str]:
+def stretch_table(base, variants: dict, arrivals: dict, replays: dict) -> list[str]:
+    """``replays``: variant -> the model's replay of its change (``what_if``'s
+    ``changed_schedule``), set beside the variant's own trace."""
     lines = []
     for ring, wait, made, after in ring_regions(base):
         iters = base.shape[1]
@@ -75,11 +79,15 @@ def stretch_table(base, variants: dict, arrivals: dict) -> list[str]:
         lines.append(f"  ring {ring}: latency by stretch of the loop (ns, median over the consumers' "
                      "blocked waits of their end less the load's issue; the share that "
                      "blocked); sampled: the base's probed arrivals")
+        modelled = {f"model {name}": s for name, s in replays.items()}
         head = f"    {'places':>9} {'sampled':>8} {'base':>12}" + "".join(
-            f" {name:>16}" for name in variants)
+            f" {name:>16}" for name in [*variants, *modelled])
         lines.append(head)
         traces = {"base": base, **variants}
         cells = {name: blocked_loads(d, cp.infer_terms(d), wait) for name, d in traces.items()}
+        # the replay's blocked waits: its end less the load's issue, as the trace's
+        cells.update({name: (s.end[:, :, wait] - s.dep_time[:, :, wait], s.blocked[:, :, wait])
+                      for name, s in modelled.items()})
         for places in stretches:
             row = f"    {places[0]:3d}-{places[-1]:3d}  "
             if sample is not None and arrival_positions(sample) is not None:
@@ -87,7 +95,7 @@ def stretch_table(base, variants: dict, arrivals: dict) -> list[str]:
                 row += f" {median_or_nan(arrival_latencies(sample)[at]):8.0f}"
             else:
                 row += f" {'-':>8}"
-            for name in traces:
+            for name in [*traces, *modelled]:
                 latency, blocked = cells[name]
                 here = places[places < latency.shape[1]]
                 pick = blocked[:, here]
@@ -96,7 +104,7 @@ def stretch_table(base, variants: dict, arrivals: dict) -> list[str]:
             lines.append(row)
         lines.append("  producer's commit-to-commit period (ns, median) by stretch, and where "
                      "the stretch began (us after the first CTA's start)")
-        for name, d in traces.items():
+        for name, d in {**traces, **modelled}.items():
             commits = d.start[:, :, made]
             period = np.diff(commits, axis=1)
             began = np.nanmin(commits)
@@ -180,8 +188,12 @@ def main(argv=None) -> int:
     model = launch_model(entry, raw, entry.load(folder / entry.arrivals_trace))
     variants = {v: matched(entry.load(folder / entry.variant_trace.format(variant=v)))
                 for v in args.variants}
+    inputs = model["inputs"]
+    replays = {v: cp.what_if(model["data"], loaded_latency=True, first_load=inputs["first_load"],
+                             arrivals=inputs["arrivals"], schedules=True,
+                             **entry.variants[v])["changed_schedule"] for v in args.variants}
     lines = [f"{entry.kernel}, {folder}"]
-    lines += stretch_table(model["data"], variants, model["inputs"]["arrivals"])
+    lines += stretch_table(model["data"], variants, inputs["arrivals"], replays)
     if args.launches:
         for v in args.variants:
             lines += launch_table(args.gpu_out, entry, folder, entry.variants[v])

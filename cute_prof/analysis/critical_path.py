@@ -1482,20 +1482,25 @@ def _draw_latencies(rng, sample, shape: tuple[int, int]
     Its congestion, the median latency of the ``NEAREST_ARRIVALS`` loads issued nearest it
     in time, is shared by every CTA then. Every item takes the loop's typical congestion
     (the mean over its places of the median over the loads sampled nearest each place), and
-    the part of it above the least congested times' (``UNQUEUED_QUANTILE``) is queued. The load's own deviation from its
-    congestion (its path, its CTA's start burst) is fixed, drawn from the loads sampled
-    near the item's place. So the base's congested stretches
-    are not carried into the change: on the GPU a 3-deep ring met loads as slow as its
-    4-deep base's own, but not its congested stretches (ws_gemm: the base's sample spread
-    330 ns, the 3-deep ring's waits 167), and independent draws of them stalled the replay
-    (+8.1% predicted, +1.0% measured). Nor are the places where the base's own schedule
-    congested it (stop 49): CTAs that start in step fill their rings together (as many loads
-    each as the ring is deep, so the burst is the base's own), a persistent GEMM refills its
-    ring at each tile's start. On an H100 its 2-stage variant waited 704 / 704 ns over the first tile's
-    halves and 640 / 672 over the second's, where the base's sampled loads took 822 / 598
-    and 630 / 534 and draws by place 629 / 494 and 621 / 454. Without issue times, the part
-    above the sample's ``UNQUEUED_QUANTILE`` is queued: iteration k draws from the loads
-    sampled nearest place k, or without places from the whole sample."""
+    the part of it above the least congested times' (``UNQUEUED_QUANTILE``) is queued. The
+    load's own deviation from its congestion (its path, its CTA's start burst) is fixed,
+    drawn from the loads sampled near the item's place.
+
+    So the base's congested stretches are not carried into the change: on the GPU a 3-deep
+    ring met loads as slow as its 4-deep base's own, but not its congested stretches
+    (ws_gemm: the base's sample spread 330 ns, the 3-deep ring's waits 167), and independent
+    draws of them stalled the replay (+8.1% predicted, +1.0% measured). Nor are the places
+    where the base's own schedule congested it (stop 49): CTAs that start in step fill their
+    rings together (as many loads each as the ring is deep, so the burst is the base's own),
+    and a persistent GEMM refills its ring at each tile's start. On an H100 its 2-stage
+    variant waited 704 / 704 ns over its first tile's halves, where the base's sampled loads
+    took 822 / 598; over the loop the variant's waits came to 596 ns (mean of its eighths),
+    the draws by place (stop 48) to 548, the loop's congestion to 568
+    (bench/whatif_variants.py, gpu34).
+
+    Without issue times, the part above the sample's ``UNQUEUED_QUANTILE`` is queued:
+    iteration k draws from the loads sampled nearest place k, or without places from the
+    whole sample."""
     latency, position = arrival_latencies(sample), arrival_positions(sample)
     issued = arrival_issue_times(sample)
     if position is None or latency.size <= NEAREST_ARRIVALS:
