@@ -594,11 +594,24 @@ def main(argv=None) -> int:
     print(text)
     args.out.mkdir(parents=True, exist_ok=True)
     (args.out / "whatif_table.md").write_text(text)
-    (args.out / "whatif_table.json").write_text(json.dumps(
+    (args.out / "whatif_table.json").write_text(json.dumps(significant(
         {"command": COMMAND, "gpu_out": str(args.gpu_out), "spearman": rho, "rows": rows,
          "kernels": [{**i, "latency_ns": {str(k): v for k, v in i.get("latency_ns", {}).items()}}
-                     for i in infos]}, indent=1))
+                     for i in infos]}), separators=(",", ":")) + "\n")
     return 0
+
+
+def significant(value, digits: int = 9):
+    """``value`` with every float at ``digits`` significant digits: the committed JSON keeps
+    a CUPTI nanosecond and a millionth of a change, not float noise (and no indentation: the
+    Markdown table beside it is the one to read)."""
+    if isinstance(value, float):
+        return float(f"{value:.{digits}g}")
+    if isinstance(value, dict):
+        return {k: significant(v, digits) for k, v in value.items()}
+    if isinstance(value, (list, tuple)):
+        return [significant(v, digits) for v in value]
+    return value
 
 
 if __name__ == "__main__":
