@@ -35,6 +35,11 @@ sys.path.insert(0, str(ROOT))
 sys.path.insert(0, str(ROOT / "bench"))
 
 
+def block_threads(consumer_warps: int) -> int:
+    """The ping-pong's block: one producer warp and the consumer warps."""
+    return 32 * (1 + consumer_warps)
+
+
 def build(iters: int, consumer_warps: int = 1):
     """The ping-pong kernel's host launcher: ``launch(out, stream)``."""
     import cutlass
@@ -76,7 +81,8 @@ def build(iters: int, consumer_warps: int = 1):
     @cute.jit
     def launch(out: cute.Tensor, n: cutlass.Int32, stream):
         pingpong(out, n).launch(grid=(out.shape[0], 1, 1),
-                                block=(32 * (1 + consumer_warps), 1, 1), smem=64, stream=stream)
+                                block=(block_threads(consumer_warps), 1, 1), smem=64,
+                                stream=stream)
 
     return launch
 
@@ -106,7 +112,7 @@ def main(argv=None) -> int:
     n = cutlass.Int32(args.iters)
     if args.consumer_warps < 1:
         ap.error("--consumer-warps must be >= 1")
-    threads = 32 * (1 + args.consumer_warps)
+    threads = block_threads(args.consumer_warps)
     launcher = build(args.iters, args.consumer_warps)
     plain = cute.compile(launcher, view, n, stream)
     # records per warp: a wait is two words, a signal one: 3 per round trip, and the slack
