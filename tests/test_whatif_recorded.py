@@ -68,3 +68,13 @@ def test_the_librarys_record_chain_figure_is_the_committed_measurement():
     committed = json.loads(load("whatif_check").COMMITTED_CHAIN.read_text())
     device = committed["device"].split(",")[0].strip()
     assert RECORD_CHAIN_NS[device] == pytest.approx(committed["per_record_ns"], abs=0.05)
+
+
+def test_the_committed_json_keeps_nine_significant_digits_of_every_float():
+    check = load("whatif_check")
+    got = check.significant({"measured": 0.005098412820440341, "rows": [
+        {"interval": (0.0005003901620765916, 123456.789012345), "modelled": True, "n": 300}]})
+    assert got == {"measured": 0.00509841282, "rows": [
+        {"interval": [0.000500390162, 123456.789], "modelled": True, "n": 300}]}
+    # a kernel time in us keeps its nanoseconds (and more)
+    assert check.significant(171.825123) == 171.825123
