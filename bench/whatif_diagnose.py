@@ -20,6 +20,7 @@ sys.path.insert(0, str(ROOT / "bench"))
 
 from cute_prof.analysis import critical_path as cp  # noqa: E402
 from cute_prof.analysis.pipelines import derive_pipeline, warpgroup_ends  # noqa: E402
+from tools.pipeline_data import matched  # noqa: E402
 from whatif_check import (  # noqa: E402
     ENTRIES, base_recorder_cost, folder_of, point_prediction, record_chain, recorded_changes,
     trace_span, traced_change)
@@ -36,8 +37,7 @@ MATCHED_RECORD_STEPS = 7
 
 def loads(trace) -> dict:
     """The loop's first consumes wait over the middle half of the iterations."""
-    derived = derive_pipeline(trace)
-    data = cp.match_records(derived.trace, derived.spec)
+    derived, data = matched(trace)
     terms = cp.infer_terms(data)
     w = next(i for i, r in enumerate(derived.spec.regions) if "consumes" in r.relations)
     iters = data.shape[1]
@@ -275,7 +275,7 @@ def main(argv=None) -> int:
     args = ap.parse_args(argv)
     lines = [f"# {__doc__.splitlines()[0]}", f"# python bench/whatif_diagnose.py {args.gpu_out}", ""]
     chain_ns, chain_source = record_chain(args.gpu_out)
-    lines.append(f"# one record on a dependency chain: "
+    lines.append("# one record on a dependency chain: "
                  + (f"{chain_ns:.1f} ns ({chain_source})" if chain_ns is not None
                     else chain_source) + "; the model removes it per record")
     lines.append("")

@@ -19,20 +19,16 @@ sys.path.insert(0, str(ROOT))
 sys.path.insert(0, str(ROOT / "bench"))
 
 from tools.columns import load_columns  # noqa: E402
+from tools.pipeline_data import matched  # noqa: E402
 
 from cute_prof.analysis import critical_path as cp  # noqa: E402
 from cute_prof.analysis.pipelines import (  # noqa: E402
-    derive_pipeline, load_arrival_pairs, load_arrival_sample)
+    load_arrival_pairs, load_arrival_sample)
 
 ONE_DEEP = {"depth": {"pipeline_k": 1, "pipeline_v": 1}}
 SLOW_PERIOD_NS = 1900  # per iteration: FA4's fast 1-deep CTAs ran 1,792-1,856 ns, the slow 2,112
 STEADY = 3  # iterations (and a CTA's loads) past its start burst
 SLOW_LOAD_NS = 500  # a CTA whose loads average more waited on memory, not the L2
-
-
-def matched(path: Path):
-    derived = derive_pipeline(load_columns(path))
-    return derived, cp.match_records(derived.trace, derived.spec)
 
 
 def columns(data):
@@ -122,7 +118,7 @@ def main(argv=None) -> int:
     ap.add_argument("folders", nargs="+", type=Path)
     for folder in ap.parse_args(argv).folders:
         print(f"== {folder}")
-        derived, base = matched(next(folder.glob("trace*_base.npz")))
+        derived, base = matched(load_columns(next(folder.glob("trace*_base.npz"))))
         _, first, last, _, _ = cp.cta_dispatch(base)
         print(f"  dispatch: {base.shape[0]} CTAs, measured span "
               f"{(last.max() - first.min()) / 1e3:.1f} us, dispatched "
@@ -133,7 +129,7 @@ def main(argv=None) -> int:
         between_ctas(load_arrival_pairs(probed))
         if not (folder / "trace_stages1.npz").is_file():
             continue
-        _, variant = matched(folder / "trace_stages1.npz")
+        _, variant = matched(load_columns(folder / "trace_stages1.npz"))
         rank = cp.cta_ranks(base)
         regimes("base, measured", base, base.start, base.end, rank)
         regimes("1-deep, measured", variant, variant.start, variant.end, cp.cta_ranks(variant))

@@ -23,6 +23,7 @@ sys.path.insert(0, str(ROOT / "bench"))
 import cute_prof.analysis.critical_path as cp  # noqa: E402
 from cute_prof.analysis.pipelines import derive_pipeline, load_arrival_pairs  # noqa: E402
 from tools.columns import load_columns  # noqa: E402
+from tools.pipeline_data import matched  # noqa: E402
 from tools.report_text import emit  # noqa: E402
 
 KERNELS = {"gemm_ze": ("ze_base", ("ze_stages3", "ze_stages2")),
@@ -47,8 +48,7 @@ def base_spread(folder: Path, base: str) -> str:
 
 
 def variant_spread(folder: Path, variant: str) -> str:
-    derived = derive_pipeline(load_columns(folder / f"trace_{variant}.npz"))
-    data = cp.match_records(derived.trace, derived.spec)
+    derived, data = matched(load_columns(folder / f"trace_{variant}.npz"))
     terms = cp.infer_terms(data)
     w = next(i for i, r in enumerate(derived.spec.regions) if "consumes" in r.relations)
     dep = terms[3][:, :, w]

@@ -28,7 +28,7 @@ sys.path.insert(0, str(ROOT / "bench"))
 import whatif_check as check  # noqa: E402
 
 from cute_prof.analysis import critical_path as cp  # noqa: E402
-from cute_prof.analysis.pipelines import derive_pipeline  # noqa: E402
+from tools.pipeline_data import matched  # noqa: E402
 
 
 def spans(starts: np.ndarray, ends: np.ndarray) -> tuple[np.ndarray, float]:
@@ -69,8 +69,7 @@ def main(argv=None) -> int:
                 if not isinstance(change, dict) or not path.is_file() or (
                         args.what_ifs and name not in args.what_ifs.split(",")):
                     continue
-                derived = derive_pipeline(entry.load(path))
-                measured = cp.match_records(derived.trace, derived.spec)
+                _, measured = matched(entry.load(path))
                 base_replay, variant_replay = replayed_variant(data, model["inputs"], change)
                 rows = {"base measured": spans(data.start, data.end),
                         "base replayed": spans(base_replay.start, base_replay.end),

@@ -35,17 +35,13 @@ sys.path.insert(0, str(ROOT / "bench"))
 
 from cute_prof.analysis import critical_path as cp  # noqa: E402
 from cute_prof.analysis.model import arrival_latencies, arrival_positions  # noqa: E402
-from cute_prof.analysis.pipelines import derive_pipeline  # noqa: E402
+from tools.pipeline_data import matched  # noqa: E402
 from tools.report_text import emit  # noqa: E402
 from whatif_diagnose import blocked_loads  # noqa: E402
 from whatif_check import (  # noqa: E402
     ENTRIES, base_recorder_cost, launch_model, launch_paths, record_chain)
 
 STRETCHES = 8
-
-def matched(trace):
-    derived = derive_pipeline(trace)
-    return cp.match_records(derived.trace, derived.spec)
 
 
 def ring_regions(data) -> list[tuple[str, int, int, int]]:
@@ -143,25 +139,25 @@ def launch_table(root: Path, entry, folder: Path, change: dict) -> list[str]:
              "iteration) and its recorded replay's error per CTA with its own probed launch"]
     for t, path in enumerate(launch_paths(folder / entry.trace)):
         raw = entry.load(path)
-        data = matched(raw)
+        _, data = matched(raw)
         _, span = cp.work_spans(data)
         shortest = [f"{np.nanmin(span[:, :, after][data.valid]):.0f}"
                     for _, _, _, after in ring_regions(data) if after >= 0]
-        own = launch_model(entry, raw, entry.load(probes[t % len(probes)]),
-                           record_chain_ns=chain_ns, recorder_cost=recorder_cost)
-        # the recorded kernel's replay against its own trace (median over the CTAs)
-        fidelity = cp.what_if(own["data"], loaded_latency=True,
-                              first_load=own["inputs"]["first_load"],
-                              arrivals=own["inputs"]["arrivals"])["replay_error_median"]
+        models = [launch_model(entry, raw, entry.load(probe), record_chain_ns=chain_ns,
+                               recorder_cost=recorder_cost) for probe in probes]
         row = []
-        for probe in probes:
-            model = launch_model(entry, raw, entry.load(probe), record_chain_ns=chain_ns,
-                                 recorder_cost=recorder_cost)
+        for model in models:
             got = cp.what_if(model["data"], loaded_latency=True,
                              first_load=model["inputs"]["first_load"],
                              record_ns=model["record_ns"], arrivals=model["inputs"]["arrivals"],
                              recorder_cost=model["inputs"]["recorder_cost"], **change)
             row.append(f"{got['predicted_change'] * 100:+7.2f}")
+        # the recorded kernel's replay against its own trace, with its own probed launch
+        # (median over the CTAs)
+        own = models[t % len(models)]
+        fidelity = cp.what_if(own["data"], loaded_latency=True,
+                              first_load=own["inputs"]["first_load"],
+                              arrivals=own["inputs"]["arrivals"])["replay_error_median"]
         lines.append(f"    launch {t}: " + " ".join(row) + " | " + ", ".join(shortest)
                      + f" ns, {fidelity * 100:+.2f}%")
     return lines
@@ -186,7 +182,7 @@ def main(argv=None) -> int:
         ap.error(f"{args.kernel} has no variants {unknown}: {sorted(entry.variants)}")
     raw = entry.load(folder / entry.trace)
     model = launch_model(entry, raw, entry.load(folder / entry.arrivals_trace))
-    variants = {v: matched(entry.load(folder / entry.variant_trace.format(variant=v)))
+    variants = {v: matched(entry.load(folder / entry.variant_trace.format(variant=v)))[1]
                 for v in args.variants}
     inputs = model["inputs"]
     replays = {v: cp.what_if(model["data"], loaded_latency=True, first_load=inputs["first_load"],

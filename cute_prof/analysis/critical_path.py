@@ -1507,14 +1507,13 @@ def _draw_latencies(rng, sample, shape: tuple[int, int]
         drawn = rng.choice(latency, size=shape)
     else:
         order = np.argsort(position, kind="stable")
-        iteration = np.arange(shape[1])
         pick = _place_picks(rng, position[order], shape)
         if issued is not None and np.ptp(issued) > 0:
             congestion = load_congestion(latency, issued)
             floor = np.quantile(congestion, UNQUEUED_QUANTILE)
-            by_place = np.maximum(_place_medians(congestion[order], position[order],
-                                                 iteration) - floor, 0.0)
-            queued = np.full(shape[1], by_place.mean())  # the loop's, not the place's
+            by_place = _place_medians(congestion[order], position[order], np.arange(shape[1]))
+            # the loop's queued part, the same for every item (not its place's)
+            queued = np.full(shape, np.maximum(by_place - floor, 0.0).mean())
             own = latency - congestion
             classes = miss_and_hit(sample)
             if classes is None:
@@ -1522,7 +1521,7 @@ def _draw_latencies(rng, sample, shape: tuple[int, int]
             else:  # (2, U, K): as a group's first load of the place (a miss), as an L2 hit
                 drawn = np.stack([_draw_in_class(rng, own[order], c[order], shape,
                                                  position[order]) for c in classes])
-            return np.repeat(queued[None, :], shape[0], 0), floor + drawn, float(floor)
+            return queued, floor + drawn, float(floor)
         drawn = latency[order][pick]  # no issue times to tell congestion by
     floor = np.quantile(latency, UNQUEUED_QUANTILE)
     return np.maximum(drawn - floor, 0.0), np.minimum(drawn, floor), float(floor)
