@@ -100,6 +100,10 @@ def main(argv=None) -> int:
                     help="also time every variant in R rounds of back-to-back blocks "
                          "(tools.cupti.time_shuffled's per_block; times_blocks_ms in "
                          "fa4_timings.json)")
+    ap.add_argument("--no-barriers", action="store_true",
+                    help="record the pipelines only (autoprofile(barriers=False)), traces and "
+                         "timed recording kernels alike; the base's recording with its named "
+                         "barriers is timed too (base:recorded_barriers), for what they cost")
     ap.add_argument("--block-size", type=int, default=8,
                     help="launches per block; each block keeps the median of its second half")
     args = ap.parse_args(argv)
@@ -115,12 +119,22 @@ def main(argv=None) -> int:
     ref = reference(q, k, v, args.causal).float()
     calls, info, recordings = {}, {}, []
     names = args.variants.split(",")
+
+    def launch_from(cache, kwargs):
+        """A call that launches the kernel ``cache`` holds (the plain one or a recording one)."""
+        def run():
+            fa._flash_attn_fwd.compile_cache = cache
+            fa._flash_attn_fwd(q, k, v, causal=args.causal, **kwargs)
+        return run
     if args.load_arrivals:  # traced, not timed
         probed = ["base", *filter(None, args.probe_variants.split(","))]
         names += [f"{name}_arrivals" for name in probed if name in names]
+    if args.no_barriers and "base" in names:  # timed, not traced
+        names.append("base_barriers")
     for name in names:
-        call_kwargs, overrides = VARIANTS[name.removesuffix("_arrivals")]
+        call_kwargs, overrides = VARIANTS[name.removesuffix("_arrivals").removesuffix("_barriers")]
         probes = args.load_arrivals if name.endswith("_arrivals") else 0
+        barriers = not args.no_barriers or name.endswith("_barriers")
         cache = {}
         fa._flash_attn_fwd.compile_cache = cache
         try:
@@ -128,18 +142,23 @@ def main(argv=None) -> int:
                 out = fa._flash_attn_fwd(q, k, v, causal=args.causal, **call_kwargs)[0]
                 torch.cuda.synchronize()
                 with cute_prof.autoprofile(per_warp=4096, load_arrivals=probes,
+                                           barriers=barriers,
                                            caches=[(fa._flash_attn_fwd, "compile_cache")]) as prof:
                     fa._flash_attn_fwd(q, k, v, causal=args.causal, **call_kwargs)
                 fa._flash_attn_fwd.compile_cache = prof.caches[0]
                 # the base (with and without probes): several launches, predicted from each
                 traces = list(traced_launches(
                     prof, lambda: fa._flash_attn_fwd(q, k, v, causal=args.causal, **call_kwargs),
-                    args.traces if name.startswith("base") else 1))
+                    args.traces if name in ("base", "base_arrivals") else 1))
         except Exception as err:  # a variant FA4 cannot build (shared memory) is reported
             info[name] = {"error": f"{type(err).__name__}: {str(err).splitlines()[0][:200]}"}
             print(f"{name}: cannot build: {info[name]['error']}", flush=True)
             continue
         error = float((out.float() - ref).abs().max())
+        if name == "base_barriers":  # its recording kernel, timed beside the others
+            calls["base:recorded_barriers"] = launch_from(prof.caches[0], call_kwargs)
+            recordings.append(prof)
+            continue
         # the base launches whole (the host half predicts from them alone), the variants cut
         for index, trace in enumerate(traces):
             save_columns(launch_path(out_dir / f"trace_{name}.npz", index),
@@ -153,15 +172,9 @@ def main(argv=None) -> int:
         if name.endswith("_arrivals"):
             continue
 
-        def call(cache=cache, kwargs=call_kwargs):
-            def run():
-                fa._flash_attn_fwd.compile_cache = cache
-                fa._flash_attn_fwd(q, k, v, causal=args.causal, **kwargs)
-            return run
-
-        calls[name] = call()
+        calls[name] = launch_from(cache, call_kwargs)
         # the recording kernel, from the block's own cache: each launch rewrites its slices
-        calls[f"{name}:recorded"] = call(cache=prof.caches[0])
+        calls[f"{name}:recorded"] = launch_from(prof.caches[0], call_kwargs)
         recordings.append(prof)  # keeps its buffers alive while the recording kernel runs
     times = time_shuffled(calls, rounds=args.rounds, warmup=5)
     blocks = (time_shuffled(calls, rounds=args.block_rounds, warmup=0, per_block=args.block_size)
@@ -171,6 +184,7 @@ def main(argv=None) -> int:
               "date": time.strftime("%Y-%m-%d %H:%M UTC", time.gmtime()),
               "command": "python bench/fa4_whatif_gpu.py " + " ".join(argv or sys.argv[1:]),
               "shape": shape, "causal": args.causal, "rounds": args.rounds,
+              "barriers_recorded": not args.no_barriers,
               "times_ms": times, "times_blocks_ms": blocks, "block_size": args.block_size,
               "variants": info}
     (out_dir / "fa4_timings.json").write_text(json.dumps(result, indent=1, default=str))

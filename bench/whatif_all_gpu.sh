@@ -1,7 +1,8 @@
 #!/usr/bin/env bash
 # Device calls for the what-if checks (PARTS="fa4 fa4_causal fa4_small" in one, "chain quack gemm_ze
 # persistent_ze" in another, "fa4_b1s4096" (since stop 45) where time allows; TRACES
-# traced launches per zero-edit base, default 3): FA4's variants (zero-edit base trace, timings), the
+# traced launches per zero-edit base, default 3; NO_BARRIERS=1: FA4's recordings without their named
+# barriers): FA4's variants (zero-edit base trace, timings), the
 # ws_gemm and the persistent GEMM's variants (level-2 base traces, timings). Every part writes
 # to its own folder, archived into $OUT/<part>.tar (the device tool returns at most 8 files).
 # Needs .gpu/ (../shared/gpu/make-bundle.sh) and .whl/ (requirements-gpu.txt).
@@ -22,10 +23,10 @@ part() {  # part NAME COMMAND...: run with OUT=/tmp/parts/NAME, archive the fold
 }
 for p in ${PARTS:-fa4 gemm persistent}; do
   case $p in
-    fa4) part fa4 python bench/fa4_whatif_gpu.py --traces ${TRACES:-3} --rounds ${ROUNDS:-20} --sms ${SMS:-12} --block-rounds ${BLOCK_ROUNDS:-10} ;;
-    fa4_small) part fa4_small python bench/fa4_whatif_gpu.py --traces ${TRACES:-3} --shape 1,1024,16,128 --variants base,stages1,stages3 --rounds ${ROUNDS:-30} --sms ${SMS:-132} --block-rounds ${BLOCK_ROUNDS:-10} ;;
-    fa4_b1s4096) part fa4_b1s4096 python bench/fa4_whatif_gpu.py --traces ${TRACES:-3} --shape 1,4096,16,128 --variants base,stages1,stages3 --rounds ${ROUNDS:-20} --sms ${SMS:-132} --block-rounds ${BLOCK_ROUNDS:-10} ;;
-    fa4_causal) part fa4_causal python bench/fa4_whatif_gpu.py --traces ${TRACES:-3} --causal --rounds ${ROUNDS:-20} --sms ${SMS:-12} --block-rounds ${BLOCK_ROUNDS:-10} ;;
+    fa4) part fa4 python bench/fa4_whatif_gpu.py ${NO_BARRIERS:+--no-barriers} --traces ${TRACES:-3} --rounds ${ROUNDS:-20} --sms ${SMS:-12} --block-rounds ${BLOCK_ROUNDS:-10} ;;
+    fa4_small) part fa4_small python bench/fa4_whatif_gpu.py ${NO_BARRIERS:+--no-barriers} --traces ${TRACES:-3} --shape 1,1024,16,128 --variants base,stages1,stages3 --rounds ${ROUNDS:-30} --sms ${SMS:-132} --block-rounds ${BLOCK_ROUNDS:-10} ;;
+    fa4_b1s4096) part fa4_b1s4096 python bench/fa4_whatif_gpu.py ${NO_BARRIERS:+--no-barriers} --traces ${TRACES:-3} --shape 1,4096,16,128 --variants base,stages1,stages3 --rounds ${ROUNDS:-20} --sms ${SMS:-132} --block-rounds ${BLOCK_ROUNDS:-10} ;;
+    fa4_causal) part fa4_causal python bench/fa4_whatif_gpu.py ${NO_BARRIERS:+--no-barriers} --traces ${TRACES:-3} --causal --rounds ${ROUNDS:-20} --sms ${SMS:-12} --block-rounds ${BLOCK_ROUNDS:-10} ;;
     quack) part quack python bench/quack_whatif_gpu.py --traces ${TRACES:-3} --rounds ${ROUNDS:-20} ;;
     gemm) part gemm python bench/whatif_gpu.py --rounds ${ROUNDS:-30} ;;
     persistent) part persistent python bench/persistent_gpu.py --rounds ${ROUNDS:-20} ;;

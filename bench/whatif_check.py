@@ -354,6 +354,12 @@ def check_entry(root: Path, entry: Entry) -> tuple[list[dict], dict]:
             "record_gap_ns": first["record_gap_ns"], "record_source": chain_source,
             "probe_cost": first["probe_cost"], "recorder_cost": recorder_cost,
             "recorder_slowdown": first_slowdown,
+            # the base recorded without its named barriers (autoprofile(barriers=False)):
+            # what recording them too cost, where the GPU half timed that kernel
+            "barriers_recorded": (first["raw"].metadata or {}).get("autoprof", {}).get(
+                "barriers_recorded", True),
+            "recorder_cost_with_barriers": base_recorder_cost(timings, entry.base,
+                                                              recording="recorded_barriers"),
             "arrival_latency_ns": {name: {q: float(np.quantile(arrival_latencies(x), q))
                                           for q in (0.05, 0.5)}
                                    for name, x in first["inputs"]["arrivals"].items()}}
@@ -369,13 +375,14 @@ def check_entry(root: Path, entry: Entry) -> tuple[list[dict], dict]:
     return rows, info
 
 
-def base_recorder_cost(timings: dict, base: str) -> float | None:
+def base_recorder_cost(timings: dict, base: str, *, recording: str = "recorded") -> float | None:
     """What recording cost a kernel (the model takes the base's): its recording kernel's
-    CUPTI median over the plain one's, less 1, from the same shuffled rounds (None where the
-    GPU half did not time the recording kernel)."""
-    if not (timings.get(base) and timings.get(f"{base}:recorded")):
+    (``<base>:<recording>``) CUPTI median over the plain one's, less 1, from the same
+    shuffled rounds (None where the GPU half did not time that recording kernel)."""
+    if not (timings.get(base) and timings.get(f"{base}:{recording}")):
         return None
-    return statistics.median(timings[f"{base}:recorded"]) / statistics.median(timings[base]) - 1
+    return (statistics.median(timings[f"{base}:{recording}"]) / statistics.median(timings[base])
+            - 1)
 
 
 def recorded_changes(timings: dict, base: str, variant: str) -> dict:
@@ -534,7 +541,11 @@ def table(rows: list[dict], infos: list[dict], root: Path) -> str:
                         f"{i['record_gap_ns']:.0f} ns)" if i.get("record_ns") else "")
                      + (f"; recording cost the base {i['recorder_cost']:+.2%}, the work "
                         f"replayed x{i['recorder_slowdown']:.3f} (the first traced launch)"
-                        if i.get("recorder_cost") is not None else ""))
+                        if i.get("recorder_cost") is not None else "")
+                     + ("; its named barriers not recorded (autoprofile(barriers=False))"
+                        + (f": recording them too cost {i['recorder_cost_with_barriers']:+.2%}"
+                           if i.get("recorder_cost_with_barriers") is not None else "")
+                        if not i.get("barriers_recorded", True) else ""))
     lines += ["", "| kernel | base trace | what-if | predicted | interval | measured | "
               "error (pp) | inside interval | inside +- launch noise | recorded (recorded-kernel "
               "model) | recorder's cost | each traced launch |",

@@ -120,7 +120,8 @@ class AutoProfile:
 @contextlib.contextmanager
 def autoprofile(*, per_warp: int = DEFAULT_PER_WARP, max_warps: int = DEFAULT_MAX_WARPS,
                 kernels: tuple[str, ...] | list[str] | str | None = None, device=None,
-                caches=(), synchronize: bool = True, load_arrivals: int = 0):
+                caches=(), synchronize: bool = True, load_arrivals: int = 0,
+                barriers: bool = True):
     """Record every pipeline and barrier call of kernels compiled inside the block.
 
     ``per_warp``: records kept per warp (a wait is two, a signal one; the rest is counted
@@ -136,7 +137,10 @@ def autoprofile(*, per_warp: int = DEFAULT_PER_WARP, max_warps: int = DEFAULT_MA
     at its own place in the period, so that every position of the loop is sampled alike),
     the producer waits for that load and records ``<ring>.load_arrival`` (the probe delays the
     producer, so take the pipeline's timings from a run without it; read the loads with
-    ``analysis.pipelines.load_arrival_sample``). Yields an :class:`AutoProfile`."""
+    ``analysis.pipelines.load_arrival_sample``). ``barriers=False``: record the pipelines
+    only, not the named barriers; the pipeline model and its what-ifs need no more, and a
+    kernel whose warps hand off through named barriers inside their loop (FA4's consumer
+    warpgroups) pays less for its recording. Yields an :class:`AutoProfile`."""
     from .device.autoprof import RecordingConfig, recording
 
     if isinstance(kernels, str):
@@ -156,9 +160,11 @@ def autoprofile(*, per_warp: int = DEFAULT_PER_WARP, max_warps: int = DEFAULT_MA
             target = f"cuda:{torch.cuda.current_device()}" if torch.cuda.is_available() else "cpu"
         return allocate_slices_buffer(n_slices, records, device=target)
 
+    if not isinstance(barriers, bool):
+        raise ProfileBufferError(f"barriers must be True or False, got {barriers!r}")
     config = RecordingConfig(per_warp=per_warp, max_warps=max_warps, allocate=allocate,
                              kernels=tuple(kernels) if kernels is not None else None,
-                             load_arrivals=load_arrivals)
+                             load_arrivals=load_arrivals, barriers=barriers)
     saved = [(owner, name, getattr(owner, name)) for owner, name in caches]
     result = None
     try:

@@ -7,6 +7,7 @@ from __future__ import annotations
 import numpy as np
 import pytest
 
+import cute_prof
 from cute_prof.analysis.pipelines import finish_zero_edit_trace, format_wait_breakdown, wait_breakdown
 from cute_prof.autoprof import AutoProfile
 from cute_prof.errors import ProfileBufferError
@@ -114,3 +115,17 @@ def test_trace_warm_without_a_recorded_kernel_says_so_before_launching():
     with pytest.raises(ProfileBufferError, match="no kernel recorded"):
         AutoProfile([], synchronize=False).trace_warm(lambda: launched.append(1))
     assert launched == []
+
+
+@pytest.mark.parametrize("options, match", [({"per_warp": 0}, "per_warp"),
+                                            ({"load_arrivals": -1}, "load_arrivals"),
+                                            ({"load_arrivals": True}, "load_arrivals"),
+                                            ({"barriers": "no"}, "barriers")])
+def test_autoprofile_refuses_bad_options_before_recording(options, match):
+    pytest.importorskip("cutlass")
+    from cute_prof.device import autoprof as device_autoprof
+
+    with pytest.raises(ProfileBufferError, match=match):
+        with cute_prof.autoprofile(device="cpu", **options):
+            pass
+    assert device_autoprof._active is None  # nothing was left wrapped

@@ -36,8 +36,13 @@ with cute_prof.autoprofile(per_warp=64, max_warps=1024, device="cpu") as prof:
 after = ptx()
 with cute_prof.autoprofile(per_warp=64, max_warps=1024, device="cpu", load_arrivals=7) as probing:
     probed = ptx()
+with cute_prof.autoprofile(per_warp=64, max_warps=1024, device="cpu", barriers=False) as quiet:
+    pipelines_only = ptx()
 rec = prof.recordings[0]
-json.dump({"before": before, "recorded": recorded, "after": after, "probed": probed,
+json.dump({"pipelines_only": pipelines_only,
+           "pipelines_only_sites": [s.to_dict() for s in quiet.recordings[0].sites.values()],
+           "pipelines_only_meta": quiet.recordings[0].metadata(), "meta": rec.metadata(),
+           "before": before, "recorded": recorded, "after": after, "probed": probed,
            "probed_sites": [s.to_dict() for s in probing.recordings[0].sites.values()],
            "sites": [s.to_dict() for s in rec.sites.values()],
            "pipelines": [p.to_dict() for p in rec.pipelines], "closed": rec.closed,
@@ -67,6 +72,18 @@ def test_every_pipeline_call_site_is_named_and_recorded(compiled):
                        ("store_pipe.producer_commit", "signal"), ("bar1.sync", "wait")]:
         assert names[name]["kind"] == kind, name
     assert compiled["closed"]  # the slice is closed where the kernel body ends
+
+
+def test_barriers_false_records_the_pipelines_alone(compiled):
+    every = {s["name"] for s in compiled["sites"]}
+    alone = {s["name"] for s in compiled["pipelines_only_sites"]}
+    assert any(n.startswith("bar") for n in every)
+    assert alone == {n for n in every if not n.startswith("bar")}
+    assert compiled["meta"]["barriers_recorded"] is True
+    assert compiled["pipelines_only_meta"]["barriers_recorded"] is False
+    # the barrier's records are gone from the code, not only from the table: fewer timer reads
+    reads = [c.count("%globaltimer_lo") for c in (compiled["recorded"], compiled["pipelines_only"])]
+    assert reads[1] < reads[0]
 
 
 def _record_blocks(ptx):

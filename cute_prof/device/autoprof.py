@@ -93,8 +93,10 @@ class Site:
 class KernelRecording:
     """The buffer and the meaning of the tags of one instrumented kernel."""
 
-    def __init__(self, name: str, buffer, n_slices: int, per_warp: int):
+    def __init__(self, name: str, buffer, n_slices: int, per_warp: int, *,
+                 barriers: bool = True):
         self.name = name
+        self.barriers = bool(barriers)  # were named barriers recorded
         self.buffer = buffer
         self.n_slices, self.per_warp = int(n_slices), int(per_warp)
         self.tags = TagTable.auto()
@@ -113,6 +115,7 @@ class KernelRecording:
             "kernel": self.name,
             "sites": [s.to_dict() for s in self.sites.values()],
             "pipelines": [p.to_dict() for p in self.pipelines],
+            "barriers_recorded": self.barriers,
         }
 
 
@@ -127,6 +130,10 @@ class RecordingConfig:
     # > 0: after one producer_commit in this many of a TMA-loaded ring, the producer waits for
     # that load's full barrier and records when it completed (see load_arrival_probe)
     load_arrivals: int = 0
+    # False: named barriers (``barrier``, ``barrier_arrive``, ``sync_threads``) are not
+    # recorded, only the pipelines (what the pipeline model reads; FA4's consumers make about
+    # as many barrier calls as pipeline calls)
+    barriers: bool = True
 
 
 class _Tracing:
@@ -226,7 +233,8 @@ def _tracing_here() -> _Tracing | None:
         return None
     buffer = _active.allocate(_active.max_warps, _active.per_warp)
     _live_buffers.append(buffer)
-    recording = KernelRecording(name, buffer, _active.max_warps, _active.per_warp)
+    recording = KernelRecording(name, buffer, _active.max_warps, _active.per_warp,
+                                barriers=_active.barriers)
     _recordings.append(recording)
     _pipeline_ids.clear()
     _tracing = _Tracing(function, recording)
@@ -738,7 +746,8 @@ def recording(config: RecordingConfig):
         _skipped_kernels.clear()
         try:
             _patch_pipeline_classes()
-            _patch_barriers()
+            if config.barriers:
+                _patch_barriers()
             _patch_sync_objects()
             _kernel_start_hook()
             yield found
