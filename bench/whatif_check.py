@@ -217,6 +217,7 @@ def launch_model(entry: Entry, raw: Trace, probed: Trace | None, *,
     (``record_chain``), the time the model removes per record; ``recorder_cost``: the
     recording base kernel's time over the plain one's, less 1 (``base_recorder_cost``)."""
     trace, first_load, record_ns, arrivals, probe_cost = raw, None, 0.0, {}, None
+    release_sample = {}
     first_source = ""
     if entry.derived:
         derived = derive_pipeline(raw)
@@ -228,6 +229,7 @@ def launch_model(entry: Entry, raw: Trace, probed: Trace | None, *,
         terms = derived.what_if_terms(arrivals_from=probed, record_chain_ns=record_chain_ns,
                                       recorder_cost=recorder_cost)
         first_load, record_ns, arrivals = terms["first_load"], terms["record_ns"], terms["arrivals"]
+        release_sample = terms["release_sample"]
         recorder_cost = terms["recorder_cost"]
     else:
         spec = entry.spec(raw)  # level-2 bases: their probes are the kernel the model sees
@@ -249,7 +251,7 @@ def launch_model(entry: Entry, raw: Trace, probed: Trace | None, *,
             "source": source, "probe_cost": probe_cost, "record_ns": record_ns,
             "record_gap_ns": derived.record_ns if entry.derived else 0.0,
             "inputs": {"first_load": first_load, "arrivals": arrivals,
-                       "recorder_cost": recorder_cost}}
+                       "recorder_cost": recorder_cost, "release_sample": release_sample}}
 
 
 def median_of(values):
@@ -404,10 +406,11 @@ def point_prediction(data, inputs: dict, change: dict, *, record_ns: float,
                      recorder_cost: float = 0.0) -> float:
     """The model's change (the middle of ``predict_what_if``'s interval) with ``record_ns``
     of each work region's recording removed and ``recorder_cost`` taken off the work as a
-    slowdown (0: the recorded kernel's own model); ``inputs``: the ``first_load`` and
-    ``arrivals`` of ``DerivedPipeline.what_if_terms``."""
+    slowdown (0: the recorded kernel's own model); ``inputs``: the ``first_load``,
+    ``arrivals`` and ``release_sample`` of ``DerivedPipeline.what_if_terms``."""
     return what_if(data, loaded_latency=True, first_load=inputs["first_load"],
                    record_ns=record_ns, arrivals=inputs["arrivals"],
+                   release_sample=inputs["release_sample"],
                    recorder_cost=recorder_cost, **change)["predicted_change"]
 
 

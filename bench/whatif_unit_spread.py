@@ -42,7 +42,8 @@ def replayed_variant(data, inputs: dict, change: dict):
     """The base's replay and the variant's, as ``what_if`` runs them for the recorded
     kernel (no record time removed, no recorder cost)."""
     result = cp.what_if(data, loaded_latency=True, first_load=inputs["first_load"],
-                        arrivals=inputs["arrivals"], schedules=True, **change)
+                        arrivals=inputs["arrivals"], release_sample=inputs["release_sample"],
+                        schedules=True, **change)
     return result["base_schedule"], result["changed_schedule"]
 
 

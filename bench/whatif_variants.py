@@ -150,6 +150,7 @@ def launch_table(root: Path, entry, folder: Path, change: dict) -> list[str]:
             got = cp.what_if(model["data"], loaded_latency=True,
                              first_load=model["inputs"]["first_load"],
                              record_ns=model["record_ns"], arrivals=model["inputs"]["arrivals"],
+                             release_sample=model["inputs"]["release_sample"],
                              recorder_cost=model["inputs"]["recorder_cost"], **change)
             row.append(f"{got['predicted_change'] * 100:+7.2f}")
         # the recorded kernel's replay against its own trace, with its own probed launch
@@ -157,7 +158,8 @@ def launch_table(root: Path, entry, folder: Path, change: dict) -> list[str]:
         own = models[t % len(models)]
         fidelity = cp.what_if(own["data"], loaded_latency=True,
                               first_load=own["inputs"]["first_load"],
-                              arrivals=own["inputs"]["arrivals"])["replay_error_median"]
+                              arrivals=own["inputs"]["arrivals"],
+                              release_sample=own["inputs"]["release_sample"])["replay_error_median"]
         lines.append(f"    launch {t}: " + " ".join(row) + " | " + ", ".join(shortest)
                      + f" ns, {fidelity * 100:+.2f}%")
     return lines
@@ -186,8 +188,9 @@ def main(argv=None) -> int:
                 for v in args.variants}
     inputs = model["inputs"]
     replays = {v: cp.what_if(model["data"], loaded_latency=True, first_load=inputs["first_load"],
-                             arrivals=inputs["arrivals"], schedules=True,
-                             **entry.variants[v])["changed_schedule"] for v in args.variants}
+                             arrivals=inputs["arrivals"], release_sample=inputs["release_sample"],
+                             schedules=True, **entry.variants[v])["changed_schedule"]
+               for v in args.variants}
     lines = [f"{entry.kernel}, {folder}"]
     lines += stretch_table(model["data"], variants, inputs["arrivals"], replays)
     if args.launches:

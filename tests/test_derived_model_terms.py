@@ -409,3 +409,45 @@ def test_one_stray_short_instance_does_not_decide_which_releases_waited_for_thei
     assert stray_shortest == pytest.approx(280.0) and clean_shortest == pytest.approx(380.0)
     assert stray_typical == pytest.approx(clean_shortest)  # but not the typical shortest
     assert stray == pytest.approx(clean)
+
+
+def test_releases_whose_job_had_surely_ended_stand_for_a_starved_rings_release():
+    """A starved ring releases each item as soon after its wait as the issue of the next
+    job and the release allow; the base shows that only where its wait ended at least one
+    job after the previous job could start (the producer's stalls here). Those releases
+    come exactly RELEASE_MIN_NS after their wait; pooled with another launch's (a probed
+    one starves its consumers more often), their mean is the unwaited release the replay
+    takes, and a 2-deep ring replays slower with slower releases. Too few of them: the
+    shortest regions' offsets, as before."""
+    from cute_prof.analysis.critical_path import (MIN_CLEAN_RELEASES, SHORTEST_TYPICAL,
+                                                  _async_jobs, _shortest,
+                                                  _unwaited_release_offsets, clean_releases,
+                                                  work_spans)
+
+    def model(trace):
+        derived = derive_pipeline(trace)
+        data = match_records(derived.trace, derived.spec)
+        begin, span = work_spans(data)
+        floor = _shortest(data, span, SHORTEST_TYPICAL)
+        i = [r.tag for r in data.spec.regions].index("pk.consumer_release")
+        return derived, data, i, lambda sample=None: _unwaited_release_offsets(
+            data, _async_jobs(data, span, floor), begin, span, floor, sample)[i]
+
+    derived, data, i, unwaited = model(mma_bound(ctas=8))
+    clean = clean_releases(data)["pk.consumer_release"]
+    assert clean.size >= MIN_CLEAN_RELEASES
+    np.testing.assert_array_equal(clean, RELEASE_MIN_NS)
+    assert unwaited() == (RELEASE_MIN_NS, RELEASE_MIN_NS)
+    slower = {"pk.consumer_release": np.full(clean.size, RELEASE_MIN_NS + 300.0)}
+    assert unwaited(slower) == pytest.approx((RELEASE_MIN_NS + 150.0, RELEASE_MIN_NS))
+    starved = {"depth": {"pk": 2}}
+    assert what_if(data, release_sample=slower, **starved)["predicted_change"] > \
+        what_if(data, **starved)["predicted_change"] + 0.002
+    # the probed launch's clean releases come with the model's terms; none without one
+    terms = derive_pipeline(mma_bound(ctas=2)).what_if_terms(arrivals_from=mma_bound(ctas=8))
+    np.testing.assert_array_equal(terms["release_sample"]["pk.consumer_release"], clean)
+    assert derive_pipeline(mma_bound(ctas=2)).what_if_terms()["release_sample"] == {}
+    # gemm_like's waits never block long enough: no clean release, the shortest regions'
+    _, data, i, unwaited = model(gemm_like(ctas=40, iters=32))
+    assert clean_releases(data)["pk.consumer_release"].size == 0
+    assert unwaited() == (380.0, 380.0)

@@ -735,15 +735,76 @@ def after_wait_floor(data: PipelineData, i: int) -> float:
     return float(np.quantile(gaps, UNQUEUED_QUANTILE)) if len(gaps) else timer_step(data)
 
 
+def _clean_release_offsets(data: PipelineData, jobs: dict,
+                           measured_begin: np.ndarray) -> dict:
+    """Per region that releases after an async job: the offsets of its release's stamp from
+    the region's begin (the wait's end) where the job issued one iteration earlier had surely
+    ended by then: the wait ended at least the unit's median job time (and the blocked
+    margin) after that job could start (the previous wait's end, or the previous release,
+    which followed the job before it). What is left is issuing the next job and the release
+    itself, as a starved ring pays it on every item."""
+    prev, _ = _role_sequences(data.spec)
+    out = {}
+    for i, job in jobs.items():
+        began = measured_begin[:, :, i]
+        stamp = _stamp(data, i, data.spec.regions[i].relations["releases"].at)
+        with warnings.catch_warnings():  # a unit that ran no iteration: no median
+            warnings.simplefilter("ignore", RuntimeWarning)
+            typical = np.nanmedian(job, axis=1)[:, None]
+        could_start = np.full(began.shape, np.nan)
+        could_start[:, 1:] = np.maximum(began[:, :-1], stamp[:, :-1])
+        with np.errstate(invalid="ignore"):
+            clean = data.valid & (began - could_start >= typical + BLOCKED_MARGIN_NS)
+            offset = (stamp - began)[clean]
+        out[i] = offset[offset >= 0]
+    return out
+
+
+def clean_releases(data: PipelineData) -> dict[str, np.ndarray]:
+    """Per region that releases after an async job (by tag): the offsets, ns, from the wait's
+    end to the release of the releases that did not wait for their job
+    (``_clean_release_offsets``). A launch whose producer was probed
+    (``autoprofile(load_arrivals=N)``) starves its consumers now and then and has many more
+    of them than a plain one: ``replay(release_sample=)`` pools that launch's with the
+    trace's own."""
+    measured_begin, measured_dur = _memo(data, ("work_spans",), lambda: work_spans(data))
+    floor = _memo(data, ("measured_floor",), lambda: _shortest(
+        data, measured_dur, SHORTEST_TYPICAL))
+    jobs = _memo(data, ("async_jobs",), lambda: _async_jobs(data, measured_dur, floor))
+    return {data.spec.regions[i].tag: offsets for i, offsets
+            in _clean_release_offsets(data, jobs, measured_begin).items()}
+
+
+# releases that did not wait for their job (_clean_release_offsets), pooled: at least this
+# many before their mean stands for the unwaited release (else the shortest regions' offsets)
+MIN_CLEAN_RELEASES = 32
+
+
 def _unwaited_release_offsets(data: PipelineData, jobs: dict, measured_begin: np.ndarray,
-                              measured_dur: np.ndarray, floor: np.ndarray) -> dict:
+                              measured_dur: np.ndarray, floor: np.ndarray,
+                              release_sample: dict | None = None) -> dict:
     """Per region that releases after an async job: how far its release's stamp lies after
     the region's begin (the wait's end) where the release did not wait for the job:
-    issuing the next job and the release itself, as (median, ``UNQUEUED_QUANTILE``). In a
+    issuing the next job and the release itself, as (typical, ``UNQUEUED_QUANTILE``). In a
     starved ring every release is of that kind and this time lies on the ring's recurrence;
-    the shortest instance alone left the replayed 2-deep ring short of the measured one."""
+    the shortest instance alone left the replayed 2-deep ring short of the measured one.
+    Where the trace's own clean releases (``_clean_release_offsets``) and another launch's
+    (``release_sample``: tag -> offsets, ``clean_releases``) make ``MIN_CLEAN_RELEASES``,
+    their mean and quantile. Else the offsets of the regions no longer than the shortest
+    typical one and the blocked margin, their median: those regions still waited for part
+    of their job (quack 4 -> 2 on an H100: a median of 416-480 ns by launch where the
+    2-stage variant released 372-377 ns after its waits, the clean releases' mean 397-421),
+    and a 32 ns timer moves a median of so few by whole ticks, 11 points of quack's 2-stage
+    prediction between launches of one run (gpu36)."""
+    clean = _clean_release_offsets(data, jobs, measured_begin)
     out = {}
     for i in jobs:
+        other = np.asarray((release_sample or {}).get(data.spec.regions[i].tag, ()), float)
+        pooled = np.concatenate([clean[i], other[np.isfinite(other) & (other >= 0)]])
+        if pooled.size >= MIN_CLEAN_RELEASES:
+            mean = float(pooled.mean())
+            out[i] = (mean, min(float(np.quantile(pooled, UNQUEUED_QUANTILE)), mean))
+            continue
         took = measured_dur[:, :, i]
         offset = _stamp(data, i, data.spec.regions[i].relations["releases"].at) \
             - measured_begin[:, :, i]
@@ -754,12 +815,19 @@ def _unwaited_release_offsets(data: PipelineData, jobs: dict, measured_begin: np
     return out
 
 
+def _sample_key(release_sample: dict | None) -> tuple:
+    """A memo key for ``release_sample`` (tag -> offsets): its tags, sizes and sums."""
+    return tuple(sorted((tag, int(np.size(x)), float(np.nansum(x)))
+                        for tag, x in (release_sample or {}).items()))
+
+
 def replay(data: PipelineData, spec: PipelineSpec | None = None, *,
            scale: dict[str, float] | None = None, terms=None,
            record_ns: float = 0.0, item_latency: dict | None = None,
            own_scale: dict[str, float] | None = None,
            leaders: dict | None = None, unit_shift: np.ndarray | None = None,
-           load_share: np.ndarray | None = None) -> Schedule:
+           load_share: np.ndarray | None = None,
+           release_sample: dict | None = None) -> Schedule:
     """Re-schedule the measured work durations under ``spec`` (default: the data's own);
     ``scale``: tag -> factor on that work region's durations (0.8 = 20% faster), its async
     job's included; ``own_scale``: the same on the warps' own work alone, the job's engine
@@ -789,7 +857,9 @@ def replay(data: PipelineData, spec: PipelineSpec | None = None, *,
     the units (a 1-deep FA4 b1 s1024: the consumers' work per SM spread 45 ns in the base,
     13 in the variant; the producer's V commit came 288 ns after its acquire mid-loop in
     the base, 160 in the variant; the GEMMs' 2-deep rings committed and released 32 ns
-    sooner than 1 / ratio gave)."""
+    sooner than 1 / ratio gave).
+    ``release_sample``: region tag -> another launch's releases that did not wait for their
+    job (``clean_releases``), pooled with the trace's own for the unwaited release's time."""
     base = data.spec
     spec = base if spec is None else spec
     if [r.tag for r in spec.regions] != [r.tag for r in base.regions]:
@@ -827,8 +897,9 @@ def replay(data: PipelineData, spec: PipelineSpec | None = None, *,
         return value if load_share is None else low + (value - low) * load_share
     release_own = {i: np.maximum(issue_scaled(x, low) - record_ns, 0.0)
                    for i, (x, low) in _memo(
-        data, ("unwaited_release_at",), lambda: _unwaited_release_offsets(
-            data, jobs, measured_begin, measured_dur, measured_floor)).items()}
+        data, ("unwaited_release_at", _sample_key(release_sample)),
+        lambda: _unwaited_release_offsets(data, jobs, measured_begin, measured_dur,
+                                          measured_floor, release_sample)).items()}
     produce_low = _memo(data, ("produce_low", producing), lambda: {
         i: float(np.quantile(offsets[0][_by_iteration(ran)], UNQUEUED_QUANTILE))
         for i, offsets in produce_at.items()})
@@ -1613,7 +1684,8 @@ RECORDER_SLOWDOWN_STEPS = 8  # replays of the fit past its two ends (it needs 2-
 def recorder_slowdown(data: PipelineData, recorder_cost: float, *, terms=None,
                       record_ns: float = 0.0, item_latency: dict | None = None,
                       leaders: dict | None = None,
-                      recorded_end: np.ndarray | None = None) -> float:
+                      recorded_end: np.ndarray | None = None,
+                      release_sample: dict | None = None) -> float:
     """The factor on the non-producing roles' own work (``slowed_by_recorder``; their async
     jobs' engine time kept) that, with ``record_ns`` of each work region removed as well,
     replays the base ``recorder_cost`` faster (the recording kernel's time over the plain
@@ -1629,13 +1701,15 @@ def recorder_slowdown(data: PipelineData, recorder_cost: float, *, terms=None,
         return 1.0
     terms = terms if terms is not None else infer_terms(data)
     if recorded_end is None:
-        recorded = replay(data, terms=terms, item_latency=item_latency, leaders=leaders)
+        recorded = replay(data, terms=terms, item_latency=item_latency, leaders=leaders,
+                          release_sample=release_sample)
         recorded_end = _unit_ends(recorded.end)
     target = 1.0 / (1.0 + float(recorder_cost)) - 1.0
 
     def change(factor: float) -> float:
         s = replay(data, terms=terms, record_ns=record_ns, item_latency=item_latency,
-                   leaders=leaders, own_scale={t: factor for t in tags} if factor != 1.0 else None)
+                   leaders=leaders, own_scale={t: factor for t in tags} if factor != 1.0 else None,
+                   release_sample=release_sample)
         end = _unit_ends(s.end)
         measured, predicted = _kernel_time(data, end - recorded_end)
         return predicted / measured - 1.0
@@ -1671,7 +1745,7 @@ def what_if(data: PipelineData, *, depth: dict | None = None, shared_by: dict | 
             latency_shift_ns: float = 0.0, first_load: np.ndarray | None = None,
             record_ns: float = 0.0, arrivals: dict | None = None,
             recorder_cost: float = 0.0, slowdown: float | None = None,
-            schedules: bool = False) -> dict:
+            schedules: bool = False, release_sample: dict | None = None) -> dict:
     """Predicted kernel-time change of a changed pipeline (ring depths, sharing, a region
     faster), from the replay of the change against the replay of the base. ``latency``:
     wait tag -> ns, replacing the inferred latency of that wait's event (when the trace
@@ -1712,7 +1786,10 @@ def what_if(data: PipelineData, *, depth: dict | None = None, shared_by: dict | 
     the CTAs of a cluster that share the ring (a multicast load lands in all of them).
     Where the sample's CTAs share lines in groups (``miss_and_hit``), each item draws a
     miss and a hit, and the replay couples the loads of a group (``replay(leaders=)``): a
-    change that holds CTAs in step makes all of them wait for the first one's miss."""
+    change that holds CTAs in step makes all of them wait for the first one's miss.
+
+    ``release_sample``: another launch's releases that did not wait for their job
+    (``clean_releases``), for every replay (``replay(release_sample=)``)."""
     terms = terms if terms is not None else infer_terms(data)
     tags = [r.tag for r in data.spec.regions]
     for tag, value in (latency or {}).items():
@@ -1754,13 +1831,14 @@ def what_if(data: PipelineData, *, depth: dict | None = None, shared_by: dict | 
         data, data.spec, {i: queued + fixed for i, (queued, fixed, _) in draws.items()})
     recorded_end = None
     if record_ns > 0 or recorder_cost > 0:
-        recorded = replay(data, terms=terms, item_latency=base_draws, leaders=leaders)
+        recorded = replay(data, terms=terms, item_latency=base_draws, leaders=leaders,
+                          release_sample=release_sample)
         recorded_end = _unit_ends(recorded.end)
     # the recorder's cost beyond its records' own time, taken off the warps' work
     if slowdown is None:
         slowdown = recorder_slowdown(data, recorder_cost, terms=terms, record_ns=record_ns,
                                      item_latency=base_draws, leaders=leaders,
-                                     recorded_end=recorded_end)
+                                     recorded_end=recorded_end, release_sample=release_sample)
     unslowed = ({tag: slowdown for tag in slowed_by_recorder(data.spec)}
                 if slowdown != 1.0 else None)
     changed_spec = data.spec.with_changes(depth=depth, shared_by=shared_by)
@@ -1779,7 +1857,7 @@ def what_if(data: PipelineData, *, depth: dict | None = None, shared_by: dict | 
         nonlocal recorded_end
         for round_ in range(DISPATCH_ROUNDS):
             s = replay(data, spec, terms=replay_terms, record_ns=record_ns,
-                       leaders=leaders, unit_shift=shift, **kw)
+                       leaders=leaders, unit_shift=shift, release_sample=release_sample, **kw)
             end = _unit_ends(s.end) - shift
             if recorded_end is None:  # nothing removed: the base's first round is it
                 recorded_end = end
@@ -1883,7 +1961,8 @@ def busy_share(data: PipelineData, sched: Schedule, cost) -> np.ndarray:
 def predict_what_if(data: PipelineData, change: dict, *, terms=None,
                     interval: tuple[float, float] = (0.25, 0.75),
                     first_load: np.ndarray | None = None, record_ns: float = 0.0,
-                    arrivals: dict | None = None, recorder_cost: float = 0.0) -> dict:
+                    arrivals: dict | None = None, recorder_cost: float = 0.0,
+                    release_sample: dict | None = None) -> dict:
     """One what-if with its uncertainty from the base trace's own spread: the prediction
     at the median loaded latency, and the interval spanned by the latency quantiles
     ``interval`` (per-unit and per-load variation of the base), each widened by one tick
@@ -1895,7 +1974,8 @@ def predict_what_if(data: PipelineData, change: dict, *, terms=None,
     reading, not a measurement). A change the model cannot make comes back as
     ``{"modelled": False, "reason": ...}`` instead of a number; so does one that hangs on
     a load latency the base never showed (its consumer never waited: with ``bounds``, the
-    change at latency 0 and at the unblocked waits' bound)."""
+    change at latency 0 and at the unblocked waits' bound). ``release_sample``: as
+    :func:`what_if` takes it."""
     unknown = set(change) - {"depth", "shared_by", "scale", "latency"}
     if unknown:
         return {"modelled": False, "reason": f"no model term for {sorted(unknown)}"}
@@ -1934,21 +2014,23 @@ def predict_what_if(data: PipelineData, change: dict, *, terms=None,
                 runs.append(what_if(data, terms=terms, loaded_latency=True, latency_quantile=q,
                                     latency_shift_ns=shift, first_load=first_load,
                                     record_ns=max(record_ns + removed, 0.0), arrivals=arrivals,
-                                    recorder_cost=recorder_cost, **change,
+                                    recorder_cost=recorder_cost, release_sample=release_sample,
+                                    **change,
                                     slowdown=runs[0]["recorder_slowdown"] if runs else None))
             if runs[0]["recorder_slowdown"] != 1.0:
                 # how much of the recorder's cost slows the work is the model's reading:
                 # the interval reaches the kernel with only its records' own time removed
                 runs.append(what_if(data, terms=terms, loaded_latency=True,
                                     first_load=first_load, record_ns=record_ns,
-                                    arrivals=arrivals, **change))
+                                    arrivals=arrivals, release_sample=release_sample, **change))
             if unobserved:
                 upper = {**change, "latency": {**(change.get("latency") or {}), **unobserved}}
                 runs.append(what_if(data, terms=terms, loaded_latency=True,
                                     latency_quantile=interval[1], latency_shift_ns=tick,
                                     first_load=first_load,
                                     record_ns=max(record_ns - record_spread, 0.0),
-                                    arrivals=arrivals, recorder_cost=recorder_cost, **upper,
+                                    arrivals=arrivals, recorder_cost=recorder_cost,
+                                    release_sample=release_sample, **upper,
                                     slowdown=runs[0]["recorder_slowdown"]))
     except ProfileBufferError as err:
         return {"modelled": False, "reason": str(err)}
@@ -1978,16 +2060,17 @@ def never_blocked(data: PipelineData, terms, i: int) -> bool:
 def analyze_pipeline(trace: Trace, spec: PipelineSpec, *, worst: int = 5,
                      what_ifs: list[dict] | None = None,
                      first_load: np.ndarray | None = None, record_ns: float | None = None,
-                     arrivals: dict | None = None, recorder_cost: float = 0.0) -> dict:
+                     arrivals: dict | None = None, recorder_cost: float = 0.0,
+                     release_sample: dict | None = None) -> dict:
     """Everything above for every unit, aggregated (JSON-ready). With ``first_load``,
-    ``record_ns``, ``arrivals`` or ``recorder_cost`` (a derived model:
+    ``record_ns``, ``arrivals``, ``recorder_cost`` or ``release_sample`` (a derived model:
     ``DerivedPipeline.what_if_terms``) each
     what-if is :func:`predict_what_if`'s, the
     prediction ``bench/whatif_check.py`` checks on the GPU: loaded latency, the kernel
     without recording, and an interval; else the plain replay of :func:`what_if`."""
     data = match_records(trace, spec)
     terms = infer_terms(data)
-    sched = replay(data, terms=terms)
+    sched = replay(data, terms=terms, release_sample=release_sample)
     share, lat, _ = critical_path(data, sched)
     units = data.shape[0]
     total = share.sum(1) + lat.sum(1)
@@ -2022,13 +2105,14 @@ def analyze_pipeline(trace: Trace, spec: PipelineSpec, *, worst: int = 5,
     }
     if what_ifs and first_load is None and record_ns is None and not arrivals \
             and not recorder_cost:
-        result["what_if"] = [what_if(data, terms=terms, **w) for w in what_ifs]
+        result["what_if"] = [what_if(data, terms=terms, release_sample=release_sample, **w)
+                             for w in what_ifs]
     elif what_ifs:
         result["what_if"] = []
         for w in what_ifs:
             got = predict_what_if(data, w, terms=terms, first_load=first_load,
                                   record_ns=record_ns or 0.0, arrivals=arrivals,
-                                  recorder_cost=recorder_cost)
+                                  recorder_cost=recorder_cost, release_sample=release_sample)
             if not got["modelled"]:
                 result["what_if"].append({"change": w, "modelled": False,
                                           "reason": got["reason"]})

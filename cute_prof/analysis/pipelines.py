@@ -18,6 +18,7 @@ import numpy as np
 
 from ..errors import ProfileBufferError
 from ..trace import Trace
+from .critical_path import clean_releases, match_records
 from .grouping import rows_by_value, tags_in, unique_ints, warp_order
 from .model import ARRIVAL_SAMPLE_DTYPE
 from .roles import RoleSpec
@@ -643,6 +644,9 @@ class DerivedPipeline:
         recorder's cost off the GEMMs' starved 2-stage rings than the GPU pays
         (``bench/results/whatif/README.md``, stop 41).
 
+        ``release_sample``: the probed launch's releases that did not wait for their async job
+        (``critical_path.clean_releases``): the replay pools them with this trace's own.
+
         ``recorder_cost``: how much longer the recording kernel ran than the plain one on the
         GPU, as a fraction (0.15: 15% longer; time both, e.g. with torch.profiler, in the
         same rounds): what the records' own time does not account for is taken as the
@@ -664,7 +668,21 @@ class DerivedPipeline:
             sample["position"] -= before_loop.get(ring, 0)
         return {"first_load": self.first_load_latency()[0],
                 "record_ns": float(chain) if chain is not None else self.record_ns,
-                "arrivals": probed, "recorder_cost": float(recorder_cost or 0.0)}
+                "arrivals": probed, "recorder_cost": float(recorder_cost or 0.0),
+                "release_sample": self._probed_releases(arrivals_from)}
+
+    def _probed_releases(self, probed: Trace | None) -> dict[str, np.ndarray]:
+        """The probed launch's releases that did not wait for their async job
+        (``critical_path.clean_releases``), where this model has such a region: a producer
+        held on its probes starves the consumers now and then, and each such release shows
+        the time a starved ring pays after every wait. Empty without a probed launch."""
+        if probed is None or not any(r.kind == "work" and r.asynchronous
+                                     and "releases" in r.relations for r in self.spec.regions):
+            return {}
+        other = derive_pipeline(probed)
+        if [r.tag for r in other.spec.regions] != [r.tag for r in self.spec.regions]:
+            return {}  # not the same loop: nothing to pool
+        return clean_releases(match_records(other.trace, self.spec))
 
     def format_text(self) -> str:
         d = self.describe()
