@@ -15,6 +15,7 @@ from cute_prof.analysis.critical_path import (infer_terms, steady_bound, analyze
                                               blockers, match_records, perfetto_outputs,
                                               replay, what_if)
 from cute_prof.analysis.pipelines import derive_pipeline, finish_zero_edit_trace
+from cute_prof.errors import ProfileBufferError
 from test_derived_pipeline import CONSUMER_WARPS, _raw_trace
 
 STEP = 1000
@@ -447,6 +448,11 @@ def test_releases_whose_job_had_surely_ended_stand_for_a_starved_rings_release()
     terms = derive_pipeline(mma_bound(ctas=2)).what_if_terms(arrivals_from=mma_bound(ctas=8))
     np.testing.assert_array_equal(terms["release_sample"]["pk.consumer_release"], clean)
     assert derive_pipeline(mma_bound(ctas=2)).what_if_terms()["release_sample"] == {}
+    # a probed launch whose records make no loop of their own (each call once per warp)
+    with pytest.raises(ProfileBufferError, match="no producer/consumer loop"):
+        derive_pipeline(gemm_like(ctas=1, iters=1))
+    assert derive_pipeline(mma_bound(ctas=2)).what_if_terms(
+        arrivals_from=gemm_like(ctas=1, iters=1))["release_sample"] == {}
     # gemm_like's waits never block long enough: no clean release, the shortest regions'
     _, data, i, unwaited = model(gemm_like(ctas=40, iters=32))
     assert clean_releases(data)["pk.consumer_release"].size == 0

@@ -675,11 +675,15 @@ class DerivedPipeline:
         """The probed launch's releases that did not wait for their async job
         (``critical_path.clean_releases``), where this model has such a region: a producer
         held on its probes starves the consumers now and then, and each such release shows
-        the time a starved ring pays after every wait. Empty without a probed launch."""
+        the time a starved ring pays after every wait. Empty without a probed launch, and
+        where its records make no model of their own (a trace of the probes alone)."""
         if probed is None or not any(r.kind == "work" and r.asynchronous
                                      and "releases" in r.relations for r in self.spec.regions):
             return {}
-        other = derive_pipeline(probed)
+        try:
+            other = derive_pipeline(probed)
+        except ProfileBufferError:
+            return {}
         if [r.tag for r in other.spec.regions] != [r.tag for r in self.spec.regions]:
             return {}  # not the same loop: nothing to pool
         return clean_releases(match_records(other.trace, self.spec))
