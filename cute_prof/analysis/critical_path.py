@@ -743,7 +743,6 @@ def _clean_release_offsets(data: PipelineData, jobs: dict,
     margin) after that job could start (the previous wait's end, or the previous release,
     which followed the job before it). What is left is issuing the next job and the release
     itself, as a starved ring pays it on every item."""
-    prev, _ = _role_sequences(data.spec)
     out = {}
     for i, job in jobs.items():
         began = measured_begin[:, :, i]
@@ -793,7 +792,7 @@ def _unwaited_release_offsets(data: PipelineData, jobs: dict, measured_begin: np
     their mean and quantile. Else the offsets of the regions no longer than the shortest
     typical one and the blocked margin, their median: those regions still waited for part
     of their job (quack 4 -> 2 on an H100: a median of 416-480 ns by launch where the
-    2-stage variant released 372-377 ns after its waits, the clean releases' mean 397-421),
+    2-stage variant released 372-377 ns after its waits, the clean releases' mean 393-421),
     and a 32 ns timer moves a median of so few by whole ticks, 11 points of quack's 2-stage
     prediction between launches of one run (gpu36)."""
     clean = _clean_release_offsets(data, jobs, measured_begin)
