@@ -147,9 +147,12 @@ def main(argv=None) -> int:
                     fa._flash_attn_fwd(q, k, v, causal=args.causal, **call_kwargs)
                 fa._flash_attn_fwd.compile_cache = prof.caches[0]
                 # the base (with and without probes): several launches, predicted from each
+                # (base_barriers is timed, not traced)
+                count = {"base": args.traces, "base_arrivals": args.traces,
+                         "base_barriers": 0}.get(name, 1)
                 traces = list(traced_launches(
                     prof, lambda: fa._flash_attn_fwd(q, k, v, causal=args.causal, **call_kwargs),
-                    args.traces if name in ("base", "base_arrivals") else 1))
+                    count))
         except Exception as err:  # a variant FA4 cannot build (shared memory) is reported
             info[name] = {"error": f"{type(err).__name__}: {str(err).splitlines()[0][:200]}"}
             print(f"{name}: cannot build: {info[name]['error']}", flush=True)

@@ -441,6 +441,12 @@ def test_releases_whose_job_had_surely_ended_stand_for_a_starved_rings_release()
     assert unwaited() == (RELEASE_MIN_NS, RELEASE_MIN_NS)
     slower = {"pk.consumer_release": np.full(clean.size, RELEASE_MIN_NS + 300.0)}
     assert unwaited(slower) == pytest.approx((RELEASE_MIN_NS + 150.0, RELEASE_MIN_NS))
+    # the public reading is the replay's; min_clean=inf reads the shortest regions alone
+    from cute_prof.analysis.critical_path import unwaited_release
+    assert unwaited_release(data, release_sample=slower)["pk.consumer_release"] == \
+        pytest.approx(unwaited(slower))
+    assert unwaited_release(data, release_sample=slower, min_clean=np.inf)[
+        "pk.consumer_release"] == (RELEASE_MIN_NS, RELEASE_MIN_NS)
     starved = {"depth": {"pk": 2}}
     assert what_if(data, release_sample=slower, **starved)["predicted_change"] > \
         what_if(data, **starved)["predicted_change"] + 0.002
@@ -457,3 +463,25 @@ def test_releases_whose_job_had_surely_ended_stand_for_a_starved_rings_release()
     _, data, i, unwaited = model(gemm_like(ctas=40, iters=32))
     assert clean_releases(data)["pk.consumer_release"].size == 0
     assert unwaited() == (380.0, 380.0)
+
+
+def test_a_model_without_a_job_region_does_not_derive_the_probed_launch(monkeypatch):
+    """Only a region that releases an earlier item after its async job (ws_gemm's, quack's)
+    pools a probed launch's releases; FA4's rings have none, and deriving its probed launch
+    for nothing took 2.1 s of a 3.5 M-record trace (gpu38's b4)."""
+    from cute_prof.analysis import pipelines
+    from cute_prof.analysis.critical_path import job_regions
+    from test_derived_pipeline import software_pipelined
+
+    gemm = derive_pipeline(mma_bound(ctas=2))
+    assert [gemm.spec.regions[i].tag for i in job_regions(gemm.spec)] == ["pk.consumer_release"]
+    attention = derive_pipeline(software_pipelined())
+    assert job_regions(attention.spec) == []
+    derived = []
+    original = pipelines.derive_pipeline
+    monkeypatch.setattr(pipelines, "derive_pipeline",
+                        lambda trace: derived.append(trace) or original(trace))
+    assert attention.what_if_terms(arrivals_from=software_pipelined())["release_sample"] == {}
+    assert derived == []
+    assert gemm.what_if_terms(arrivals_from=mma_bound(ctas=8))["release_sample"]
+    assert len(derived) == 1

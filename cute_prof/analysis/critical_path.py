@@ -568,6 +568,14 @@ def _is_job_region(spec: PipelineSpec, i: int, prev: np.ndarray) -> bool:
     return _async_after_wait(spec, i, prev) and rel is not None and rel.distance >= 1
 
 
+def job_regions(spec: PipelineSpec) -> list[int]:
+    """The regions that issue an async job after a wait and release an earlier item once it
+    is done (``_is_job_region``): where a model has none (FA4), nothing about jobs needs
+    computing."""
+    prev, _ = _role_sequences(spec)
+    return [i for i in range(len(spec.regions)) if _is_job_region(spec, i, prev)]
+
+
 def _shortest(data: PipelineData, dur: np.ndarray, quantile: float = 0.0) -> np.ndarray:
     """(n,) each region's shortest ``dur`` (U, K, n) over the iterations the units ran; a job
     region's over those without a drain (``_drains``: such a region releases nothing after
@@ -759,6 +767,16 @@ def _clean_release_offsets(data: PipelineData, jobs: dict,
     return out
 
 
+def _measured_jobs(data: PipelineData) -> tuple[np.ndarray, np.ndarray, np.ndarray, dict]:
+    """The measured work spans (begin, duration), each region's shortest typical duration
+    and the async jobs (``_async_jobs``), once per data."""
+    measured_begin, measured_dur = _memo(data, ("work_spans",), lambda: work_spans(data))
+    floor = _memo(data, ("measured_floor",), lambda: _shortest(
+        data, measured_dur, SHORTEST_TYPICAL))
+    jobs = _memo(data, ("async_jobs",), lambda: _async_jobs(data, measured_dur, floor))
+    return measured_begin, measured_dur, floor, jobs
+
+
 def clean_releases(data: PipelineData) -> dict[str, np.ndarray]:
     """Per region that releases after an async job (by tag): the offsets, ns, from the wait's
     end to the release of the releases that did not wait for their job
@@ -766,10 +784,7 @@ def clean_releases(data: PipelineData) -> dict[str, np.ndarray]:
     (``autoprofile(load_arrivals=N)``) starves its consumers now and then and has many more
     of them than a plain one: ``replay(release_sample=)`` pools that launch's with the
     trace's own."""
-    measured_begin, measured_dur = _memo(data, ("work_spans",), lambda: work_spans(data))
-    floor = _memo(data, ("measured_floor",), lambda: _shortest(
-        data, measured_dur, SHORTEST_TYPICAL))
-    jobs = _memo(data, ("async_jobs",), lambda: _async_jobs(data, measured_dur, floor))
+    measured_begin, _, _, jobs = _measured_jobs(data)
     return {data.spec.regions[i].tag: offsets for i, offsets
             in _clean_release_offsets(data, jobs, measured_begin).items()}
 
@@ -781,7 +796,8 @@ MIN_CLEAN_RELEASES = 32
 
 def _unwaited_release_offsets(data: PipelineData, jobs: dict, measured_begin: np.ndarray,
                               measured_dur: np.ndarray, floor: np.ndarray,
-                              release_sample: dict | None = None) -> dict:
+                              release_sample: dict | None = None,
+                              min_clean: float = MIN_CLEAN_RELEASES) -> dict:
     """Per region that releases after an async job: how far its release's stamp lies after
     the region's begin (the wait's end) where the release did not wait for the job:
     issuing the next job and the release itself, as (typical, ``UNQUEUED_QUANTILE``). In a
@@ -792,7 +808,8 @@ def _unwaited_release_offsets(data: PipelineData, jobs: dict, measured_begin: np
     their mean and quantile. Else the offsets of the regions no longer than the shortest
     typical one and the blocked margin, their median: those regions still waited for part
     of their job (quack 4 -> 2 on an H100: a median of 416-480 ns by launch where the
-    2-stage variant released 372-377 ns after its waits, the clean releases' mean 393-421),
+    2-stage variant released 377-382 ns after its waits, the clean releases' mean 393-422:
+    bench/results/whatif/release_after_wait.txt),
     and a 32 ns timer moves a median of so few by whole ticks, 11 points of quack's 2-stage
     prediction between launches of one run (gpu36)."""
     clean = _clean_release_offsets(data, jobs, measured_begin)
@@ -800,7 +817,7 @@ def _unwaited_release_offsets(data: PipelineData, jobs: dict, measured_begin: np
     for i in jobs:
         other = np.asarray((release_sample or {}).get(data.spec.regions[i].tag, ()), float)
         pooled = np.concatenate([clean[i], other[np.isfinite(other) & (other >= 0)]])
-        if pooled.size >= MIN_CLEAN_RELEASES:
+        if pooled.size >= min_clean:
             mean = float(pooled.mean())
             out[i] = (mean, min(float(np.quantile(pooled, UNQUEUED_QUANTILE)), mean))
             continue
@@ -812,6 +829,17 @@ def _unwaited_release_offsets(data: PipelineData, jobs: dict, measured_begin: np
         out[i] = ((float(np.median(offset)), float(np.quantile(offset, UNQUEUED_QUANTILE)))
                   if offset.size else (0.0, 0.0))
     return out
+
+
+def unwaited_release(data: PipelineData, *, release_sample: dict | None = None,
+                     min_clean: float = MIN_CLEAN_RELEASES) -> dict[str, tuple[float, float]]:
+    """Per region that releases after an async job (by tag): the time from a wait's end to
+    the release where the release does not wait for its job, (typical, least loaded), as
+    the replay takes it (``_unwaited_release_offsets``); ``min_clean=inf`` reads it by the
+    shortest regions alone, as the model did before stop 50."""
+    measured_begin, measured_dur, floor, jobs = _measured_jobs(data)
+    return {data.spec.regions[i].tag: value for i, value in _unwaited_release_offsets(
+        data, jobs, measured_begin, measured_dur, floor, release_sample, min_clean).items()}
 
 
 def _sample_key(release_sample: dict | None) -> tuple:
@@ -868,13 +896,10 @@ def replay(data: PipelineData, spec: PipelineSpec | None = None, *,
     # what follows from the measured data alone is derived once per data (_memo). The loop
     # below steps through the iterations, every unit at once: its arrays are held by
     # iteration, (K, [n,] U), so that each step reads and writes contiguous rows
-    measured_begin, measured_dur = _memo(data, ("work_spans",), lambda: work_spans(data))
-    ran = data.valid  # (U, K): the iterations each unit ran (the others pass through, empty)
     # an async job's engine time is the kernel's own, recording or not
-    measured_floor = _memo(data, ("measured_floor",), lambda: _shortest(
-        data, measured_dur, SHORTEST_TYPICAL))
-    jobs = dict(_memo(data, ("async_jobs",), lambda: _async_jobs(
-        data, measured_dur, measured_floor)))
+    measured_begin, measured_dur, measured_floor, jobs = _measured_jobs(data)
+    jobs = dict(jobs)  # scaled below for this replay alone
+    ran = data.valid  # (U, K): the iterations each unit ran (the others pass through, empty)
     dur = np.maximum(measured_dur - 2.0 * record_ns, 0.0)
     # where in its region each release happens: its record's stamp, as far from the region's
     # start (from its end, for a release that waits for an async job) as measured

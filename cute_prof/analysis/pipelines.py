@@ -18,7 +18,7 @@ import numpy as np
 
 from ..errors import ProfileBufferError
 from ..trace import Trace
-from .critical_path import clean_releases, match_records
+from .critical_path import clean_releases, job_regions, match_records
 from .grouping import rows_by_value, tags_in, unique_ints, warp_order
 from .model import ARRIVAL_SAMPLE_DTYPE
 from .roles import RoleSpec
@@ -677,8 +677,7 @@ class DerivedPipeline:
         held on its probes starves the consumers now and then, and each such release shows
         the time a starved ring pays after every wait. Empty without a probed launch, and
         where its records make no model of their own (a trace of the probes alone)."""
-        if probed is None or not any(r.kind == "work" and r.asynchronous
-                                     and "releases" in r.relations for r in self.spec.regions):
+        if probed is None or not job_regions(self.spec):  # FA4: no job, nothing to derive
             return {}
         try:
             other = derive_pipeline(probed)
