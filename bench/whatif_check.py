@@ -296,13 +296,12 @@ def check_entry(root: Path, entry: Entry) -> tuple[list[dict], dict]:
                                                      recorder_cost=recorder_cost)})
     first = launches[0]
     base = statistics.median(timings[entry.base])
-    # the base's launch-to-launch spread (half its interquartile range, relative): how far a
-    # measured change can sit from the model's for noise alone (base timings only)
-    q1, _, q3 = statistics.quantiles(timings[entry.base], n=4)
-    noise = (q3 - q1) / 2 / base
     rows, first_preds = [], []
     for name, change in entry.variants.items():
-        measured = (statistics.median(timings[name]) - base) / base if timings.get(name) else None
+        measured = paired_change(timings, name, entry.base) if timings.get(name) else None
+        # how far a measured change can sit from the model's for noise alone: half the
+        # interquartile range of its rounds' own changes
+        noise = round_spread(timings, name, entry.base) if timings.get(name) else 0.0
         row = {"kernel": entry.kernel, "base_trace": entry.base_trace, "what_if": name,
                "change": change, "measured": measured,
                **recorded_changes(timings, entry.base, name)}
@@ -383,21 +382,45 @@ def base_recorder_cost(timings: dict, base: str, *, recording: str = "recorded")
     shuffled rounds (None where the GPU half did not time that recording kernel)."""
     if not (timings.get(base) and timings.get(f"{base}:{recording}")):
         return None
-    return (statistics.median(timings[f"{base}:{recording}"]) / statistics.median(timings[base])
-            - 1)
+    return paired_change(timings, f"{base}:{recording}", base)
+
+
+def round_changes(timings: dict, name: str, base: str) -> list[float]:
+    """``name``'s change against ``base`` in each timing round (both timed in every round of
+    one ``time_shuffled`` call, so their lists pair up round by round)."""
+    changed, plain = timings[name], timings[base]
+    if len(changed) != len(plain):
+        raise ValueError(f"{name} has {len(changed)} timed rounds, {base} {len(plain)}: "
+                         "not one set of shuffled rounds")
+    return [c / p - 1 for c, p in zip(changed, plain)]
+
+
+def paired_change(timings: dict, name: str, base: str) -> float:
+    """The median of ``name``'s per-round changes against ``base``: the GPU's clock moves
+    between rounds (FA4's base ran 439 us for ten rounds, then 467-491 us: gpu39), which a
+    ratio of two medians reads as part of the change (FA4 causal 2 -> 1 read +28.77% that
+    way on gpu29, +26.00% paired; fourteen runs paired spread 24.4-26.3%) and a round's
+    pair does not."""
+    return statistics.median(round_changes(timings, name, base))
+
+
+def round_spread(timings: dict, name: str, base: str) -> float:
+    """Half the interquartile range of ``name``'s per-round changes against ``base``."""
+    q1, _, q3 = statistics.quantiles(round_changes(timings, name, base), n=4)
+    return (q3 - q1) / 2
 
 
 def recorded_changes(timings: dict, base: str, variant: str) -> dict:
     """Where the GPU half timed the recording kernels too (``<name>:recorded``, CUPTI, the
     same shuffled rounds): the recorded kernel's change (``measured_recorded``) and the
-    recorder's cost in the base and in the variant (recorded / plain - 1). One traced
+    recorder's cost in the base and in the variant (recorded / plain - 1), each the median
+    of its rounds' own changes (``paired_change``). One traced
     launch's span read the recorded change 2-19 pp off these medians (FA4 b1 s1024 2->1:
     +30.47% traced, +11.3% over 30 launches)."""
     names = (base, variant, f"{base}:recorded", f"{variant}:recorded")
     if not all(timings.get(n) for n in names):
         return {}
-    plain_rec, changed_rec = (statistics.median(timings[n]) for n in names[2:])
-    return {"measured_recorded": changed_rec / plain_rec - 1,
+    return {"measured_recorded": paired_change(timings, names[3], names[2]),
             "recorder_cost_base": base_recorder_cost(timings, base),
             "recorder_cost_variant": base_recorder_cost(timings, variant)}
 
@@ -443,8 +466,9 @@ def table(rows: list[dict], infos: list[dict], root: Path) -> str:
              f"- date: {time.strftime('%Y-%m-%d %H:%M UTC', time.gmtime())} (check); GPU data "
              f"from `{root}`",
              f"- command: `{COMMAND}` (GPU half: `bench/whatif_all_gpu.sh`)",
-             "- measured: CUPTI kernel durations at level 0 (no probes), medians; change vs the "
-             "base. predicted: replay of the base trace's own durations under the changed spec, "
+             "- measured: CUPTI kernel durations at level 0 (no probes); change vs the base: the "
+             "median of the rounds' own changes (each variant and the base timed once per "
+             "round, shuffled; the clock moves between rounds). predicted: replay of the base trace's own durations under the changed spec, "
              "load latency from the base, its queued part scaled to the change's throughput as one "
              "open queue's (latency W0 / (1 - rho), rho falling with the throughput); "
              "where the GPU half traced several base launches (each after ten of its own, "
@@ -507,9 +531,9 @@ def table(rows: list[dict], infos: list[dict], root: Path) -> str:
              "off it, the change's by that factor's excess times each CTA's busy share "
              "(their async jobs' engine time kept; none where slowing the work cannot: a "
              "GEMM whose tensor core sets its time). "
-             "launch noise: half the base launches' IQR, relative. "
+             "launch noise: half the IQR of the row's per-round changes. "
              "recorded (diagnosis, not a model input): the change of the recording kernels, "
-             "CUPTI medians of the same rounds where the GPU half timed them (else the "
+             "CUPTI, paired by round the same way, where the GPU half timed them (else the "
              "variant's own zero-edit trace span against the base trace's, one launch each), "
              "whose recurrences carry the recorder's cost; in brackets the model's prediction "
              "of that recorded kernel (no record's time removed): the difference is the "
@@ -577,7 +601,7 @@ def table(rows: list[dict], infos: list[dict], root: Path) -> str:
     lines += ["", f"Spearman rank correlation of predicted vs measured over the {len(done)} "
               f"modelled rows: {rho:+.3f}. Within 3 pp: {within} of {len(done)}; measured "
               f"inside the interval: {inside} of {len(done)} ({noisy} with the interval widened "
-              "by the base's launch-to-launch spread, half its IQR)."]
+              "by the measured change's round-to-round spread, half its IQR)."]
     for kind in sorted({r["base_trace"] for r in done}):
         sub = [r for r in done if r["base_trace"] == kind]
         rho_k = rank_correlation([r["predicted"] for r in sub], [r["measured"] for r in sub])

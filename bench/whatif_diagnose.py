@@ -22,8 +22,8 @@ from cute_prof.analysis import critical_path as cp  # noqa: E402
 from cute_prof.analysis.pipelines import derive_pipeline, warpgroup_ends  # noqa: E402
 from tools.pipeline_data import matched  # noqa: E402
 from whatif_check import (  # noqa: E402
-    ENTRIES, base_recorder_cost, folder_of, point_prediction, record_chain, recorded_changes,
-    trace_span, traced_change)
+    ENTRIES, base_recorder_cost, folder_of, paired_change, point_prediction, record_chain,
+    recorded_changes, trace_span, traced_change)
 
 # the sensitivity sweeps the README cites: kernel folder -> (what-if, latencies in ns)
 SWEEPS = {"gemm_ze": ({"depth": {"ab_pipe": 2}}, (768, 896, 1024, 1140)),
@@ -126,10 +126,9 @@ def recorder_share(folder: Path, entry, trace, data, terms, record_ns: float,
 
 
 def measured_changes(folder: Path, entry) -> dict:
-    """CUPTI medians' change of each variant against the base, as the check reads them."""
+    """Each variant's change against the base, as the check reads them (paired by round)."""
     timings = entry.load_timings(folder)
-    base = statistics.median(timings[entry.base])
-    return {name: (statistics.median(t) - base) / base for name, t in timings.items()
+    return {name: paired_change(timings, name, entry.base) for name, t in timings.items()
             if name != entry.base and t}
 
 

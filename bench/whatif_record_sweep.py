@@ -18,7 +18,8 @@ ROOT = Path(__file__).resolve().parents[1]
 sys.path.insert(0, str(ROOT))
 sys.path.insert(0, str(ROOT / "bench"))
 
-from whatif_check import ENTRIES, folder_of, launch_model, point_prediction  # noqa: E402
+from whatif_check import (  # noqa: E402
+    ENTRIES, folder_of, launch_model, paired_change, point_prediction)
 from tools.columns import launch_paths  # noqa: E402
 
 
@@ -43,11 +44,10 @@ def main(argv=None) -> int:
         probed = launch_paths(folder / entry.arrivals_trace)
         runs = [launch_model(entry, entry.load(path), entry.load(probed[i % len(probed)]))
                 for i, path in enumerate(launch_paths(folder / entry.trace))]
-        base = statistics.median(timings[entry.base])
         for name, change in entry.variants.items():
             if not isinstance(change, dict) or not timings.get(name):
                 continue
-            measured = statistics.median(timings[name]) / base - 1
+            measured = paired_change(timings, name, entry.base)
             cells = []
             for s in scales:
                 predicted = statistics.median(

@@ -2,21 +2,42 @@
 
 from __future__ import annotations
 
+import statistics
+
 import pytest
 from test_bench_runners import load
 
 
-def test_recorded_changes_come_from_the_medians_of_the_recording_kernels():
+def test_recorded_changes_pair_the_recording_kernels_round_by_round():
     check = load("whatif_check")
     timings = {"base": [100.0, 101.0, 99.0], "stages2": [150.0, 151.0, 149.0],
                "base:recorded": [110.0, 111.0, 109.0], "stages2:recorded": [160.0, 158.0, 159.0]}
     got = check.recorded_changes(timings, "base", "stages2")
-    assert got["measured_recorded"] == pytest.approx(159 / 110 - 1)
-    assert got["recorder_cost_base"] == pytest.approx(110 / 100 - 1)
-    assert got["recorder_cost_variant"] == pytest.approx(159 / 150 - 1)
+    assert got["measured_recorded"] == pytest.approx(
+        sorted([160 / 110, 158 / 111, 159 / 109])[1] - 1)
+    assert got["recorder_cost_base"] == pytest.approx(sorted([1.1, 111 / 101, 109 / 99])[1] - 1)
+    assert got["recorder_cost_variant"] == pytest.approx(
+        sorted([160 / 150, 158 / 151, 159 / 149])[1] - 1)
     # a run that timed no recording kernel (or not this variant's) leaves the traced span
     assert check.recorded_changes({k: v for k, v in timings.items() if k != "stages2:recorded"},
                                   "base", "stages2") == {}
+
+
+def test_a_change_is_read_round_by_round_so_a_clock_step_between_rounds_cancels():
+    check = load("whatif_check")
+    # +20% in every round, the GPU 10% slower from the third round on, whose variant ran
+    # before the step and its base after it
+    timings = {"base": [100.0, 100.0, 110.0, 110.0, 110.0],
+               "v": [120.0, 120.0, 120.0, 132.0, 132.0]}
+    assert check.paired_change(timings, "v", "base") == pytest.approx(0.2)
+    # the two medians' ratio reads the step as the change
+    assert statistics.median(timings["v"]) / statistics.median(timings["base"]) - 1 \
+        == pytest.approx(120 / 110 - 1)
+    # the noise beside it: half the interquartile range of the rounds' changes
+    assert check.round_spread(timings, "v", "base") == pytest.approx(
+        (0.2 - statistics.quantiles([0.2, 0.2, 120 / 110 - 1, 0.2, 0.2], n=4)[0]) / 2)
+    with pytest.raises(ValueError, match="not one set of shuffled rounds"):
+        check.paired_change({"base": timings["base"], "v": [1.0]}, "v", "base")
 
 
 def test_a_prediction_from_several_traced_launches_is_their_median_inside_all_of_them():
