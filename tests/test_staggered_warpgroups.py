@@ -117,20 +117,21 @@ def test_track_group_must_be_a_positive_int():
 
 
 def job_then_handoff(depth, iters=30, work=1024, produce=96, latency=1600, wake=64, job=512,
-                     handoff=320, wait_cost=32, tick=64):
+                     handoff=320, wait_cost=32, tick=64, upper=None, upper_from=0):
     """The exact schedule of a leading warpgroup that issues an async job (``job`` ns) as its
     wait starts and releases once the job is done, at least ``tick`` after the wait's end;
     the trailing warpgroup releases ``handoff`` after the leading one (its own GEMM after
-    the leading one's: a named barrier). Each warpgroup's next wait starts ``work`` after
-    its release. The slot is free once the trailing one released it. Every start is a
-    multiple of ``tick``: the trace's timer step (``timer_step``)."""
+    the leading one's: a named barrier), ``upper`` after it from item ``upper_from`` on
+    where given (the groups' phase stepping up, as FA4's did mid-CTA). Each warpgroup's next
+    wait starts ``work`` after its release. The slot is free once the trailing one released
+    it. Every start is a multiple of ``tick``: the trace's timer step (``timer_step``)."""
     rows, release = [], {}
     p_end = s1 = 0
     for k in range(iters):
         p_end, arrival = produce_item(rows, k, depth, p_end, release, wake, produce, latency)
         e1 = max(s1 + wait_cost, arrival)
         r1 = max(e1 + tick, s1 + job)
-        r2 = r1 + handoff
+        r2 = r1 + (upper if upper is not None and k >= upper_from else handoff)
         for warps, start, end, released in ((WG1, s1, e1, r1), (WG2, s1, e1, r2)):
             for w in warps:
                 rows.append((w, 2, k, start, end))
@@ -185,3 +186,32 @@ def test_a_blocked_waits_leading_release_keeps_the_roles_least_wait_to_stamp_tim
     # the fixture's V wait starts 400 ns after K's, which lasts 20
     assert after_wait_floor(data, tags.index("pk.consumer_release")) == 380
     assert after_wait_floor(data, tags.index("pk.producer_commit")) == timer_step(data)
+
+
+def test_a_trailing_groups_lag_in_its_upper_state_is_phase_that_a_starved_ring_drops(
+        monkeypatch):
+    """The trailing group's lag behind the leading group's release steps up mid-CTA (FA4
+    causal: 480-512 ns, then 736-800); a 1-deep ring makes both groups wait for the same
+    load and holds them at the lower state, which the replay keeps (``trailing_lag``: the
+    lag's 25th percentile), so the upper state's items do not slow the starved ring."""
+    from cute_prof.analysis.critical_path import trailing_lag
+
+    stepped = job_then_handoff(3, upper=576, upper_from=10)
+    data = match_records(stepped, spec(3, async_release=True))
+    assert trailing_lag(data, 3) == 320  # a third of the items in the lower state
+    assert trailing_lag(data, 2) is None  # the wait has no leading group's release
+    got = what_if(data, depth={"ring": 1})["predicted_kernel_ns"]
+    # the lower state's 1-deep schedule, plus the base's own last release 256 ns later
+    # (the kernel is measured, and moved by the replayed change)
+    extra = span(stepped) - span(job_then_handoff(3))
+    assert got == pytest.approx(span(job_then_handoff(1)) + extra)
+    # kept item by item (the lag's largest), the replay runs the upper state on into the
+    # starved ring, as a ring that kept the step would: 19 items x 256 ns later
+    import cute_prof.analysis.critical_path as cp
+    monkeypatch.setattr(cp, "TRAILING_LAG_QUANTILE", 1.0)
+    kept = what_if(match_records(stepped, spec(3, async_release=True)),
+                   depth={"ring": 1})["predicted_kernel_ns"]
+    assert kept == pytest.approx(span(job_then_handoff(1, upper=576, upper_from=10)))
+    assert kept - got == pytest.approx(19 * 256)
+    # no leading group's release (one merged track): nothing to hold
+    assert trailing_lag(dataclasses.replace(data, lead_end=None), 3) is None

@@ -684,16 +684,47 @@ def _stamp(data: PipelineData, i: int, at: str) -> np.ndarray:
     return data.start[:, :, i] if at == "start" else data.end[:, :, i]
 
 
+# the quantile of a trailing track group's lag behind the leading group's release that the
+# replay holds it to (trailing_lag)
+TRAILING_LAG_QUANTILE = 0.25
+
+
+def trailing_lag(data: PipelineData, i: int) -> float | None:
+    """How far a release region's trailing track group (FA4's second consumer warpgroup)
+    releases after the leading one, as the replay keeps it: the lag's lower state, its
+    ``TRAILING_LAG_QUANTILE`` over the launch. None: region i has no leading group's release.
+
+    The lag is the phase the two groups hold, not work: in FA4 causal's bases it sits at
+    480-512 ns or at 736-800 (the upper state taken on after 4-8 iterations of a CTA, in
+    15.5% of the items in one launch and 32% in another, the launch's recording kernel as
+    fast either way), and a starved ring, which makes both groups wait for the same load,
+    holds them at one state (the 1-deep variants' own traces, diagnosis only: 576-608 ns
+    for K). Kept item by item, the upper state put causal's 2 -> 1 prediction 3-4 points
+    higher in the launches that had more of it (+5.4 to +6.3 against +0.3 to +2.7)."""
+    if data.lead_end is None:
+        return None
+    lag = data.end[:, :, i] - data.lead_end[:, :, i]
+    lag = lag[data.valid & np.isfinite(lag)]
+    return float(np.quantile(lag, TRAILING_LAG_QUANTILE)) if lag.size else None
+
+
 def _stamp_offsets(data: PipelineData, stamps: tuple, measured_begin: np.ndarray,
-                   measured_dur: np.ndarray) -> dict:
+                   measured_dur: np.ndarray, lagging: tuple = ()) -> dict:
     """Per work region and the end of its record a relation reads (index, ``at``): (U, K)
     how far that stamp lies after the region's begin, and before its end. A release
     happens there; so does a produce (the commit, after the load's issue: the latency is
     read from it, so a 1- or 2-deep ring pays the gap from the acquire's end, 32-64 ns in
-    ws_gemm and quack, on every item)."""
+    ws_gemm and quack, on every item). ``lagging``: regions whose stamp is a trailing
+    track group's release, held to ``trailing_lag`` after the leading group's."""
     out = {}
     for i, at in stamps:
         offset = np.clip(np.nan_to_num(_stamp(data, i, at) - measured_begin[:, :, i]), 0.0, None)
+        lag = trailing_lag(data, i) if i in lagging else None
+        if lag is not None:
+            lead = data.lead_end[:, :, i] - measured_begin[:, :, i]
+            offset = np.where(np.isfinite(lead),
+                              np.minimum(offset, np.maximum(np.nan_to_num(lead), 0.0) + lag),
+                              offset)
         # a stamp past the region's end: a staggered role's release, by its trailing
         # warpgroup after the leading one reached the role's next wait
         overhang = np.maximum(offset - measured_dur[:, :, i], 0.0)
@@ -908,10 +939,16 @@ def replay(data: PipelineData, spec: PipelineSpec | None = None, *,
     producing = tuple((i, "start") for i, r in enumerate(spec.regions)
                       if "produces" in r.relations and r.kind == "work")
 
+    # a release after a wait that is no job's: its trailing group's lag held to its lower
+    # state (trailing_lag)
+    prev, role_last = _role_sequences(spec)
+    lagging = tuple(i for i, _ in releasing if i not in jobs
+                    and _async_after_wait(spec, i, prev))
+
     def stamp_offsets(stamps):
         return _memo(data, ("stamp_at", stamps), lambda: {
             i: tuple(_by_iteration(x) for x in offsets) for i, offsets
-            in _stamp_offsets(data, stamps, measured_begin, measured_dur).items()})
+            in _stamp_offsets(data, stamps, measured_begin, measured_dur, lagging).items()})
     release_at, produce_at = stamp_offsets(releasing), stamp_offsets(producing)
     # a stamp's offset from the wait before it holds that wait's record (its store): one
     # record less without recording
@@ -967,7 +1004,6 @@ def replay(data: PipelineData, spec: PipelineSpec | None = None, *,
             floor[tags.index(tag)] *= float(factor.min())
             if not own and tags.index(tag) in jobs:  # the region's work is its async job
                 jobs[tags.index(tag)] = jobs[tags.index(tag)] * float(factor)
-    prev, role_last = _role_sequences(spec)
     order = spec.step_order()
     dur = _by_iteration(dur)
     jobs = {i: _by_iteration(job) for i, job in jobs.items()}
