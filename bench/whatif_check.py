@@ -399,7 +399,7 @@ def paired_change(timings: dict, name: str, base: str) -> float:
     """The median of ``name``'s per-round changes against ``base``: the GPU's clock moves
     between rounds (FA4's base ran 439 us for ten rounds, then 467-491 us: gpu39), which a
     ratio of two medians reads as part of the change (FA4 causal 2 -> 1 read +28.77% that
-    way on gpu29, +26.00% paired; fourteen runs paired spread 24.4-26.3%) and a round's
+    way on gpu29, +26.00% paired; fourteen runs paired spread 24.7-26.3%) and a round's
     pair does not."""
     return statistics.median(round_changes(timings, name, base))
 

@@ -695,12 +695,13 @@ def trailing_lag(data: PipelineData, i: int) -> float | None:
     ``TRAILING_LAG_QUANTILE`` over the launch. None: region i has no leading group's release.
 
     The lag is the phase the two groups hold, not work: in FA4 causal's bases it sits at
-    480-512 ns or at 736-800 (the upper state taken on after 4-8 iterations of a CTA, in
-    15.5% of the items in one launch and 32% in another, the launch's recording kernel as
-    fast either way), and a starved ring, which makes both groups wait for the same load,
-    holds them at one state (the 1-deep variants' own traces, diagnosis only: 576-608 ns
-    for K). Kept item by item, the upper state put causal's 2 -> 1 prediction 3-4 points
-    higher in the launches that had more of it (+5.4 to +6.3 against +0.3 to +2.7)."""
+    480-512 ns or at 736-800 (a CTA starts in the lower state and may take the upper one a
+    few iterations in: 30% of K's items in some runs' launches and 62% in others', the
+    recording kernel's cost 11.6-13.2% either way), and a starved ring, which makes both groups wait
+    for the same load, holds them at one state (the 1-deep variants' own traces, diagnosis
+    only: 576-608 ns for K, 0-0.3% above 640; ``bench/results/whatif/trailing_lag.txt``).
+    Kept item by item, the upper state put causal's 2 -> 1 prediction 3-4 points higher in
+    the runs that had more of it (+5.4 to +6.3 against +0.3 to +2.7)."""
     if data.lead_end is None:
         return None
     lag = data.end[:, :, i] - data.lead_end[:, :, i]
