@@ -37,6 +37,7 @@ from tools.columns import launch_path, save_columns  # noqa: E402
 from tools.cupti import time_shuffled, traced_launches  # noqa: E402
 
 import cute_prof  # noqa: E402
+from cute_prof.calibration import paired_change  # noqa: E402
 
 # variant -> (keyword arguments of _flash_attn_fwd, keyword overrides of the kernel class)
 VARIANTS = {
@@ -182,7 +183,6 @@ def main(argv=None) -> int:
     times = time_shuffled(calls, rounds=args.rounds, warmup=5)
     blocks = (time_shuffled(calls, rounds=args.block_rounds, warmup=0, per_block=args.block_size)
               if args.block_rounds else {})
-    base = times["base"]
     result = {"device": torch.cuda.get_device_name(), "driver": torch.version.cuda,
               "date": time.strftime("%Y-%m-%d %H:%M UTC", time.gmtime()),
               "command": "python bench/fa4_whatif_gpu.py " + " ".join(argv or sys.argv[1:]),
@@ -194,13 +194,11 @@ def main(argv=None) -> int:
     print(f"{'variant':<20} {'median us':>10} {'change':>9}" + (
         f" {'blocks us':>10} {'change':>9}" if blocks else ""))
     for name, values in times.items():
-        per_round = [t / b - 1 for t, b in zip(values, base)]
         line = (f"{name:<20} {1e3 * statistics.median(values):>10.1f} "
-                f"{100 * statistics.median(per_round):>+8.2f}%")
+                f"{100 * paired_change(times, name, 'base'):>+8.2f}%")
         if blocks:
-            block_change = [t / b - 1 for t, b in zip(blocks[name], blocks["base"])]
             line += (f" {1e3 * statistics.median(blocks[name]):>10.1f} "
-                     f"{100 * statistics.median(block_change):>+8.2f}%")
+                     f"{100 * paired_change(blocks, name, 'base'):>+8.2f}%")
         print(line)
     return 0
 

@@ -35,6 +35,7 @@ sys.path.insert(0, str(ROOT))
 sys.path.insert(0, str(ROOT / "bench"))
 
 import cute_prof  # noqa: E402
+from cute_prof.calibration import paired_change  # noqa: E402
 from tools.columns import launch_path, save_columns  # noqa: E402
 from tools.cupti import time_shuffled, traced_launches  # noqa: E402
 
@@ -162,9 +163,7 @@ def main(argv=None) -> int:
     times = time_shuffled({name: launch for name in timed}, rounds=args.rounds,
                           resets={name: put_back(plan) for name, plan in timed.items()})
     medians = {name: statistics.median(v) for name, v in times.items()}
-    # each change paired round by round (the clock moves between rounds)
-    changes = {name: statistics.median(t / b - 1 for t, b in zip(v, times["base"]))
-               for name, v in times.items()}
+    changes = {name: paired_change(times, name, "base") for name in times}
     lines.append("variant        stages  median us    change")
     for name, offset in variants.items():
         lines.append(f"{name:14s} {chosen['base'] + offset:6d} {medians[name] * 1e3:10.2f} "

@@ -1,6 +1,7 @@
 """Host half of the what-if check (issue #27): for every kernel entry, build the pipeline
 model from the base trace alone, predict each variant's kernel-time change with an interval
-from the base's own spread, and compare with the CUPTI medians measured in the same GPU run.
+from the base's own spread, and compare with the changes CUPTI measured in the same GPU run
+(paired by round).
 One table for every kernel, with the rank correlation of predicted vs measured.
 
     python bench/whatif_check.py GPU_OUT [--out bench/results/whatif]
@@ -36,6 +37,7 @@ ROOT = Path(__file__).resolve().parents[1]
 sys.path.insert(0, str(ROOT))
 
 from cute_prof import storage  # noqa: E402
+from cute_prof.calibration import paired_change, round_changes  # noqa: E402
 from cute_prof.analysis.critical_path import (  # noqa: E402
     latency_sample, match_records, predict_what_if, timer_step, what_if)
 from cute_prof.analysis.model import PipelineSpec, arrival_latencies, load_pipeline  # noqa: E402
@@ -385,27 +387,9 @@ def base_recorder_cost(timings: dict, base: str, *, recording: str = "recorded")
     return paired_change(timings, f"{base}:{recording}", base)
 
 
-def round_changes(timings: dict, name: str, base: str) -> list[float]:
-    """``name``'s change against ``base`` in each timing round (both timed in every round of
-    one ``time_shuffled`` call, so their lists pair up round by round)."""
-    changed, plain = timings[name], timings[base]
-    if len(changed) != len(plain):
-        raise ValueError(f"{name} has {len(changed)} timed rounds, {base} {len(plain)}: "
-                         "not one set of shuffled rounds")
-    return [c / p - 1 for c, p in zip(changed, plain)]
-
-
-def paired_change(timings: dict, name: str, base: str) -> float:
-    """The median of ``name``'s per-round changes against ``base``: the GPU's clock moves
-    between rounds (FA4's base ran 439 us for ten rounds, then 467-491 us: gpu39), which a
-    ratio of two medians reads as part of the change (FA4 causal 2 -> 1 read +28.77% that
-    way on gpu29, +26.00% paired; fourteen runs paired spread 24.7-26.3%) and a round's
-    pair does not."""
-    return statistics.median(round_changes(timings, name, base))
-
-
 def round_spread(timings: dict, name: str, base: str) -> float:
-    """Half the interquartile range of ``name``'s per-round changes against ``base``."""
+    """Half the interquartile range of ``name``'s per-round changes against ``base``
+    (``calibration.round_changes``; its median is ``calibration.paired_change``)."""
     q1, _, q3 = statistics.quantiles(round_changes(timings, name, base), n=4)
     return (q3 - q1) / 2
 
@@ -468,7 +452,8 @@ def table(rows: list[dict], infos: list[dict], root: Path) -> str:
              f"- command: `{COMMAND}` (GPU half: `bench/whatif_all_gpu.sh`)",
              "- measured: CUPTI kernel durations at level 0 (no probes); change vs the base: the "
              "median of the rounds' own changes (each variant and the base timed once per "
-             "round, shuffled; the clock moves between rounds). predicted: replay of the base trace's own durations under the changed spec, "
+             "round, shuffled; the clock moves between rounds). predicted: replay of the base "
+             "trace's own durations under the changed spec, "
              "load latency from the base, its queued part scaled to the change's throughput as one "
              "open queue's (latency W0 / (1 - rho), rho falling with the throughput); "
              "where the GPU half traced several base launches (each after ten of its own, "

@@ -16,7 +16,8 @@ from pathlib import Path
 ROOT = Path(__file__).resolve().parents[1]
 sys.path[:0] = [str(ROOT), str(ROOT / "bench")]
 
-from whatif_check import ENTRIES, round_changes  # noqa: E402
+from cute_prof.calibration import round_changes  # noqa: E402
+from whatif_check import ENTRIES  # noqa: E402
 
 
 def main(argv=None) -> int:

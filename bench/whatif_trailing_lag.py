@@ -32,10 +32,11 @@ def lags(path: Path) -> tuple[dict, int]:
     data = match_records(derived.trace, derived.spec)
     out = {}
     for i, r in enumerate(data.spec.regions):
-        if trailing_lag(data, i) is None or not np.isfinite(data.lead_end[:, :, i]).any():
+        kept = trailing_lag(data, i)
+        if kept is None:
             continue
         lag = data.end[:, :, i] - data.lead_end[:, :, i]
-        out[r.tag.split(".")[0]] = (lag[data.valid & np.isfinite(lag)], trailing_lag(data, i))
+        out[r.tag.split(".")[0]] = (lag[data.valid & np.isfinite(lag)], kept)
     return out, data.shape[0]
 
 

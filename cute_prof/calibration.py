@@ -125,6 +125,26 @@ def time_shuffled(launches: dict, *, rounds: int, warmup: int = 3, resets: dict 
     return times
 
 
+def round_changes(times: dict, name: str, base: str) -> list[float]:
+    """``name``'s change against ``base`` in each timing round of :func:`time_shuffled`
+    (both timed in every round of one call, so their lists pair up round by round)."""
+    changed, plain = times[name], times[base]
+    if len(changed) != len(plain):
+        raise ProfileBufferError(f"{name} has {len(changed)} timed rounds, {base} "
+                                 f"{len(plain)}: not one set of shuffled rounds")
+    return [c / p - 1 for c, p in zip(changed, plain)]
+
+
+def paired_change(times: dict, name: str, base: str) -> float:
+    """The median of ``name``'s per-round changes against ``base`` (:func:`round_changes`):
+    the GPU's clock moves between rounds, which a ratio of two medians reads as change
+    (FA4 causal 2 -> 1: 24.75-28.77% that way over fourteen runs, 24.70-26.33% paired;
+    bench/results/whatif/README.md, stop 51)."""
+    import statistics
+
+    return statistics.median(round_changes(times, name, base))
+
+
 def recorder_cost(plain, recording, *, rounds: int = 20, warmup: int = 3) -> dict:
     """What recording costs a kernel on the GPU: the figure a what-if takes to predict the
     kernel unrecorded (``DerivedPipeline.what_if_terms(recorder_cost=...)``, ``cute-prof
@@ -135,9 +155,10 @@ def recorder_cost(plain, recording, *, rounds: int = 20, warmup: int = 3) -> dic
     one compiled inside an ``autoprofile`` block (with the block's ``caches`` in place where
     it swapped a framework's cache; every launch rewrites its slices). Both run once per
     round, in a fresh random order, after ``warmup`` rounds; CUPTI (torch.profiler's kernel
-    events) times them, so the host's launch overhead stays out. Returns ``{"cost": median
-    recording / median plain - 1, "plain_ns": [...], "recording_ns": [...]}`` (each call's
-    kernels summed, one value per round: :func:`time_shuffled`)."""
+    events) times them, so the host's launch overhead stays out. Returns ``{"cost": the
+    median of the rounds' recording / plain - 1 (:func:`paired_change`), "plain_ns": [...],
+    "recording_ns": [...]}`` (each call's kernels summed, one value per round:
+    :func:`time_shuffled`)."""
     for name, fn in (("plain", plain), ("recording", recording)):
         if not callable(fn):
             raise ProfileBufferError(f"{name} must be a callable that launches the kernel once, "
@@ -146,9 +167,7 @@ def recorder_cost(plain, recording, *, rounds: int = 20, warmup: int = 3) -> dic
         raise ProfileBufferError(f"rounds must be an int >= 3 (a median of rounds), got {rounds!r}")
     if isinstance(warmup, bool) or not isinstance(warmup, int) or warmup < 0:
         raise ProfileBufferError(f"warmup must be an int >= 0, got {warmup!r}")
-    import statistics
-
     times = time_shuffled({"plain": plain, "recording": recording}, rounds=rounds,
                           warmup=warmup)
-    return {"cost": statistics.median(times["recording"]) / statistics.median(times["plain"]) - 1,
+    return {"cost": paired_change(times, "recording", "plain"),
             "plain_ns": times["plain"], "recording_ns": times["recording"]}

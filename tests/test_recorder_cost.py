@@ -68,3 +68,18 @@ def test_cli_takes_the_recorder_cost_in_percent(tmp_path, capsys):
     assert main(["-q", "analyze", str(base), "--pipeline", str(spec),
                  "--recorder-cost", "10"]) != 0
     assert "--recorder-cost needs a zero-edit trace" in capsys.readouterr().err
+
+
+def test_recorder_cost_pairs_each_round_so_a_clock_step_between_rounds_cancels(monkeypatch):
+    import cute_prof.calibration as calibration
+
+    # +10% in every round; the GPU slowed 20% after the second round, between the recording
+    # kernel's launch and the plain one's in the third
+    rounds = {"plain": [100.0, 100.0, 120.0, 120.0, 120.0],
+              "recording": [110.0, 110.0, 110.0, 132.0, 132.0]}
+    monkeypatch.setattr(calibration, "time_shuffled", lambda launches, **kw: rounds)
+    got = recorder_cost(_never, _never, rounds=5)
+    assert got["cost"] == pytest.approx(0.10)  # two medians' ratio: 110 / 120 - 1
+    assert got["plain_ns"] == rounds["plain"] and got["recording_ns"] == rounds["recording"]
+    with pytest.raises(ProfileBufferError, match="not one set of shuffled rounds"):
+        calibration.paired_change({"a": [1.0, 2.0], "b": [1.0]}, "a", "b")

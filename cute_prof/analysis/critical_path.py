@@ -697,11 +697,12 @@ def trailing_lag(data: PipelineData, i: int) -> float | None:
     The lag is the phase the two groups hold, not work: in FA4 causal's bases it sits at
     480-512 ns or at 736-800 (a CTA starts in the lower state and may take the upper one a
     few iterations in: 30% of K's items in some runs' launches and 62% in others', the
-    recording kernel's cost 11.6-13.2% either way), and a starved ring, which makes both groups wait
-    for the same load, holds them at one state (the 1-deep variants' own traces, diagnosis
-    only: 576-608 ns for K, 0-0.3% above 640; ``bench/results/whatif/trailing_lag.txt``).
-    Kept item by item, the upper state put causal's 2 -> 1 prediction 3-4 points higher in
-    the runs that had more of it (+5.4 to +6.3 against +0.3 to +2.7)."""
+    recording kernel's cost 11.6-13.2% either way), and a starved ring, which makes both
+    groups wait for the same load, holds them at one state (the 1-deep variants' own
+    traces, diagnosis only: 576-608 ns for K, 0-0.3% above 640;
+    ``bench/results/whatif/trailing_lag.txt``). Kept item by item, the upper state put
+    causal's 2 -> 1 prediction 3-4 points higher in the runs that had more of it (+5.4 to
+    +6.3 against +0.3 to +2.7)."""
     if data.lead_end is None:
         return None
     lag = data.end[:, :, i] - data.lead_end[:, :, i]
@@ -746,15 +747,22 @@ def _leading_job_left(data: PipelineData, measured_begin: np.ndarray, jobs: dict
     kernel's change 13-15 points high."""
     if data.lead_end is None:
         return {}
-    spec = data.spec
-    prev, _ = _role_sequences(spec)
     out = {}
-    for i, r in enumerate(spec.regions):
-        if r.kind == "work" and "releases" in r.relations and i not in jobs \
-                and _async_after_wait(spec, i, prev):
-            left = data.lead_end[:, :, i] - measured_begin[:, :, i] - after_wait_floor(data, i)
-            out[i] = np.nan_to_num(np.maximum(left, 0.0))
+    for i in _releases_after_wait(data.spec, jobs):
+        left = data.lead_end[:, :, i] - measured_begin[:, :, i] - after_wait_floor(data, i)
+        out[i] = np.nan_to_num(np.maximum(left, 0.0))
     return out
+
+
+def _releases_after_wait(spec: PipelineSpec, jobs) -> tuple[int, ...]:
+    """The asynchronous work regions that release right after their role's wait and issue
+    no job (``jobs``: the job regions' indices): FA4's K and V releases, whose staggered
+    role keeps the leading group's release (``_leading_job_left``) and holds the trailing
+    one's lag (``trailing_lag``)."""
+    prev, _ = _role_sequences(spec)
+    return tuple(i for i, r in enumerate(spec.regions)
+                 if r.kind == "work" and "releases" in r.relations and i not in jobs
+                 and _async_after_wait(spec, i, prev))
 
 
 def after_wait_floor(data: PipelineData, i: int) -> float:
@@ -940,16 +948,12 @@ def replay(data: PipelineData, spec: PipelineSpec | None = None, *,
     producing = tuple((i, "start") for i, r in enumerate(spec.regions)
                       if "produces" in r.relations and r.kind == "work")
 
-    # a release after a wait that is no job's: its trailing group's lag held to its lower
-    # state (trailing_lag)
-    prev, role_last = _role_sequences(spec)
-    lagging = tuple(i for i, _ in releasing if i not in jobs
-                    and _async_after_wait(spec, i, prev))
-
     def stamp_offsets(stamps):
+        # a trailing group's release held to its lag's lower state (trailing_lag)
         return _memo(data, ("stamp_at", stamps), lambda: {
             i: tuple(_by_iteration(x) for x in offsets) for i, offsets
-            in _stamp_offsets(data, stamps, measured_begin, measured_dur, lagging).items()})
+            in _stamp_offsets(data, stamps, measured_begin, measured_dur,
+                              _releases_after_wait(data.spec, jobs)).items()})
     release_at, produce_at = stamp_offsets(releasing), stamp_offsets(producing)
     # a stamp's offset from the wait before it holds that wait's record (its store): one
     # record less without recording
@@ -1005,6 +1009,7 @@ def replay(data: PipelineData, spec: PipelineSpec | None = None, *,
             floor[tags.index(tag)] *= float(factor.min())
             if not own and tags.index(tag) in jobs:  # the region's work is its async job
                 jobs[tags.index(tag)] = jobs[tags.index(tag)] * float(factor)
+    prev, role_last = _role_sequences(spec)
     order = spec.step_order()
     dur = _by_iteration(dur)
     jobs = {i: _by_iteration(job) for i, job in jobs.items()}
