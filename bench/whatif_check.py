@@ -41,7 +41,8 @@ from cute_prof.calibration import paired_change, round_changes  # noqa: E402
 from cute_prof.analysis.critical_path import (  # noqa: E402
     latency_sample, match_records, predict_what_if, timer_step, what_if)
 from cute_prof.analysis.model import PipelineSpec, arrival_latencies, load_pipeline  # noqa: E402
-from cute_prof.analysis.pipelines import derive_pipeline, rank_correlation  # noqa: E402
+from cute_prof.analysis.pipelines import (  # noqa: E402
+    derive_pipeline, probed_launch_like, rank_correlation, recorded_span_ns)
 from cute_prof.trace import Trace  # noqa: E402
 
 sys.path.insert(0, str(ROOT / "bench"))
@@ -149,11 +150,6 @@ ENTRIES = [
 ]
 
 
-def trace_span(trace: Trace) -> float:
-    ev = trace.events
-    return float((ev["start_ns"] + ev["dur_ns"]).max() - ev["start_ns"].min())
-
-
 def traced_change(folder: Path, entry: Entry, variant: str, base: Trace) -> float | str:
     """The change of the recorded kernel: the variant's own trace span against the base
     trace's (one launch each). Diagnosis only (how much of an error is the recorder's own
@@ -173,7 +169,7 @@ def traced_change(folder: Path, entry: Entry, variant: str, base: Trace) -> floa
     base_events = base.events[np.isin(base.events["sm"], sms)]
     if base_events.shape[0] == 0:
         return "no common SM"
-    return trace_span(trace) / trace_span(replace(base, events=base_events)) - 1
+    return recorded_span_ns(trace) / recorded_span_ns(replace(base, events=base_events)) - 1
 
 
 def folder_of(root: Path, entry: Entry) -> Path | None:
@@ -226,7 +222,7 @@ def launch_model(entry: Entry, raw: Trace, probed: Trace | None, *,
         trace, spec = derived.trace, derived.spec
         first_source = derived.first_load_latency()[1]
         if probed is not None:  # what the probes cost: the probed launch's span against the base's
-            probe_cost = trace_span(probed) / trace_span(raw) - 1
+            probe_cost = recorded_span_ns(probed) / recorded_span_ns(raw) - 1
         # the model's inputs as the library hands them over (cute-prof analyze --arrivals)
         terms = derived.what_if_terms(arrivals_from=probed, record_chain_ns=record_chain_ns,
                                       recorder_cost=recorder_cost)
@@ -284,15 +280,17 @@ def check_entry(root: Path, entry: Entry) -> tuple[list[dict], dict]:
         return [], {"kernel": entry.kernel, "skipped": f"no {entry.folder}/{entry.trace}"}
     timings = entry.load_timings(folder)
     t0 = time.perf_counter()
-    # every traced launch of the base, each with a probed launch where the GPU half took them
+    # every traced launch of the base and every probed launch, where the GPU half took them
     probed_files = launch_paths(folder / entry.arrivals_trace) if entry.arrivals_trace else []
     chain_ns, chain_source = record_chain(root)
     recorder_cost = base_recorder_cost(timings, entry.base)
+    probed_launches = [entry.load(path) for path in probed_files]
     launches = []
-    for index, path in enumerate(launch_paths(folder / entry.trace)):
-        probed = (entry.load(probed_files[index % len(probed_files)]) if probed_files
-                  else None)
+    for path in launch_paths(folder / entry.trace):
         raw = entry.load(path)
+        # each traced launch with the probed launch that ran most like it
+        probed = (probed_launches[probed_launch_like(raw, probed_launches)]
+                  if probed_launches else None)
         launches.append({"raw": raw, **launch_model(entry, raw, probed,
                                                      record_chain_ns=chain_ns,
                                                      recorder_cost=recorder_cost)})
@@ -457,8 +455,10 @@ def table(rows: list[dict], infos: list[dict], root: Path) -> str:
              "load latency from the base, its queued part scaled to the change's throughput as one "
              "open queue's (latency W0 / (1 - rho), rho falling with the throughput); "
              "where the GPU half traced several base launches (each after ten of its own, "
-             "each with a probed launch), the median of the predictions from each (`each "
-             "traced launch`), its interval widened to all of them. "
+             "and as many probed launches), the median of the predictions from each (`each "
+             "traced launch`, each with the probed launch whose span is nearest its own: one "
+             "that ran much longer met a slower memory system), its interval widened to all "
+             "of them. "
              "Zero-edit bases: spec derived from the kernel's pipeline objects (derive_pipeline; "
              "ring sharing from the launch's cluster in the trace metadata); latency: where the GPU "
              "half traced a second base launch whose producer probed one load in 7 "

@@ -19,11 +19,11 @@ sys.path.insert(0, str(ROOT))
 sys.path.insert(0, str(ROOT / "bench"))
 
 from cute_prof.analysis import critical_path as cp  # noqa: E402
-from cute_prof.analysis.pipelines import derive_pipeline, warpgroup_ends  # noqa: E402
+from cute_prof.analysis.pipelines import derive_pipeline, recorded_span_ns, warpgroup_ends  # noqa: E402
 from tools.pipeline_data import matched  # noqa: E402
 from whatif_check import (  # noqa: E402
     ENTRIES, base_recorder_cost, folder_of, paired_change, point_prediction, record_chain,
-    recorded_changes, trace_span, traced_change)
+    recorded_changes, traced_change)
 
 # the sensitivity sweeps the README cites: kernel folder -> (what-if, latencies in ns)
 SWEEPS = {"gemm_ze": ({"depth": {"ab_pipe": 2}}, (768, 896, 1024, 1140)),
@@ -115,7 +115,7 @@ def recorder_share(folder: Path, entry, trace, data, terms, record_ns: float,
         # the kernel's end alone would show only its last units)
         return float(np.nansum(np.nanmax(schedule.end.reshape(units, -1), 1) - first))
     kept, shed = busy(replayed), busy(cp.replay(data, terms=terms, record_ns=record_ns))
-    span = trace_span(trace)
+    span = recorded_span_ns(trace)
     recorded = timings.get(f"{entry.base}:recorded")
     timed = "" if not recorded else (
         f" (the recording kernel's CUPTI median: "
@@ -213,8 +213,8 @@ def recorder_split(folder: Path, entry, raw, data, model_terms: dict,
             cost, source = timed["recorder_cost_variant"], "timed"
         elif entry.variant_trace and path.exists():
             traced, base_cost = traced_change(folder, entry, name, raw), \
-                trace_span(raw) / cupti[entry.base]
-            cost, source = trace_span(entry.load(path)) / cupti[name] - 1, "traced"
+                recorded_span_ns(raw) / cupti[entry.base]
+            cost, source = recorded_span_ns(entry.load(path)) / cupti[name] - 1, "traced"
         else:
             continue
         recorded = point_prediction(data, model_terms, change, record_ns=0.0)

@@ -469,10 +469,12 @@ def _add_pipeline_options(parser: argparse.ArgumentParser) -> None:
                         "one what-if (repeatable)")
     parser.add_argument("--faster", action="append", default=[], metavar="TAG=PCT",
                         help="what-if: that work region PCT%% faster (repeatable)")
-    parser.add_argument("--arrivals", metavar="TRACE",
+    parser.add_argument("--arrivals", metavar="TRACE", nargs="+",
                         help="a zero-edit trace of the same kernel recorded with "
                              "autoprofile(load_arrivals=N): the what-ifs take their load "
-                             "latencies from its sampled loads")
+                             "latencies from its sampled loads; given several launches, "
+                             "from the one whose span is nearest the base's (one that ran "
+                             "much longer met a slower memory system)")
     parser.add_argument("--record-chain-ns", type=float, metavar="NS",
                         help="what one record adds to a dependency chain on the GPU the trace "
                              "ran on (bench/record_cost.py chain: 12.1 on an H100): the time "
@@ -529,8 +531,14 @@ def _cmd_analyze_pipeline(args, progress: _Progress, *, trace=None) -> int:
         if derived is None:
             raise ProfileBufferError("--arrivals needs a zero-edit trace analysed without "
                                      "--pipeline (the derived model reads the probes' rings)")
-        progress(f"reading the sampled loads of {args.arrivals}")
-        probed = load_any(args.arrivals)
+        from .analysis.pipelines import probed_launch_like
+
+        launches = [load_any(path) for path in args.arrivals]
+        chosen = probed_launch_like(trace, launches)
+        progress(f"reading the sampled loads of {args.arrivals[chosen]}"
+                 + (f" (of {len(launches)} probed launches, the one whose span is nearest "
+                    "the base's)" if len(launches) > 1 else ""))
+        probed = launches[chosen]
     chain_ns = getattr(args, "record_chain_ns", None)
     cost_pct = getattr(args, "recorder_cost", None)
     for given, option in ((chain_ns, "--record-chain-ns"), (cost_pct, "--recorder-cost")):

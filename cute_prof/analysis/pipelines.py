@@ -280,6 +280,28 @@ def load_arrival_sample(trace: Trace) -> dict[str, np.ndarray]:
     return out
 
 
+def recorded_span_ns(trace: Trace) -> float:
+    """The recorded kernel's span: its first record's start to its last record's end."""
+    ev = trace.events
+    if not ev.shape[0]:
+        raise ProfileBufferError("the trace holds no records: it has no span")
+    return float((ev["start_ns"] + ev["dur_ns"]).max() - ev["start_ns"].min())
+
+
+def probed_launch_like(trace: Trace, probed: list[Trace]) -> int:
+    """Which of several probed launches (``autoprofile(load_arrivals=N)``) stands for the
+    base launch ``trace``: the one whose span is nearest its own. The probes cost a
+    launch little (FA4, the GEMMs: 0.5% or less), so a probed launch that ran much longer
+    than its base met a slower memory system than the base did, and its sampled latencies
+    are that state's: quack's three probed launches of one H100 run (gpu42) ran +4.4%,
+    +3.3% and +0.1% against their bases, their loads' medians 992, 992 and 896 ns, and the
+    3-stage variant's own loads took 896 ns."""
+    if not probed:
+        raise ProfileBufferError("no probed launch to choose from")
+    span = recorded_span_ns(trace)
+    return int(np.argmin([abs(recorded_span_ns(p) / span - 1) for p in probed]))
+
+
 # group sizes tried (CTAs in launch order) for the loads that share an L2 miss
 LEADER_GROUPS = (2, 4, 8, 16, 32, 64, 128)
 
