@@ -9,7 +9,7 @@
 set -uo pipefail
 source bench/tools/gpu_env.sh || exit 1
 FINAL=$OUT
-nvidia-smi --query-gpu=name,driver_version --format=csv,noheader | tee "$FINAL/device.txt"
+nvidia-smi --query-gpu=name,driver_version,serial,uuid --format=csv,noheader | tee "$FINAL/device.txt"  # which GPU: a run's level can be its own (placement_h100.txt)
 part() {  # part NAME COMMAND...: run with OUT=/tmp/parts/NAME, archive the folder (in
   # 15 MiB pieces NAME.tar.part-aa, -ab, ... where larger: the device tool returns files of
   # at most 16 MiB; join them with cat)
