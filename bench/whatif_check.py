@@ -289,11 +289,11 @@ def check_entry(root: Path, entry: Entry) -> tuple[list[dict], dict]:
     for path in launch_paths(folder / entry.trace):
         raw = entry.load(path)
         # each traced launch with the probed launch that ran most like it
-        probed = (probed_launches[probed_launch_like(raw, probed_launches)]
-                  if probed_launches else None)
-        launches.append({"raw": raw, **launch_model(entry, raw, probed,
-                                                     record_chain_ns=chain_ns,
-                                                     recorder_cost=recorder_cost)})
+        chosen = probed_launch_like(raw, probed_launches) if probed_launches else None
+        probed = probed_launches[chosen] if probed_launches else None
+        launches.append({"raw": raw, "probed_index": chosen,
+                         **launch_model(entry, raw, probed, record_chain_ns=chain_ns,
+                                        recorder_cost=recorder_cost)})
     first = launches[0]
     base = statistics.median(timings[entry.base])
     rows, first_preds = [], []
@@ -342,6 +342,9 @@ def check_entry(root: Path, entry: Entry) -> tuple[list[dict], dict]:
             "device": meta.get("device"), "base_us": base * entry.timings_ns / 1e3,
             "launches": len(timings[entry.base]), "traced_launches": len(launches),
             "probed_launches": len(probed_files), "analysis_s": time.perf_counter() - t0,
+            # which probed launch each traced launch read, and how much longer it ran
+            "probed_read": [run["probed_index"] for run in launches],
+            "probed_read_cost": [run["probe_cost"] for run in launches],
             # the traced launches' own CUPTI times against the recording kernel's in the
             # timing rounds: were they taken in the state the rounds ran in
             "traced_cupti_us": [run["raw"].metadata["launch_cupti_ns"] / 1e3 for run in launches
@@ -548,7 +551,13 @@ def table(rows: list[dict], infos: list[dict], root: Path) -> str:
                      f"{i['analysis_s'] / i['traced_launches']:.2f} s per traced launch; "
                      f"{i['wait']} latency ({i['latency_source']}"
                      + ("; quantiles pooled over the traced launches"
-                        if i["traced_launches"] > 1 else "") + f"): p5 {lat[0.05]:.0f}, p25 {lat[0.25]:.0f}, median "
+                        if i["traced_launches"] > 1 else "")
+                     + (f"; the traced launches read probed launches "
+                        f"{' / '.join(str(k + 1) for k in i['probed_read'])} of "
+                        f"{i['probed_launches']}, the nearest in span, which ran "
+                        f"{' / '.join(f'{c:+.1%}' for c in i['probed_read_cost'])} against them"
+                        if i.get("probed_launches", 0) > 1 and i.get("probed_read") else "")
+                     + f"): p5 {lat[0.05]:.0f}, p25 {lat[0.25]:.0f}, median "
                      f"{lat[0.5]:.0f}, p75 {lat[0.75]:.0f} ns, timer step "
                      f"{i['timer_step_ns']:.0f} ns"
                      + (f", one record {i['record_ns']:.1f} ns removed from the replayed "

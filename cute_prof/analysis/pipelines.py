@@ -291,11 +291,12 @@ def recorded_span_ns(trace: Trace) -> float:
 def probed_launch_like(trace: Trace, probed: list[Trace]) -> int:
     """Which of several probed launches (``autoprofile(load_arrivals=N)``) stands for the
     base launch ``trace``: the one whose span is nearest its own. The probes cost a
-    launch little (FA4, the GEMMs: 0.5% or less), so a probed launch that ran much longer
-    than its base met a slower memory system than the base did, and its sampled latencies
-    are that state's: quack's three probed launches of one H100 run (gpu42) ran +4.4%,
-    +3.3% and +0.1% against their bases, their loads' medians 992, 992 and 896 ns, and the
-    3-stage variant's own loads took 896 ns."""
+    launch little (FA4 and the GEMMs on one H100 run: -0.9% .. +0.7% against their bases,
+    +2.0% at most on a 16 us FA4), so a probed launch that ran much longer than its base
+    met a slower memory system than the base did, and its sampled latencies are that
+    state's: quack's three probed launches of that run (gpu42) ran +4.4%, +3.3% and +0.1%
+    against their bases, their loads' medians 992, 992 and 896 ns, and the 3-stage
+    variant's own loads took 896 ns."""
     if not probed:
         raise ProfileBufferError("no probed launch to choose from")
     span = recorded_span_ns(trace)
