@@ -39,10 +39,10 @@ sys.path.insert(0, str(ROOT))
 from cute_prof import storage  # noqa: E402
 from cute_prof.calibration import paired_change, round_changes  # noqa: E402
 from cute_prof.analysis.critical_path import (  # noqa: E402
-    latency_sample, match_records, predict_what_if, timer_step, what_if)
+    latency_sample, match_records, pool_predictions, predict_what_if, timer_step, what_if)
 from cute_prof.analysis.model import PipelineSpec, arrival_latencies, load_pipeline  # noqa: E402
 from cute_prof.analysis.pipelines import (  # noqa: E402
-    derive_pipeline, probed_launch_like, rank_correlation, recorded_span_ns)
+    PROBED_SPAN_TIE, derive_pipeline, probed_launches_like, rank_correlation, recorded_span_ns)
 from cute_prof.trace import Trace  # noqa: E402
 
 sys.path.insert(0, str(ROOT / "bench"))
@@ -208,17 +208,18 @@ def record_chain(root: Path) -> tuple[float | None, str]:
 
 def launch_model(entry: Entry, raw: Trace, probed: Trace | None, *,
                  record_chain_ns: float | None = None,
-                 recorder_cost: float | None = None) -> dict:
+                 recorder_cost: float | None = None, derived=None) -> dict:
     """The model's inputs from one traced base launch (and, for a zero-edit base, one probed
     launch): the matched records, the latency sample the header reports and the terms
     ``predict_what_if`` takes; ``record_chain_ns``: one record's cost on a dependency chain
     (``record_chain``), the time the model removes per record; ``recorder_cost``: the
-    recording base kernel's time over the plain one's, less 1 (``base_recorder_cost``)."""
+    recording base kernel's time over the plain one's, less 1 (``base_recorder_cost``);
+    ``derived``: ``raw``'s derived pipeline where the caller has it."""
     trace, first_load, record_ns, arrivals, probe_cost = raw, None, 0.0, {}, None
     release_sample = {}
     first_source = ""
     if entry.derived:
-        derived = derive_pipeline(raw)
+        derived = derived if derived is not None else derive_pipeline(raw)
         trace, spec = derived.trace, derived.spec
         first_source = derived.first_load_latency()[1]
         if probed is not None:  # what the probes cost: the probed launch's span against the base's
@@ -274,6 +275,13 @@ def pooled_prediction(preds: list[dict]) -> dict:
             "launch_predictions": points}
 
 
+def by_traced_launch(launches: list[dict], preds: list[dict]) -> list[dict]:
+    """Each traced launch's prediction, pooled over the probed launches it read
+    (``critical_path.pool_predictions``, as ``cute-prof analyze --arrivals`` pools them)."""
+    return [pool_predictions([p for run, p in zip(launches, preds) if run["traced_index"] == i])
+            for i in dict.fromkeys(run["traced_index"] for run in launches)]
+
+
 def check_entry(root: Path, entry: Entry) -> tuple[list[dict], dict]:
     folder = folder_of(root, entry)
     if folder is None:
@@ -285,15 +293,19 @@ def check_entry(root: Path, entry: Entry) -> tuple[list[dict], dict]:
     chain_ns, chain_source = record_chain(root)
     recorder_cost = base_recorder_cost(timings, entry.base)
     probed_launches = [entry.load(path) for path in probed_files]
+    # one run per traced launch and each probed launch that ran like it (nearest first)
     launches = []
-    for path in launch_paths(folder / entry.trace):
+    for index, path in enumerate(launch_paths(folder / entry.trace)):
         raw = entry.load(path)
-        # each traced launch with the probed launch that ran most like it
-        chosen = probed_launch_like(raw, probed_launches) if probed_launches else None
-        probed = probed_launches[chosen] if probed_launches else None
-        launches.append({"raw": raw, "probed_index": chosen,
-                         **launch_model(entry, raw, probed, record_chain_ns=chain_ns,
-                                        recorder_cost=recorder_cost)})
+        derived = derive_pipeline(raw) if entry.derived else None
+        alike = probed_launches_like(raw, probed_launches) if probed_launches else [None]
+        for chosen in alike:
+            probed = probed_launches[chosen] if chosen is not None else None
+            launches.append({"raw": raw, "traced_index": index, "probed_index": chosen,
+                             **launch_model(entry, raw, probed, record_chain_ns=chain_ns,
+                                            recorder_cost=recorder_cost, derived=derived)})
+    traced = [run for i, run in enumerate(launches)
+              if i == 0 or run["traced_index"] != launches[i - 1]["traced_index"]]
     first = launches[0]
     base = statistics.median(timings[entry.base])
     rows, first_preds = [], []
@@ -316,7 +328,7 @@ def check_entry(root: Path, entry: Entry) -> tuple[list[dict], dict]:
         first_preds.append(pred)
         row["modelled"] = pred["modelled"]
         if pred["modelled"]:
-            row.update(pooled_prediction(preds))
+            row.update(pooled_prediction(by_traced_launch(launches, preds)))
             lo, hi = row["interval"]
             if measured is not None:
                 row["error_pp"] = (row["predicted"] - measured) * 100
@@ -340,14 +352,16 @@ def check_entry(root: Path, entry: Entry) -> tuple[list[dict], dict]:
             "records": len(first["trace"].events), "wait": first["wait"],
             "units": first["data"].shape[0], "iterations": first["data"].shape[1],
             "device": meta.get("device"), "base_us": base * entry.timings_ns / 1e3,
-            "launches": len(timings[entry.base]), "traced_launches": len(launches),
+            "launches": len(timings[entry.base]), "traced_launches": len(traced),
             "probed_launches": len(probed_files), "analysis_s": time.perf_counter() - t0,
             # which probed launch each traced launch read, and how much longer it ran
-            "probed_read": [run["probed_index"] for run in launches],
-            "probed_read_cost": [run["probe_cost"] for run in launches],
+            "probed_read": [[run["probed_index"] for run in launches
+                             if run["traced_index"] == t["traced_index"]] for t in traced],
+            "probed_read_cost": [[run["probe_cost"] for run in launches
+                                  if run["traced_index"] == t["traced_index"]] for t in traced],
             # the traced launches' own CUPTI times against the recording kernel's in the
             # timing rounds: were they taken in the state the rounds ran in
-            "traced_cupti_us": [run["raw"].metadata["launch_cupti_ns"] / 1e3 for run in launches
+            "traced_cupti_us": [run["raw"].metadata["launch_cupti_ns"] / 1e3 for run in traced
                                 if "launch_cupti_ns" in (run["raw"].metadata or {})],
             "recorded_us": (statistics.median(timings[f"{entry.base}:recorded"])
                             * entry.timings_ns / 1e3
@@ -459,9 +473,10 @@ def table(rows: list[dict], infos: list[dict], root: Path) -> str:
              "open queue's (latency W0 / (1 - rho), rho falling with the throughput); "
              "where the GPU half traced several base launches (each after ten of its own, "
              "and as many probed launches), the median of the predictions from each (`each "
-             "traced launch`, each with the probed launch whose span is nearest its own: one "
-             "that ran much longer met a slower memory system), its interval widened to all "
-             "of them. "
+             "traced launch`, each the median of its predictions with the probed launches "
+             "that ran like it: the nearest in span and those within the probes' own cost "
+             "spread of it, 1.6%; one that ran much longer met a slower memory system), its "
+             "interval widened to all of them. "
              "Zero-edit bases: spec derived from the kernel's pipeline objects (derive_pipeline; "
              "ring sharing from the launch's cluster in the trace metadata); latency: where the GPU "
              "half traced a second base launch whose producer probed one load in 7 "
@@ -553,9 +568,11 @@ def table(rows: list[dict], infos: list[dict], root: Path) -> str:
                      + ("; quantiles pooled over the traced launches"
                         if i["traced_launches"] > 1 else "")
                      + (f"; the traced launches read probed launches "
-                        f"{' / '.join(str(k + 1) for k in i['probed_read'])} of "
-                        f"{i['probed_launches']}, the nearest in span, which ran "
-                        f"{' / '.join(f'{c:+.1%}' for c in i['probed_read_cost'])} against them"
+                        f"{' / '.join('+'.join(str(k + 1) for k in ks) for ks in i['probed_read'])}"
+                        f" of {i['probed_launches']} (those within "
+                        f"{PROBED_SPAN_TIE:.1%} of the nearest in span), which ran "
+                        f"{' / '.join(', '.join(f'{c:+.1%}' for c in cs) for cs in i['probed_read_cost'])}"
+                        " against them"
                         if i.get("probed_launches", 0) > 1 and i.get("probed_read") else "")
                      + f"): p5 {lat[0.05]:.0f}, p25 {lat[0.25]:.0f}, median "
                      f"{lat[0.5]:.0f}, p75 {lat[0.75]:.0f} ns, timer step "

@@ -526,19 +526,21 @@ def _cmd_analyze_pipeline(args, progress: _Progress, *, trace=None) -> int:
         trace, spec = derived.trace, derived.spec
     progress("analysing the pipeline")
     # a derived model's what-ifs as bench/whatif_check.py checks them (the unrecorded kernel)
-    probed = None
+    probed, alike = None, []
     if getattr(args, "arrivals", None):
         if derived is None:
             raise ProfileBufferError("--arrivals needs a zero-edit trace analysed without "
                                      "--pipeline (the derived model reads the probes' rings)")
-        from .analysis.pipelines import probed_launch_like
+        from .analysis.pipelines import probed_launches_like
 
         launches = [load_any(path) for path in args.arrivals]
-        chosen = probed_launch_like(trace, launches)
-        progress(f"reading the sampled loads of {args.arrivals[chosen]}"
-                 + (f" (of {len(launches)} probed launches, the one whose span is nearest "
-                    "the base's)" if len(launches) > 1 else ""))
-        probed = launches[chosen]
+        chosen = probed_launches_like(trace, launches)
+        progress("reading the sampled loads of "
+                 + ", ".join(args.arrivals[k] for k in chosen)
+                 + (f" (of {len(launches)} probed launches, those that ran like the base: "
+                    "the nearest in span and any within the probes' own spread of it)"
+                    if len(launches) > 1 else ""))
+        probed, alike = launches[chosen[0]], [launches[k] for k in chosen[1:]]
     chain_ns = getattr(args, "record_chain_ns", None)
     cost_pct = getattr(args, "recorder_cost", None)
     for given, option in ((chain_ns, "--record-chain-ns"), (cost_pct, "--recorder-cost")):
@@ -555,7 +557,12 @@ def _cmd_analyze_pipeline(args, progress: _Progress, *, trace=None) -> int:
             if derived is not None else {})
     except ValueError as err:
         raise ProfileBufferError(f"--record-chain-ns: {err}") from None
-    report = analyze_pipeline(trace, spec, what_ifs=what_ifs, **terms)
+    # the other probed launches that ran like the base: each what-if pools their draws
+    alike_terms = [{key: value for key, value in derived.what_if_terms(
+        arrivals_from=other, record_chain_ns=chain_ns,
+        recorder_cost=None if cost_pct is None else cost_pct / 100.0).items()
+        if key in ("arrivals", "release_sample")} for other in alike]
+    report = analyze_pipeline(trace, spec, what_ifs=what_ifs, alike=alike_terms, **terms)
     if derived is not None:
         report["derived"] = derived.describe()
     if args.json:

@@ -390,36 +390,68 @@ def test_cli_takes_the_load_latencies_from_a_probed_launch(tmp_path, capsys):
     assert "--arrivals needs a zero-edit trace" in capsys.readouterr().err
 
 
-def test_of_several_probed_launches_the_one_that_ran_like_the_base_gives_the_latencies(
-        tmp_path, capsys):
+def test_the_probed_launches_that_ran_like_the_base_give_the_latencies(tmp_path, capsys):
     """A probed launch that ran far longer than its base met another state of the memory
     system (quack's on an H100: +4.4% and +3.3% with loads 96 ns slower, +0.1% with the
-    variant's own): of several, the what-ifs read the one whose span is nearest the base's."""
+    variant's own): the what-ifs read the probed launches whose spans are as near the
+    base's as the nearest one's, within the probes' own spread, and pool their draws."""
     import json
 
     import cute_prof
-    from cute_prof.analysis.pipelines import probed_launch_like, recorded_span_ns
+    from cute_prof.analysis.pipelines import probed_launches_like, recorded_span_ns
     from cute_prof.cli import main
     from test_derived_pipeline import software_pipelined
 
     base_trace = software_pipelined()
-    like_base = pk_pv_probed(1200, 450, period_ns=round(recorded_span_ns(base_trace) / 10))
-    short = pk_pv_probed()
-    assert probed_launch_like(base_trace, [short, like_base]) == 1
-    assert probed_launch_like(base_trace, [like_base, short]) == 0
+    period = round(recorded_span_ns(base_trace) / 10)
+    short = pk_pv_probed()  # a twentieth of the base's span
+    slow = pk_pv_probed(1200, 450, period_ns=period)
+    fast = pk_pv_probed(800, 250, period_ns=period)  # the same span within 0.3%
+    assert probed_launches_like(base_trace, [short]) == [0]
+    assert sorted(probed_launches_like(base_trace, [short, slow, fast])) == [1, 2]
+    assert len(probed_launches_like(base_trace, [short, slow, fast], tie=0.0)) == 1
     with pytest.raises(cute_prof.ProfileBufferError, match="no probed launch"):
-        probed_launch_like(base_trace, [])
+        probed_launches_like(base_trace, [])
+    with pytest.raises(ValueError, match="tie"):
+        probed_launches_like(base_trace, [short], tie=-0.01)
     base = cute_prof.save_trace(tmp_path / "base.npz", base_trace)
     paths = [str(cute_prof.save_trace(tmp_path / f"probed{i}.npz", t))
-             for i, t in enumerate((short, like_base))]
+             for i, t in enumerate((short, slow, fast))]
     args = ["-q", "analyze", str(base), "--depth", "pk=1,pv=1", "--json", "--arrivals"]
-    latencies = []
-    for given in (paths, paths[::-1], paths[:1]):
+    got = []
+    for given in (paths, paths[::-1], paths[1:2], paths[2:]):
         assert main(args + given) == 0
-        latencies.append(json.loads(capsys.readouterr().out)["what_if"][0]["latency_ns"])
-    assert latencies[0] == latencies[1] == pytest.approx({"pk.consumer_wait": 1200.0,
-                                                          "pv.consumer_wait": 450.0})
-    assert latencies[2] == pytest.approx({"pk.consumer_wait": 900.0, "pv.consumer_wait": 300.0})
+        got.append(json.loads(capsys.readouterr().out)["what_if"][0])
+    pooled, reversed_order, slow_alone, fast_alone = got
+    # the short launch is left out; the two alike pool: the median (here the mean) of each
+    assert pooled["latency_ns"] == pytest.approx({"pk.consumer_wait": 1000.0,
+                                                  "pv.consumer_wait": 350.0})
+    assert reversed_order["predicted_change"] == pytest.approx(pooled["predicted_change"])
+    each = sorted(pooled["changes_by_probed_launch"])
+    assert each == pytest.approx(sorted([slow_alone["predicted_change"],
+                                         fast_alone["predicted_change"]]))
+    assert each[0] < each[1]
+    assert pooled["predicted_change"] == pytest.approx(sum(each) / 2)
+    assert "changes_by_probed_launch" not in slow_alone
+
+
+def test_pooling_predictions_keeps_what_one_of_them_cannot_model():
+    from cute_prof.analysis.critical_path import pool_predictions
+
+    made = {"modelled": True, "predicted_change": 0.1, "interval": (0.05, 0.2),
+            "detail": {"kernel_ns": 1000.0, "latency_ns": {"w": 500.0}}}
+    other = {**made, "predicted_change": 0.3, "interval": (0.1, 0.4),
+             "detail": {"kernel_ns": 1000.0, "latency_ns": {"w": 700.0}}}
+    pooled = pool_predictions([made, other])
+    assert pooled["predicted_change"] == pytest.approx(0.2)
+    assert pooled["interval"] == pytest.approx((0.075, 0.3))
+    assert pooled["detail"]["predicted_kernel_ns"] == pytest.approx(1200.0)
+    assert pooled["detail"]["latency_ns"] == {"w": 600.0}
+    assert pool_predictions([made]) is made
+    cannot = {"modelled": False, "reason": "no model term"}
+    assert pool_predictions([made, cannot]) is cannot
+    with pytest.raises(ValueError, match="no predictions"):
+        pool_predictions([])
 
 
 def test_the_ctas_of_a_cluster_draw_one_latency_per_multicast_item():

@@ -33,7 +33,8 @@ _FLOAT_MAX = np.finfo(np.float64).max
 __all__ = ["PipelineData", "Schedule", "match_records", "replay", "critical_path",
            "blockers", "ring_occupancy", "initiation_interval", "what_if", "latency_sample",
            "timer_step", "load_congestion", "unchanged_span", "queued_under_load",
-           "predict_what_if", "never_blocked", "recorder_slowdown", "slowed_by_recorder",
+           "predict_what_if", "pool_predictions", "never_blocked", "recorder_slowdown",
+           "slowed_by_recorder",
            "analyze_pipeline", "perfetto_outputs", "format_pipeline_report"]
 
 # loaded latency: at least this many observations of one kind before it is used
@@ -2123,17 +2124,43 @@ def never_blocked(data: PipelineData, terms, i: int) -> bool:
 
 
 # ---------------------------------------------------------------------------- report
+def pool_predictions(preds: list[dict]) -> dict:
+    """One prediction from several of :func:`predict_what_if`'s for the same change, each
+    from another draw of the base's memory state (the probed launches that ran like the
+    base: ``pipelines.probed_launches_like``): the median change, kernel time and latency,
+    the interval the median of their bounds, every change kept (``changes``). A change
+    that one of them cannot model stays unmodelled."""
+    if not preds:
+        raise ValueError("no predictions to pool")
+    if len(preds) == 1 or not all(p["modelled"] for p in preds):
+        return next((p for p in preds if not p["modelled"]), preds[0])
+    median = lambda values: float(np.median(list(values)))  # noqa: E731
+    change = median(p["predicted_change"] for p in preds)
+    detail = dict(preds[0]["detail"])
+    detail["predicted_kernel_ns"] = detail["kernel_ns"] * (1.0 + change)
+    detail["predicted_change"] = change
+    detail["latency_ns"] = {tag: median(p["detail"]["latency_ns"][tag] for p in preds)
+                            for tag in detail["latency_ns"]}
+    lows, highs = zip(*(p["interval"] for p in preds))
+    return {"modelled": True, "predicted_change": change,
+            "interval": (median(lows), median(highs)), "detail": detail,
+            "changes": [p["predicted_change"] for p in preds]}
+
+
 def analyze_pipeline(trace: Trace, spec: PipelineSpec, *, worst: int = 5,
                      what_ifs: list[dict] | None = None,
                      first_load: np.ndarray | None = None, record_ns: float | None = None,
                      arrivals: dict | None = None, recorder_cost: float = 0.0,
-                     release_sample: dict | None = None) -> dict:
+                     release_sample: dict | None = None, alike: list[dict] = ()) -> dict:
     """Everything above for every unit, aggregated (JSON-ready). With ``first_load``,
     ``record_ns``, ``arrivals``, ``recorder_cost`` or ``release_sample`` (a derived model:
     ``DerivedPipeline.what_if_terms``) each
     what-if is :func:`predict_what_if`'s, the
     prediction ``bench/whatif_check.py`` checks on the GPU: loaded latency, the kernel
-    without recording, and an interval; else the plain replay of :func:`what_if`."""
+    without recording, and an interval; else the plain replay of :func:`what_if`.
+    ``alike``: the ``arrivals`` and ``release_sample`` of other probed launches that ran
+    like the one given (``pipelines.probed_launches_like``): each what-if is then the
+    pooled prediction from all of them (:func:`pool_predictions`)."""
     data = match_records(trace, spec)
     terms = infer_terms(data)
     sched = replay(data, terms=terms, release_sample=release_sample)
@@ -2176,9 +2203,13 @@ def analyze_pipeline(trace: Trace, spec: PipelineSpec, *, worst: int = 5,
     elif what_ifs:
         result["what_if"] = []
         for w in what_ifs:
-            got = predict_what_if(data, w, terms=terms, first_load=first_load,
-                                  record_ns=record_ns or 0.0, arrivals=arrivals,
-                                  recorder_cost=recorder_cost, release_sample=release_sample)
+            got = pool_predictions([
+                predict_what_if(data, w, terms=terms, first_load=first_load,
+                                record_ns=record_ns or 0.0, arrivals=draw["arrivals"],
+                                recorder_cost=recorder_cost,
+                                release_sample=draw["release_sample"])
+                for draw in [{"arrivals": arrivals, "release_sample": release_sample},
+                             *alike]])
             if not got["modelled"]:
                 result["what_if"].append({"change": w, "modelled": False,
                                           "reason": got["reason"]})
@@ -2187,7 +2218,9 @@ def analyze_pipeline(trace: Trace, spec: PipelineSpec, *, worst: int = 5,
             result["what_if"].append({**got["detail"], "predicted_change": got["predicted_change"],
                                       "interval": list(got["interval"]),
                                       "record_ns": float(record_ns or 0.0),
-                                      "recorder_cost": float(recorder_cost)})
+                                      "recorder_cost": float(recorder_cost),
+                                      **({"changes_by_probed_launch": got["changes"]}
+                                         if "changes" in got else {})})
     return result
 
 
@@ -2281,7 +2314,10 @@ def format_pipeline_report(report: dict) -> str:
             continue
         interval = (f", interval {w['interval'][0] * 100:+.2f}% .. {w['interval'][1] * 100:+.2f}%"
                     if "interval" in w else "")
+        pooled = (f"; the median of {' / '.join(f'{c * 100:+.2f}%' for c in w['changes_by_probed_launch'])}"
+                  " from the probed launches that ran like the base"
+                  if "changes_by_probed_launch" in w else "")
         lines.append(f"what-if {change}: kernel {us(w['kernel_ns'])} -> "
                      f"{us(w['predicted_kernel_ns'])} ({w['predicted_change'] * 100:+.2f}%"
-                     f"{interval})")
+                     f"{interval}{pooled})")
     return "\n".join(lines)

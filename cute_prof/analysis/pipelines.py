@@ -288,19 +288,32 @@ def recorded_span_ns(trace: Trace) -> float:
     return float((ev["start_ns"] + ev["dur_ns"]).max() - ev["start_ns"].min())
 
 
-def probed_launch_like(trace: Trace, probed: list[Trace]) -> int:
-    """Which of several probed launches (``autoprofile(load_arrivals=N)``) stands for the
-    base launch ``trace``: the one whose span is nearest its own. The probes cost a
-    launch little (FA4 and the GEMMs on one H100 run: -0.9% .. +0.7% against their bases,
-    +2.0% at most on a 16 us FA4), so a probed launch that ran much longer than its base
-    met a slower memory system than the base did, and its sampled latencies are that
-    state's: quack's three probed launches of that run (gpu42) ran +4.4%, +3.3% and +0.1%
-    against their bases, their loads' medians 992, 992 and 896 ns, and the 3-stage
-    variant's own loads took 896 ns."""
+# probed launches whose spans against the base differ by less than this ran alike: the
+# probes' own cost spread this much over FA4's and the GEMMs' launches of one H100 run
+# (gpu42: -0.9% .. +0.7% against their bases)
+PROBED_SPAN_TIE = 0.016
+
+
+def probed_launches_like(trace: Trace, probed: list[Trace], *,
+                         tie: float = PROBED_SPAN_TIE) -> list[int]:
+    """Which of several probed launches (``autoprofile(load_arrivals=N)``) stand for the
+    base launch ``trace``, nearest first: the one whose span is nearest its own, and those
+    within ``tie`` of it (the probes' own cost spreads that much). The probes cost a launch
+    little, so a probed launch that ran much longer than its base met a slower memory
+    system than the base did, and its sampled latencies are that state's: quack's three
+    probed launches of one H100 run (gpu42) ran +4.4%, +3.3% and +0.1% against their bases,
+    their loads' medians 992, 992 and 896 ns, and the 3-stage variant's own loads took 896
+    ns. Each alike launch's sample is one draw of the base's state (gpu44's alike pair,
+    832 and 960 ns, put quack's 4 -> 2 at +88% and +99% against +96% measured): read them
+    all."""
     if not probed:
         raise ProfileBufferError("no probed launch to choose from")
+    if tie < 0:
+        raise ValueError(f"tie must be >= 0, got {tie!r}")
     span = recorded_span_ns(trace)
-    return int(np.argmin([abs(recorded_span_ns(p) / span - 1) for p in probed]))
+    off = np.abs([recorded_span_ns(p) / span - 1 for p in probed])
+    order = np.argsort(off, kind="stable")
+    return [int(k) for k in order if off[k] <= off[order[0]] + tie]
 
 
 # group sizes tried (CTAs in launch order) for the loads that share an L2 miss
