@@ -473,8 +473,9 @@ def _add_pipeline_options(parser: argparse.ArgumentParser) -> None:
                         help="a zero-edit trace of the same kernel recorded with "
                              "autoprofile(load_arrivals=N): the what-ifs take their load "
                              "latencies from its sampled loads; given several launches, "
-                             "from the one whose span is nearest the base's (one that ran "
-                             "much longer met a slower memory system)")
+                             "from those that ran like the base (the nearest in span and any "
+                             "within 1.6%% of it: one that ran much longer met a slower memory "
+                             "system), each what-if the median of their predictions")
     parser.add_argument("--record-chain-ns", type=float, metavar="NS",
                         help="what one record adds to a dependency chain on the GPU the trace "
                              "ran on (bench/record_cost.py chain: 12.1 on an H100): the time "
