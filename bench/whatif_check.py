@@ -37,7 +37,7 @@ ROOT = Path(__file__).resolve().parents[1]
 sys.path.insert(0, str(ROOT))
 
 from cute_prof import storage  # noqa: E402
-from cute_prof.calibration import paired_change, round_changes  # noqa: E402
+from cute_prof.calibration import paired_change, round_spread  # noqa: E402
 from cute_prof.analysis.critical_path import (  # noqa: E402
     latency_sample, match_records, pool_predictions, predict_what_if, timer_step, what_if)
 from cute_prof.analysis.model import PipelineSpec, arrival_latencies, load_pipeline  # noqa: E402
@@ -208,13 +208,14 @@ def record_chain(root: Path) -> tuple[float | None, str]:
 
 def launch_model(entry: Entry, raw: Trace, probed: Trace | None, *,
                  record_chain_ns: float | None = None,
-                 recorder_cost: float | None = None, derived=None) -> dict:
+                 recorder_cost: float | None = None, derived=None, data=None) -> dict:
     """The model's inputs from one traced base launch (and, for a zero-edit base, one probed
     launch): the matched records, the latency sample the header reports and the terms
     ``predict_what_if`` takes; ``record_chain_ns``: one record's cost on a dependency chain
     (``record_chain``), the time the model removes per record; ``recorder_cost``: the
     recording base kernel's time over the plain one's, less 1 (``base_recorder_cost``);
-    ``derived``: ``raw``'s derived pipeline where the caller has it."""
+    ``derived``, ``data``: ``raw``'s derived pipeline and matched records where the caller
+    has them (the probed launches of one traced launch share them)."""
     trace, first_load, record_ns, arrivals, probe_cost = raw, None, 0.0, {}, None
     release_sample = {}
     first_source = ""
@@ -233,7 +234,7 @@ def launch_model(entry: Entry, raw: Trace, probed: Trace | None, *,
     else:
         spec = entry.spec(raw)  # level-2 bases: their probes are the kernel the model sees
         recorder_cost = 0.0
-    data = match_records(trace, spec)
+    data = data if data is not None else match_records(trace, spec)
     wait = entry.wait or next(r.tag for r in spec.regions if "consumes" in r.relations)
     ring = next(r.relations["consumes"].resource for r in spec.regions if r.tag == wait)
     if len(arrivals.get(ring, ())) >= 8:
@@ -275,11 +276,26 @@ def pooled_prediction(preds: list[dict]) -> dict:
             "launch_predictions": points}
 
 
-def by_traced_launch(launches: list[dict], preds: list[dict]) -> list[dict]:
-    """Each traced launch's prediction, pooled over the probed launches it read
-    (``critical_path.pool_predictions``, as ``cute-prof analyze --arrivals`` pools them)."""
-    return [pool_predictions([p for run, p in zip(launches, preds) if run["traced_index"] == i])
-            for i in dict.fromkeys(run["traced_index"] for run in launches)]
+def traced_launch_models(entry: Entry, folder: Path, *, record_chain_ns: float | None = None,
+                         recorder_cost: float | None = None) -> list[list[dict]]:
+    """Per traced launch of the base, its model (``launch_model``) with each probed launch
+    that ran like it (``pipelines.probed_launches_like``, nearest first; one run where the
+    GPU half probed none), the runs of a traced launch sharing its derived pipeline and
+    matched records; each run also names its ``raw`` trace and its ``probed_index``."""
+    probed_files = launch_paths(folder / entry.arrivals_trace) if entry.arrivals_trace else []
+    probed = [entry.load(path) for path in probed_files]
+    models = []
+    for path in launch_paths(folder / entry.trace):
+        raw = entry.load(path)
+        derived = derive_pipeline(raw) if entry.derived else None
+        runs = []
+        for index in probed_launches_like(raw, probed) if probed else [None]:
+            run = launch_model(entry, raw, None if index is None else probed[index],
+                               record_chain_ns=record_chain_ns, recorder_cost=recorder_cost,
+                               derived=derived, data=runs[0]["data"] if runs else None)
+            runs.append({"raw": raw, "probed_index": index, **run})
+        models.append(runs)
+    return models
 
 
 def check_entry(root: Path, entry: Entry) -> tuple[list[dict], dict]:
@@ -288,24 +304,12 @@ def check_entry(root: Path, entry: Entry) -> tuple[list[dict], dict]:
         return [], {"kernel": entry.kernel, "skipped": f"no {entry.folder}/{entry.trace}"}
     timings = entry.load_timings(folder)
     t0 = time.perf_counter()
-    # every traced launch of the base and every probed launch, where the GPU half took them
-    probed_files = launch_paths(folder / entry.arrivals_trace) if entry.arrivals_trace else []
     chain_ns, chain_source = record_chain(root)
     recorder_cost = base_recorder_cost(timings, entry.base)
-    probed_launches = [entry.load(path) for path in probed_files]
-    # one run per traced launch and each probed launch that ran like it (nearest first)
-    launches = []
-    for index, path in enumerate(launch_paths(folder / entry.trace)):
-        raw = entry.load(path)
-        derived = derive_pipeline(raw) if entry.derived else None
-        alike = probed_launches_like(raw, probed_launches) if probed_launches else [None]
-        for chosen in alike:
-            probed = probed_launches[chosen] if chosen is not None else None
-            launches.append({"raw": raw, "traced_index": index, "probed_index": chosen,
-                             **launch_model(entry, raw, probed, record_chain_ns=chain_ns,
-                                            recorder_cost=recorder_cost, derived=derived)})
-    traced = [run for i, run in enumerate(launches)
-              if i == 0 or run["traced_index"] != launches[i - 1]["traced_index"]]
+    # every traced launch of the base, each with the probed launches that ran like it
+    models = traced_launch_models(entry, folder, record_chain_ns=chain_ns,
+                                  recorder_cost=recorder_cost)
+    launches = [run for runs in models for run in runs]
     first = launches[0]
     base = statistics.median(timings[entry.base])
     rows, first_preds = [], []
@@ -319,16 +323,17 @@ def check_entry(root: Path, entry: Entry) -> tuple[list[dict], dict]:
                **recorded_changes(timings, entry.base, name)}
         if "measured_recorded" not in row:  # no timed recording kernel: one traced launch
             row["traced"] = traced_change(folder, entry, name, first["raw"])
-        if isinstance(change, dict):
-            preds = [predict_what_if(run["data"], change, record_ns=run["record_ns"],
-                                     **run["inputs"]) for run in launches]
+        if isinstance(change, dict):  # each traced launch's, pooled over its probed launches
+            preds = [pool_predictions([predict_what_if(run["data"], change,
+                                                       record_ns=run["record_ns"], **run["inputs"])
+                                       for run in runs]) for runs in models]
         else:
             preds = [{"modelled": False, "reason": change}]
         pred = preds[0]
         first_preds.append(pred)
         row["modelled"] = pred["modelled"]
         if pred["modelled"]:
-            row.update(pooled_prediction(by_traced_launch(launches, preds)))
+            row.update(pooled_prediction(preds))
             lo, hi = row["interval"]
             if measured is not None:
                 row["error_pp"] = (row["predicted"] - measured) * 100
@@ -352,17 +357,18 @@ def check_entry(root: Path, entry: Entry) -> tuple[list[dict], dict]:
             "records": len(first["trace"].events), "wait": first["wait"],
             "units": first["data"].shape[0], "iterations": first["data"].shape[1],
             "device": meta.get("device"), "base_us": base * entry.timings_ns / 1e3,
-            "launches": len(timings[entry.base]), "traced_launches": len(traced),
-            "probed_launches": len(probed_files), "analysis_s": time.perf_counter() - t0,
-            # which probed launch each traced launch read, and how much longer it ran
-            "probed_read": [[run["probed_index"] for run in launches
-                             if run["traced_index"] == t["traced_index"]] for t in traced],
-            "probed_read_cost": [[run["probe_cost"] for run in launches
-                                  if run["traced_index"] == t["traced_index"]] for t in traced],
+            "launches": len(timings[entry.base]), "traced_launches": len(models),
+            "probed_launches": (len(launch_paths(folder / entry.arrivals_trace))
+                                if entry.arrivals_trace else 0),
+            "analysis_s": time.perf_counter() - t0,
+            # which probed launches each traced launch read, and how much longer they ran
+            "probed_read": [[run["probed_index"] for run in runs] for runs in models],
+            "probed_read_cost": [[run["probe_cost"] for run in runs] for runs in models],
             # the traced launches' own CUPTI times against the recording kernel's in the
             # timing rounds: were they taken in the state the rounds ran in
-            "traced_cupti_us": [run["raw"].metadata["launch_cupti_ns"] / 1e3 for run in traced
-                                if "launch_cupti_ns" in (run["raw"].metadata or {})],
+            "traced_cupti_us": [runs[0]["raw"].metadata["launch_cupti_ns"] / 1e3
+                                for runs in models
+                                if "launch_cupti_ns" in (runs[0]["raw"].metadata or {})],
             "recorded_us": (statistics.median(timings[f"{entry.base}:recorded"])
                             * entry.timings_ns / 1e3
                             if timings.get(f"{entry.base}:recorded") else None),
@@ -400,13 +406,6 @@ def base_recorder_cost(timings: dict, base: str, *, recording: str = "recorded")
     if not (timings.get(base) and timings.get(f"{base}:{recording}")):
         return None
     return paired_change(timings, f"{base}:{recording}", base)
-
-
-def round_spread(timings: dict, name: str, base: str) -> float:
-    """Half the interquartile range of ``name``'s per-round changes against ``base``
-    (``calibration.round_changes``; its median is ``calibration.paired_change``)."""
-    q1, _, q3 = statistics.quantiles(round_changes(timings, name, base), n=4)
-    return (q3 - q1) / 2
 
 
 def recorded_changes(timings: dict, base: str, variant: str) -> dict:
@@ -475,8 +474,8 @@ def table(rows: list[dict], infos: list[dict], root: Path) -> str:
              "and as many probed launches), the median of the predictions from each (`each "
              "traced launch`, each the median of its predictions with the probed launches "
              "that ran like it: the nearest in span and those within the probes' own cost "
-             "spread of it, 1.6%; one that ran much longer met a slower memory system), its "
-             "interval widened to all of them. "
+             f"spread of it, {PROBED_SPAN_TIE:.1%}; one that ran much longer met a slower memory "
+             "system), its interval widened to all of them. "
              "Zero-edit bases: spec derived from the kernel's pipeline objects (derive_pipeline; "
              "ring sharing from the launch's cluster in the trace metadata); latency: where the GPU "
              "half traced a second base launch whose producer probed one load in 7 "

@@ -30,7 +30,7 @@ sys.path.insert(0, str(ROOT / "bench"))
 import torch  # noqa: E402
 from whatif_gpu import VARIANTS  # noqa: E402
 
-from cute_prof.calibration import paired_change, round_changes, time_shuffled  # noqa: E402
+from cute_prof.calibration import paired_change, round_spread, time_shuffled  # noqa: E402
 
 
 def main(argv=None) -> int:
@@ -84,12 +84,11 @@ def main(argv=None) -> int:
     changes = []
     for p in range(args.placements):
         base, var = f"base@{p}", f"{args.variant}@{p}"
-        per_round = sorted(round_changes(times, var, base))
         change = paired_change(times, var, base)
         changes.append(change)
-        half_iqr = (per_round[3 * len(per_round) // 4] - per_round[len(per_round) // 4]) / 2
         print(f"{p:>9} {spacers[p]:>9} {statistics.median(times[base]) / 1e3:>8.2f} "
-              f"{statistics.median(times[var]) / 1e3:>10.2f} {change:>+8.2%} {half_iqr:>+11.2%}")
+              f"{statistics.median(times[var]) / 1e3:>10.2f} {change:>+8.2%} "
+              f"{round_spread(times, var, base):>+11.2%}")
     print(f"placements' changes: {min(changes):+.2%} .. {max(changes):+.2%} "
           f"(median {statistics.median(changes):+.2%})")
     return 0

@@ -19,8 +19,7 @@ sys.path.insert(0, str(ROOT))
 sys.path.insert(0, str(ROOT / "bench"))
 
 from whatif_check import (  # noqa: E402
-    ENTRIES, folder_of, launch_model, paired_change, point_prediction)
-from tools.columns import launch_paths  # noqa: E402
+    ENTRIES, folder_of, paired_change, point_prediction, traced_launch_models)
 
 
 def main(argv=None) -> int:
@@ -41,18 +40,18 @@ def main(argv=None) -> int:
         if folder is None:
             continue
         timings = entry.load_timings(folder)
-        probed = launch_paths(folder / entry.arrivals_trace)
-        runs = [launch_model(entry, entry.load(path), entry.load(probed[i % len(probed)]))
-                for i, path in enumerate(launch_paths(folder / entry.trace))]
+        # each traced launch with the probed launches that ran like it, as the check reads them
+        models = traced_launch_models(entry, folder)
         for name, change in entry.variants.items():
             if not isinstance(change, dict) or not timings.get(name):
                 continue
             measured = paired_change(timings, name, entry.base)
             cells = []
             for s in scales:
-                predicted = statistics.median(
+                predicted = statistics.median(statistics.median(
                     point_prediction(run["data"], run["inputs"], change,
                                      record_ns=run["record_ns"] * s) for run in runs)
+                    for runs in models)
                 errors[s].append((predicted - measured) * 100)
                 cells.append(f"{errors[s][-1]:+.2f}")
             lines.append(f"| {entry.kernel} | {name} | {measured * 100:+.2f}% | "

@@ -145,6 +145,16 @@ def paired_change(times: dict, name: str, base: str) -> float:
     return statistics.median(round_changes(times, name, base))
 
 
+def round_spread(times: dict, name: str, base: str) -> float:
+    """Half the interquartile range of ``name``'s per-round changes against ``base``
+    (:func:`round_changes`): how far a change measured by :func:`paired_change` can sit from
+    another of the same kernels for the GPU's own noise."""
+    import statistics
+
+    q1, _, q3 = statistics.quantiles(round_changes(times, name, base), n=4)
+    return (q3 - q1) / 2
+
+
 def recorder_cost(plain, recording, *, rounds: int = 20, warmup: int = 3) -> dict:
     """What recording costs a kernel on the GPU: the figure a what-if takes to predict the
     kernel unrecorded (``DerivedPipeline.what_if_terms(recorder_cost=...)``, ``cute-prof

@@ -474,8 +474,9 @@ def _add_pipeline_options(parser: argparse.ArgumentParser) -> None:
                              "autoprofile(load_arrivals=N): the what-ifs take their load "
                              "latencies from its sampled loads; given several launches, "
                              "from those that ran like the base (the nearest in span and any "
-                             "within 1.6%% of it: one that ran much longer met a slower memory "
-                             "system), each what-if the median of their predictions")
+                             "within the probes' own cost spread of it, "
+                             "pipelines.PROBED_SPAN_TIE: one that ran much longer met a slower "
+                             "memory system), each what-if the median of their predictions")
     parser.add_argument("--record-chain-ns", type=float, metavar="NS",
                         help="what one record adds to a dependency chain on the GPU the trace "
                              "ran on (bench/record_cost.py chain: 12.1 on an H100): the time "
@@ -559,11 +560,8 @@ def _cmd_analyze_pipeline(args, progress: _Progress, *, trace=None) -> int:
     except ValueError as err:
         raise ProfileBufferError(f"--record-chain-ns: {err}") from None
     # the other probed launches that ran like the base: each what-if pools their draws
-    alike_terms = [{key: value for key, value in derived.what_if_terms(
-        arrivals_from=other, record_chain_ns=chain_ns,
-        recorder_cost=None if cost_pct is None else cost_pct / 100.0).items()
-        if key in ("arrivals", "release_sample")} for other in alike]
-    report = analyze_pipeline(trace, spec, what_ifs=what_ifs, alike=alike_terms, **terms)
+    report = analyze_pipeline(trace, spec, what_ifs=what_ifs,
+                              alike=[derived.probed_terms(other) for other in alike], **terms)
     if derived is not None:
         report["derived"] = derived.describe()
     if args.json:

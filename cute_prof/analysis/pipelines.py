@@ -696,16 +696,22 @@ class DerivedPipeline:
                              f"plain kernel's, less 1 (0.15 for 15% longer), got "
                              f"{recorder_cost!r}")
         chain = record_chain_ns if record_chain_ns is not None else record_chain_ns_of(self.trace)
+        return {"first_load": self.first_load_latency()[0],
+                "record_ns": float(chain) if chain is not None else self.record_ns,
+                "recorder_cost": float(recorder_cost or 0.0),
+                **self.probed_terms(arrivals_from)}
+
+    def probed_terms(self, arrivals_from: Trace | None = None) -> dict[str, Any]:
+        """The terms of :meth:`what_if_terms` that come from the probed launch: its sampled
+        loads (``arrivals``) and clean releases (``release_sample``); what
+        ``analyze_pipeline(alike=)`` takes for each other probed launch that ran alike."""
         probed = load_arrival_sample(arrivals_from if arrivals_from is not None else self.trace)
         late = self.copy_issue_delay_ns()
         before_loop = self.commits_before_loop()
         for ring, sample in probed.items():
             sample["latency_ns"] -= late.get(ring, 0.0)
             sample["position"] -= before_loop.get(ring, 0)
-        return {"first_load": self.first_load_latency()[0],
-                "record_ns": float(chain) if chain is not None else self.record_ns,
-                "arrivals": probed, "recorder_cost": float(recorder_cost or 0.0),
-                "release_sample": self._probed_releases(arrivals_from)}
+        return {"arrivals": probed, "release_sample": self._probed_releases(arrivals_from)}
 
     def _probed_releases(self, probed: Trace | None) -> dict[str, np.ndarray]:
         """The probed launch's releases that did not wait for their async job
