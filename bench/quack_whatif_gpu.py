@@ -83,7 +83,14 @@ def main(argv=None) -> int:
     ap.add_argument("--traces", type=int, default=3, metavar="K",
                     help="traced launches of the base (and of the probed base), each after ten "
                          "of its own: trace_base.npz, trace_base.launch1.npz, ...")
+    ap.add_argument("--probed", type=int, default=None, metavar="K",
+                    help="launches of the probed base (default: --traces). quack's probed "
+                         "launches spread most: +0.1 .. +7.0%% against their bases over stop "
+                         "52's runs, their 4 -> 2 predictions +88 .. +113%% "
+                         "(bench/results/whatif/probed_launches.txt); the check pools those "
+                         "that ran like each traced launch, so more of them pin it")
     args = ap.parse_args(argv)
+    probed_launches = args.traces if args.probed is None else args.probed
     import torch
     import quack
     import quack.gemm as quack_gemm
@@ -132,8 +139,9 @@ def main(argv=None) -> int:
             with cute_prof.autoprofile(per_warp=4096, load_arrivals=probes) as prof:
                 build(offset)
             # the base (with and without probes): several launches, the model predicts from each
-            traces = list(traced_launches(prof, launch,
-                                          args.traces if name.startswith("base") else 1))
+            count = (probed_launches if name == "base_arrivals"
+                     else args.traces if name == "base" else 1)
+            traces = list(traced_launches(prof, launch, count))
         except Exception as err:  # e.g. one stage more than shared memory holds
             if name == "base":
                 raise
