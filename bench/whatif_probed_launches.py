@@ -38,8 +38,11 @@ def report(root: Path, only: list[str] | None) -> list[str]:
         lines.append(f"{entry.folder}: base spans "
                      + " / ".join(f"{recorded_span_ns(b) / 1e3:.2f}" for b in bases) + " us")
         for k, launch in enumerate(probed):
-            against = (f"{recorded_span_ns(launch) / recorded_span_ns(bases[k]) - 1:+.2%} "
-                       f"against base launch {k + 1}" if k < len(bases) else "")
+            # the launch of the same index where there is one, else the traced launches' median
+            paired = recorded_span_ns(bases[k]) if k < len(bases) else float(
+                np.median([recorded_span_ns(b) for b in bases]))
+            against = (f"{recorded_span_ns(launch) / paired - 1:+.2%} against "
+                       + (f"base launch {k + 1}" if k < len(bases) else "the bases' median"))
             rings = "; ".join(
                 f"{ring} p5 {np.quantile(lat, 0.05):.0f} median {np.median(lat):.0f} ns"
                 for ring, lat in ((ring, arrival_latencies(sample))
