@@ -89,6 +89,10 @@ def main(argv=None) -> int:
                          "52's runs, their 4 -> 2 predictions +88 .. +113%% "
                          "(bench/results/whatif/probed_launches.txt); the check pools those "
                          "that ran like each traced launch, so more of them pin it")
+    ap.add_argument("--probe-variants", default="", metavar="NAMES",
+                    help="variants also traced with the same probes (trace_<name>_arrivals.npz, "
+                         "one launch each): diagnosis of their loads "
+                         "(bench/whatif_variant_probe.py), never a model input")
     args = ap.parse_args(argv)
     probed_launches = args.traces if args.probed is None else args.probed
     import torch
@@ -133,8 +137,13 @@ def main(argv=None) -> int:
     traced = dict(variants)
     if args.load_arrivals:
         traced["base_arrivals"] = 0  # the base again, its producer probing sampled loads
+        for name in filter(None, args.probe_variants.split(",")):
+            if name not in variants or name == "base":
+                ap.error(f"--probe-variants: {name!r} is not one of "
+                         f"{', '.join(v for v in variants if v != 'base')}")
+            traced[f"{name}_arrivals"] = variants[name]
     for name, offset in list(traced.items()):
-        probes = args.load_arrivals if name == "base_arrivals" else 0
+        probes = args.load_arrivals if name.endswith("_arrivals") else 0
         try:
             with cute_prof.autoprofile(per_warp=4096, load_arrivals=probes) as prof:
                 build(offset)
@@ -158,7 +167,7 @@ def main(argv=None) -> int:
                      f"{error:.2e}, {len(trace.events):,} zero-edit records, overflow "
                      f"{trace.overflow}")
         print(lines[-1], flush=True)
-        if name == "base_arrivals":
+        if name.endswith("_arrivals"):
             continue
         recorded[name] = dict(plans)  # the recording kernel (each launch rewrites its slices)
         recordings.append(prof)

@@ -27,7 +27,7 @@ for p in ${PARTS:-fa4 gemm persistent}; do
     fa4_small) part fa4_small python bench/fa4_whatif_gpu.py ${NO_BARRIERS:+--no-barriers} --traces ${TRACES:-3} --shape 1,1024,16,128 --variants base,stages1,stages3 --rounds ${ROUNDS:-30} --sms ${SMS:-132} --block-rounds ${BLOCK_ROUNDS:-10} ;;
     fa4_b1s4096) part fa4_b1s4096 python bench/fa4_whatif_gpu.py ${NO_BARRIERS:+--no-barriers} --traces ${TRACES:-3} --shape 1,4096,16,128 --variants base,stages1,stages3 --rounds ${ROUNDS:-20} --sms ${SMS:-132} --block-rounds ${BLOCK_ROUNDS:-10} ;;
     fa4_causal) part fa4_causal python bench/fa4_whatif_gpu.py ${NO_BARRIERS:+--no-barriers} --traces ${TRACES:-3} --causal --rounds ${ROUNDS:-20} --sms ${SMS:-12} --block-rounds ${BLOCK_ROUNDS:-10} ;;
-    quack) part quack python bench/quack_whatif_gpu.py --traces ${TRACES:-3} --probed ${QUACK_PROBED:-${TRACES:-3}} ${QUACK_PROBE_EVERY:+--load-arrivals $QUACK_PROBE_EVERY} --rounds ${ROUNDS:-20} ;;
+    quack) part quack python bench/quack_whatif_gpu.py --traces ${TRACES:-3} --probed ${QUACK_PROBED:-${TRACES:-3}} ${QUACK_PROBE_EVERY:+--load-arrivals $QUACK_PROBE_EVERY} ${QUACK_PROBE_VARIANTS:+--probe-variants $QUACK_PROBE_VARIANTS} --rounds ${ROUNDS:-20} ;;
     gemm) part gemm python bench/whatif_gpu.py --rounds ${ROUNDS:-30} ;;
     persistent) part persistent python bench/persistent_gpu.py --rounds ${ROUNDS:-20} ;;
     gemm_ze) part gemm_ze python bench/whatif_gpu.py --zero-edit --no-level2 --traces ${TRACES:-3} --rounds ${ROUNDS:-30} ;;
