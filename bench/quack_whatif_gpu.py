@@ -40,6 +40,9 @@ from tools.columns import launch_path, save_columns  # noqa: E402
 from tools.cupti import time_shuffled, traced_launches  # noqa: E402
 
 QUACK_VERSION = "0.6.5"
+# quack takes as many A/B stages as shared memory holds (one more fails to launch, and a
+# failed launch spoils the CUDA context): the variants take one and two fewer
+VARIANTS = {"base": 0, "stages_minus1": -1, "stages_minus2": -2}
 
 
 def compile_cache(compile_fn) -> dict:
@@ -84,17 +87,23 @@ def main(argv=None) -> int:
                     help="traced launches of the base (and of the probed base), each after ten "
                          "of its own: trace_base.npz, trace_base.launch1.npz, ...")
     ap.add_argument("--probed", type=int, default=None, metavar="K",
-                    help="launches of the probed base (default: --traces). quack's probed "
-                         "launches spread most: +0.1 .. +7.0%% against their bases over stop "
-                         "52's runs, their 4 -> 2 predictions +88 .. +113%% "
-                         "(bench/results/whatif/probed_launches.txt); the check pools those "
-                         "that ran like each traced launch, so more of them pin it")
+                    help="launches of the probed base (default: --traces). More of them show "
+                         "how the probes' cost spreads over launches; the check reads those "
+                         "nearest each traced launch in span, which with many can be one "
+                         "whose memory ran fast (bench/results/whatif/probe_density_quack.txt)")
     ap.add_argument("--probe-variants", default="", metavar="NAMES",
                     help="variants also traced with the same probes (trace_<name>_arrivals.npz, "
                          "one launch each): diagnosis of their loads "
                          "(bench/whatif_variant_probe.py), never a model input")
     args = ap.parse_args(argv)
     probed_launches = args.traces if args.probed is None else args.probed
+    if args.traces < 1 or probed_launches < 1:
+        ap.error("--traces and --probed take one launch or more")
+    probe_variants = [name for name in args.probe_variants.split(",") if name]
+    for name in probe_variants:
+        if name not in VARIANTS or name == "base":
+            ap.error(f"--probe-variants: {name!r} is not one of "
+                     f"{', '.join(v for v in VARIANTS if v != 'base')}")
     import torch
     import quack
     import quack.gemm as quack_gemm
@@ -129,18 +138,13 @@ def main(argv=None) -> int:
             torch.cuda.synchronize()
         return dict(plans)
 
-    # quack takes as many stages as shared memory holds (one more fails to launch, and a
-    # failed launch spoils the CUDA context): one and two fewer
-    variants = {"base": 0, "stages_minus1": -1, "stages_minus2": -2}
+    variants = dict(VARIANTS)  # those that build
     kept, lines = {}, []
     recorded, recordings = {}, []  # recording kernels' launch plans, timed beside the plain ones
     traced = dict(variants)
     if args.load_arrivals:
         traced["base_arrivals"] = 0  # the base again, its producer probing sampled loads
-        for name in filter(None, args.probe_variants.split(",")):
-            if name not in variants or name == "base":
-                ap.error(f"--probe-variants: {name!r} is not one of "
-                         f"{', '.join(v for v in variants if v != 'base')}")
+        for name in probe_variants:
             traced[f"{name}_arrivals"] = variants[name]
     for name, offset in list(traced.items()):
         probes = args.load_arrivals if name.endswith("_arrivals") else 0
