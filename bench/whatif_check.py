@@ -276,6 +276,15 @@ def pooled_prediction(preds: list[dict]) -> dict:
             "launch_predictions": points}
 
 
+def nearest_probed_launch(entry: Entry, folder: Path, raw):
+    """The probed launch the check reads first for the traced launch ``raw`` (the nearest in
+    span, ``pipelines.probed_launches_like``), None where the GPU half probed none: what the
+    diagnosis tools replay one traced launch with."""
+    paths = launch_paths(folder / entry.arrivals_trace) if entry.arrivals_trace else []
+    probed = [entry.load(path) for path in paths]
+    return probed[probed_launches_like(raw, probed)[0]] if probed else None
+
+
 def traced_launch_models(entry: Entry, folder: Path, *, record_chain_ns: float | None = None,
                          recorder_cost: float | None = None) -> list[list[dict]]:
     """Per traced launch of the base, its model (``launch_model``) with each probed launch

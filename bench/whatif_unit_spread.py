@@ -1,6 +1,7 @@
 """Diagnosis, never a model input: how far apart the CTAs of a variant end, measured (the
 variant's own zero-edit trace, cut to some SMs) against the model's replay of it (the
-recorded kernel: no record's time or recorder's cost removed). The kernel lasts as long as
+recorded kernel: no record's time or recorder's cost removed; the first traced launch with
+the probed launch nearest it in span). The kernel lasts as long as
 its slowest CTA, so a replay whose CTAs spread wider than the GPU's predicts the change too
 high even where its median CTA is right.
 
@@ -62,8 +63,8 @@ def main(argv=None) -> int:
             folder = root / entry.folder
             if entry.folder not in folders or not (folder / entry.trace).is_file():
                 continue
-            model = check.launch_model(entry, entry.load(folder / entry.trace),
-                                       entry.load(folder / entry.arrivals_trace))
+            raw = entry.load(folder / entry.trace)
+            model = check.launch_model(entry, raw, check.nearest_probed_launch(entry, folder, raw))
             data = model["data"]
             for name, change in entry.variants.items():
                 path = folder / (entry.variant_trace or "").format(variant=name)

@@ -6,7 +6,8 @@ variants named, per stretch of the loop (eighths of the iterations):
 
 - ``latency``: the loads' latency (the commit's stamp to the end of a consumer wait that
   blocked) in the base's blocked waits, each variant's, the base's sampled arrivals
-  (``autoprofile(load_arrivals=7)``) and the model's replay of each variant's change (the
+  (``autoprofile(load_arrivals=7)``: the probed launch nearest the first traced launch in
+  span, the one the check reads first) and the model's replay of each variant's change (the
   recorded kernel: nothing removed), with the share of waits that blocked;
 - ``period``: the producer's commit-to-commit time, the same four ways, and where each
   stretch began;
@@ -39,7 +40,7 @@ from tools.pipeline_data import matched  # noqa: E402
 from tools.report_text import emit  # noqa: E402
 from whatif_diagnose import blocked_loads  # noqa: E402
 from whatif_check import (  # noqa: E402
-    ENTRIES, base_recorder_cost, launch_model, launch_paths, record_chain)
+    ENTRIES, base_recorder_cost, launch_model, launch_paths, nearest_probed_launch, record_chain)
 
 STRETCHES = 8
 
@@ -183,7 +184,7 @@ def main(argv=None) -> int:
     if unknown:
         ap.error(f"{args.kernel} has no variants {unknown}: {sorted(entry.variants)}")
     raw = entry.load(folder / entry.trace)
-    model = launch_model(entry, raw, entry.load(folder / entry.arrivals_trace))
+    model = launch_model(entry, raw, nearest_probed_launch(entry, folder, raw))
     variants = {v: matched(entry.load(folder / entry.variant_trace.format(variant=v)))[1]
                 for v in args.variants}
     inputs = model["inputs"]
