@@ -2,7 +2,8 @@
 # Device calls for the what-if checks (PARTS="fa4 fa4_causal fa4_small" in one, "chain quack gemm_ze
 # persistent_ze" in another, "fa4_b1s4096" (since stop 45) where time allows; TRACES
 # traced launches per zero-edit base, default 3; NO_BARRIERS=1: FA4's recordings without their named
-# barriers): FA4's variants (zero-edit base trace, timings), the
+# barriers; quack's QUACK_PROBED probed launches (default TRACES), QUACK_PROBE_EVERY (probe one
+# load in N, default 7), QUACK_PROBE_VARIANTS (variants traced with the probes too: diagnosis)): FA4's variants (zero-edit base trace, timings), the
 # ws_gemm and the persistent GEMM's variants (level-2 base traces, timings). Every part writes
 # to its own folder, archived into $OUT/<part>.tar (the device tool returns at most 8 files).
 # Needs .gpu/ (../shared/gpu/make-bundle.sh) and .whl/ (requirements-gpu.txt).

@@ -276,12 +276,16 @@ def pooled_prediction(preds: list[dict]) -> dict:
             "launch_predictions": points}
 
 
+def probed_launch_paths(entry: Entry, folder: Path) -> list[Path]:
+    """The probed base launches the GPU half traced for ``entry`` (none for a level-2 base)."""
+    return launch_paths(folder / entry.arrivals_trace) if entry.arrivals_trace else []
+
+
 def nearest_probed_launch(entry: Entry, folder: Path, raw):
     """The probed launch the check reads first for the traced launch ``raw`` (the nearest in
     span, ``pipelines.probed_launches_like``), None where the GPU half probed none: what the
     diagnosis tools replay one traced launch with."""
-    paths = launch_paths(folder / entry.arrivals_trace) if entry.arrivals_trace else []
-    probed = [entry.load(path) for path in paths]
+    probed = [entry.load(path) for path in probed_launch_paths(entry, folder)]
     return probed[probed_launches_like(raw, probed)[0]] if probed else None
 
 
@@ -291,8 +295,7 @@ def traced_launch_models(entry: Entry, folder: Path, *, record_chain_ns: float |
     that ran like it (``pipelines.probed_launches_like``, nearest first; one run where the
     GPU half probed none), the runs of a traced launch sharing its derived pipeline and
     matched records; each run also names its ``raw`` trace and its ``probed_index``."""
-    probed_files = launch_paths(folder / entry.arrivals_trace) if entry.arrivals_trace else []
-    probed = [entry.load(path) for path in probed_files]
+    probed = [entry.load(path) for path in probed_launch_paths(entry, folder)]
     models = []
     for path in launch_paths(folder / entry.trace):
         raw = entry.load(path)
@@ -367,8 +370,7 @@ def check_entry(root: Path, entry: Entry) -> tuple[list[dict], dict]:
             "units": first["data"].shape[0], "iterations": first["data"].shape[1],
             "device": meta.get("device"), "base_us": base * entry.timings_ns / 1e3,
             "launches": len(timings[entry.base]), "traced_launches": len(models),
-            "probed_launches": (len(launch_paths(folder / entry.arrivals_trace))
-                                if entry.arrivals_trace else 0),
+            "probed_launches": len(probed_launch_paths(entry, folder)),
             "analysis_s": time.perf_counter() - t0,
             # which probed launches each traced launch read, and how much longer they ran
             "probed_read": [[run["probed_index"] for run in runs] for runs in models],

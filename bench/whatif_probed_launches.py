@@ -22,7 +22,7 @@ from cute_prof.analysis.model import arrival_latencies  # noqa: E402
 from cute_prof.analysis.pipelines import (  # noqa: E402
     PROBED_SPAN_TIE, load_arrival_sample, probed_launches_like, recorded_span_ns)
 from tools.columns import launch_paths  # noqa: E402
-from whatif_check import ENTRIES, folder_of  # noqa: E402
+from whatif_check import ENTRIES, folder_of, probed_launch_paths  # noqa: E402
 
 
 def report(root: Path, only: list[str] | None) -> list[str]:
@@ -34,13 +34,13 @@ def report(root: Path, only: list[str] | None) -> list[str]:
         if folder is None:
             continue
         bases = [entry.load(path) for path in launch_paths(folder / entry.trace)]
-        probed = [entry.load(path) for path in launch_paths(folder / entry.arrivals_trace)]
+        probed = [entry.load(path) for path in probed_launch_paths(entry, folder)]
+        base_spans = [recorded_span_ns(b) for b in bases]
         lines.append(f"{entry.folder}: base spans "
-                     + " / ".join(f"{recorded_span_ns(b) / 1e3:.2f}" for b in bases) + " us")
+                     + " / ".join(f"{span / 1e3:.2f}" for span in base_spans) + " us")
         for k, launch in enumerate(probed):
             # the launch of the same index where there is one, else the traced launches' median
-            paired = recorded_span_ns(bases[k]) if k < len(bases) else float(
-                np.median([recorded_span_ns(b) for b in bases]))
+            paired = base_spans[k] if k < len(bases) else float(np.median(base_spans))
             against = (f"{recorded_span_ns(launch) / paired - 1:+.2%} against "
                        + (f"base launch {k + 1}" if k < len(bases) else "the bases' median"))
             rings = "; ".join(

@@ -7,6 +7,7 @@ the corrected trace stay available: correction changes durations, never counts."
 from __future__ import annotations
 
 import dataclasses
+import statistics
 
 import numpy as np
 
@@ -79,8 +80,6 @@ def time_shuffled(launches: dict, *, rounds: int, warmup: int = 3, resets: dict 
     per round follows some other kernel; on FA4 both read the same changes within 1.2
     points)."""
     import random
-    import statistics
-
     import torch
     from torch.profiler import ProfilerActivity, profile
 
@@ -140,8 +139,6 @@ def paired_change(times: dict, name: str, base: str) -> float:
     the GPU's clock moves between rounds, which a ratio of two medians reads as change
     (FA4 causal 2 -> 1: 24.75-28.77% that way over fourteen runs, 24.70-26.33% paired;
     bench/results/whatif/README.md, stop 51)."""
-    import statistics
-
     return statistics.median(round_changes(times, name, base))
 
 
@@ -149,8 +146,6 @@ def round_spread(times: dict, name: str, base: str) -> float:
     """Half the interquartile range of ``name``'s per-round changes against ``base``
     (:func:`round_changes`): how far a change measured by :func:`paired_change` can sit from
     another of the same kernels for the GPU's own noise."""
-    import statistics
-
     q1, _, q3 = statistics.quantiles(round_changes(times, name, base), n=4)
     return (q3 - q1) / 2
 

@@ -305,9 +305,9 @@ def probed_launches_like(trace: Trace, probed: list[Trace], *,
     one launch whose memory ran fast: ``bench/results/whatif/probe_density_quack.txt``):
     quack's three probed launches of one H100 run (gpu42) ran +4.4%, +3.3% and +0.1%
     against their bases, their loads' medians 992, 992 and 896 ns, and the 3-stage
-    variant's own loads took 896 ns. Each alike launch's sample is one draw of the base's state (gpu44's alike pair,
-    832 and 960 ns, put quack's 4 -> 2 at +88% and +99% against +96% measured): read them
-    all."""
+    variant's own loads took 896 ns. Each alike launch's sample is one draw of the base's
+    state (gpu44's alike pair, 832 and 960 ns, put quack's 4 -> 2 at +88% and +99% against
+    +96% measured): read them all."""
     if not probed:
         raise ProfileBufferError("no probed launch to choose from")
     if tie < 0:
