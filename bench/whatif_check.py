@@ -39,7 +39,8 @@ sys.path.insert(0, str(ROOT))
 from cute_prof import storage  # noqa: E402
 from cute_prof.calibration import paired_change, round_spread  # noqa: E402
 from cute_prof.analysis.critical_path import (  # noqa: E402
-    latency_sample, match_records, pool_predictions, predict_what_if, timer_step, what_if)
+    QUEUE_RULES, latency_sample, match_records, pool_predictions, predict_what_if, timer_step,
+    what_if)
 from cute_prof.analysis.model import PipelineSpec, arrival_latencies, load_pipeline  # noqa: E402
 from cute_prof.analysis.pipelines import (  # noqa: E402
     PROBED_SPAN_TIE, derive_pipeline, probed_launches_like, rank_correlation, recorded_span_ns)
@@ -49,6 +50,12 @@ sys.path.insert(0, str(ROOT / "bench"))
 from tools.columns import launch_paths, load_columns  # noqa: E402
 
 COMMAND = "python bench/whatif_check.py GPU_OUT"
+# the table's words for each rule of critical_path.queued_under_load
+QUEUE_RULE_TEXT = {
+    "little": "Little's law at a fixed occupancy (queued / r, r the change's time over the base's)",
+    "open": "one open queue's (latency W0 / (1 - rho), rho falling with the throughput; not the "
+            "model's rule: --queue-rule open)",
+    "none": "nothing (the base's queueing kept; not the model's rule: --queue-rule none)"}
 
 
 def spec_file(name: str) -> Callable[[Trace], PipelineSpec]:
@@ -310,7 +317,11 @@ def traced_launch_models(entry: Entry, folder: Path, *, record_chain_ns: float |
     return models
 
 
-def check_entry(root: Path, entry: Entry) -> tuple[list[dict], dict]:
+def check_entry(root: Path, entry: Entry, *, queue_rule: str = "little"
+                ) -> tuple[list[dict], dict]:
+    """Every what-if of ``entry`` predicted from the base and set against the GPU's
+    change, with the kernel's header info; ``queue_rule``: how the loads' queueing scales
+    with a change's throughput (``critical_path.queued_under_load``)."""
     folder = folder_of(root, entry)
     if folder is None:
         return [], {"kernel": entry.kernel, "skipped": f"no {entry.folder}/{entry.trace}"}
@@ -337,7 +348,8 @@ def check_entry(root: Path, entry: Entry) -> tuple[list[dict], dict]:
             row["traced"] = traced_change(folder, entry, name, first["raw"])
         if isinstance(change, dict):  # each traced launch's, pooled over its probed launches
             preds = [pool_predictions([predict_what_if(run["data"], change,
-                                                       record_ns=run["record_ns"], **run["inputs"])
+                                                       record_ns=run["record_ns"],
+                                                       queue_rule=queue_rule, **run["inputs"])
                                        for run in runs]) for runs in models]
         else:
             preds = [{"modelled": False, "reason": change}]
@@ -405,7 +417,8 @@ def check_entry(root: Path, entry: Entry) -> tuple[list[dict], dict]:
             if row["modelled"] and not isinstance(
                     row.get("measured_recorded", row.get("traced")), str):
                 row["predicted_recorded"] = statistics.median(
-                    point_prediction(run["data"], run["inputs"], row["change"], record_ns=0.0)
+                    point_prediction(run["data"], run["inputs"], row["change"], record_ns=0.0,
+                                     queue_rule=queue_rule)
                     for run in launches)
     return rows, info
 
@@ -435,7 +448,7 @@ def recorded_changes(timings: dict, base: str, variant: str) -> dict:
 
 
 def point_prediction(data, inputs: dict, change: dict, *, record_ns: float,
-                     recorder_cost: float = 0.0) -> float:
+                     recorder_cost: float = 0.0, queue_rule: str = "little") -> float:
     """The model's change (the middle of ``predict_what_if``'s interval) with ``record_ns``
     of each work region's recording removed and ``recorder_cost`` taken off the work as a
     slowdown (0: the recorded kernel's own model); ``inputs``: the ``first_load``,
@@ -443,7 +456,8 @@ def point_prediction(data, inputs: dict, change: dict, *, record_ns: float,
     return what_if(data, loaded_latency=True, first_load=inputs["first_load"],
                    record_ns=record_ns, arrivals=inputs["arrivals"],
                    release_sample=inputs["release_sample"],
-                   recorder_cost=recorder_cost, **change)["predicted_change"]
+                   recorder_cost=recorder_cost, queue_rule=queue_rule,
+                   **change)["predicted_change"]
 
 
 def pct(v):
@@ -464,7 +478,7 @@ def recorder_txt(row: dict) -> str:
     return f"{pct(row['recorder_cost_base'])} / {pct(row['recorder_cost_variant'])}"
 
 
-def table(rows: list[dict], infos: list[dict], root: Path) -> str:
+def table(rows: list[dict], infos: list[dict], root: Path, *, queue_rule: str = "little") -> str:
     done = [r for r in rows if r.get("modelled") and r.get("measured") is not None]
     rho = rank_correlation([r["predicted"] for r in done], [r["measured"] for r in done])
     devices = sorted({str(i.get("device")) for i in infos if "device" in i})
@@ -479,8 +493,8 @@ def table(rows: list[dict], infos: list[dict], root: Path) -> str:
              "median of the rounds' own changes (each variant and the base timed once per "
              "round, shuffled; the clock moves between rounds). predicted: replay of the base "
              "trace's own durations under the changed spec, "
-             "load latency from the base, its queued part scaled to the change's throughput as one "
-             "open queue's (latency W0 / (1 - rho), rho falling with the throughput); "
+             "load latency from the base, its queued part scaled to the change's throughput by "
+             f"{QUEUE_RULE_TEXT[queue_rule]}; "
              "where the GPU half traced several base launches (each after ten of its own, "
              "and as many probed launches), the median of the predictions from each (`each "
              "traced launch`, each the median of its predictions with the probed launches "
@@ -644,20 +658,24 @@ def main(argv=None) -> int:
     parser.add_argument("--out", type=Path, default=ROOT / "bench" / "results" / "whatif",
                         help="where whatif_table.md/.json go (default bench/results/whatif)")
     parser.add_argument("--only", nargs="*", help="folders of the entries to check (default all)")
+    parser.add_argument("--queue-rule", choices=QUEUE_RULES, default="little",
+                        help="how the loads' queueing scales with a change's throughput "
+                             "(default little: the model's; open, none: for comparison)")
     args = parser.parse_args(argv)
     rows, infos = [], []
     for entry in ENTRIES:
         if args.only and entry.folder not in args.only:
             continue
-        r, info = check_entry(args.gpu_out, entry)
+        r, info = check_entry(args.gpu_out, entry, queue_rule=args.queue_rule)
         rows += r
         infos.append(info)
-    text, rho = table(rows, infos, args.gpu_out)
+    text, rho = table(rows, infos, args.gpu_out, queue_rule=args.queue_rule)
     print(text)
     args.out.mkdir(parents=True, exist_ok=True)
     (args.out / "whatif_table.md").write_text(text)
     (args.out / "whatif_table.json").write_text(json.dumps(significant(
-        {"command": COMMAND, "gpu_out": str(args.gpu_out), "spearman": rho, "rows": rows,
+        {"command": COMMAND, "gpu_out": str(args.gpu_out), "queue_rule": args.queue_rule,
+         "spearman": rho, "rows": rows,
          "kernels": [{**i, "latency_ns": {str(k): v for k, v in i.get("latency_ns", {}).items()}}
                      for i in infos]}), separators=(",", ":")) + "\n")
     return 0

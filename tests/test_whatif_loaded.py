@@ -114,7 +114,7 @@ def test_latency_sample_prefers_first_items_of_units_started_under_load():
     assert timer_step(data) > 0
 
 
-def test_loaded_latency_is_the_open_queue_fixed_point():
+def test_loaded_latency_is_littles_law_fixed_point():
     lats = [600, 700, 800, 900, 1000, 1100, 1200, 1300]
     data = loaded_trace(lats, depth=4)
     fixed = what_if(data, depth={"ring": 1}, latency={"w_f": np.median(lats)})
@@ -122,28 +122,44 @@ def test_loaded_latency_is_the_open_queue_fixed_point():
     l_b, l_0 = np.quantile(lats, 0.5), np.quantile(lats, 0.05)
     # slower pipeline -> less in flight -> shorter loads -> a smaller slowdown
     assert 0 < loaded["predicted_change"] < fixed["predicted_change"]
-    # the base's utilisation rho = (l_b - l_0) / l_b falls by the change's throughput, and
-    # the latency is l_0 / (1 - rho'): shorter than Little's law's l_0 + (l_b - l_0) / ratio
+    # the queued part l_b - l_0 at a fixed occupancy falls by the change's throughput
     ratio = 1 + loaded["predicted_change"]
+    assert loaded["latency_ns"]["w_f"] == pytest.approx(l_0 + (l_b - l_0) / ratio, rel=1e-3)
+    # the open queue shrinks it further (l_0 / (1 - rho'), rho' = (l_b - l_0) / l_b / ratio')
+    # and so predicts a smaller slowdown; keeping the base's queue, the fixed latency's
+    opened = what_if(data, depth={"ring": 1}, loaded_latency=True, queue_rule="open")
+    ratio = 1 + opened["predicted_change"]
     rho = (l_b - l_0) / l_b / ratio
-    expect = l_0 / (1 - rho)
-    assert loaded["latency_ns"]["w_f"] == pytest.approx(expect, rel=1e-3)
-    assert expect < l_0 + (l_b - l_0) / ratio
+    assert opened["latency_ns"]["w_f"] == pytest.approx(l_0 / (1 - rho), rel=1e-3)
+    assert opened["predicted_change"] < loaded["predicted_change"]
+    kept = what_if(data, depth={"ring": 1}, loaded_latency=True, queue_rule="none")
+    assert kept["latency_ns"]["w_f"] == pytest.approx(l_b)
+    assert kept["predicted_change"] == pytest.approx(fixed["predicted_change"], abs=1e-3)
+    with pytest.raises(ValueError, match="queue rule"):
+        what_if(data, depth={"ring": 1}, loaded_latency=True, queue_rule="closed")
 
 
 @pytest.mark.parametrize("queued", [0.0, 50.0, 400.0, 5000.0])
 def test_queued_time_under_load(queued):
     from cute_prof.analysis.critical_path import queued_under_load
     w0 = 500.0
-    assert queued_under_load(queued, w0, 1.0) == queued  # the base's own load
-    slower = [queued_under_load(queued, w0, r) for r in (1.2, 1.5, 2.0, 4.0)]
-    # the less the change loads memory, the less it queues; never below 0, never above
-    # what Little's law with a fixed occupancy leaves (queued / ratio)
-    assert slower == sorted(slower, reverse=True)
-    for r, got in zip((1.2, 1.5, 2.0, 4.0), slower):
-        assert 0.0 <= got <= queued / r + 1e-9
+    for rule in ("little", "open", "none"):  # the base's own load
+        assert queued_under_load(queued, w0, 1.0, rule=rule) == queued
+    ratios = (1.2, 1.5, 2.0, 4.0)
+    little = [queued_under_load(queued, w0, r) for r in ratios]
+    opened = [queued_under_load(queued, w0, r, rule="open") for r in ratios]
+    # the less the change loads memory, the less it queues: by the throughput at a fixed
+    # occupancy, never above that with one open queue, never below 0
+    assert little == pytest.approx([queued / r for r in ratios])
+    assert opened == sorted(opened, reverse=True)
+    for lit, got in zip(little, opened):
+        assert 0.0 <= got <= lit + 1e-9
+    assert queued_under_load(queued, w0, 2.0, rule="none") == queued
     # a faster change: more load, Little's law (the open queue has no steady state past 1)
-    assert queued_under_load(queued, w0, 0.8) == pytest.approx(queued / 0.8)
+    for rule in ("little", "open"):
+        assert queued_under_load(queued, w0, 0.8, rule=rule) == pytest.approx(queued / 0.8)
+    with pytest.raises(ValueError, match="queue rule"):
+        queued_under_load(queued, w0, 2.0, rule="closed")
 
 
 def test_predict_what_if_interval_and_not_modelled():

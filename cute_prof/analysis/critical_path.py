@@ -1175,21 +1175,38 @@ def replay(data: PipelineData, spec: PipelineSpec | None = None, *,
                     blocked=_by_unit(blocked))
 
 
-def queued_under_load(queued, unqueued: float, ratio: float):
+# how a load's queued time scales with the change's throughput (queued_under_load)
+QUEUE_RULES = ("little", "open", "none")
+
+
+def queued_under_load(queued, unqueued: float, ratio: float, *, rule: str = "little"):
     """A load's queued time (its latency above the least congested ``unqueued`` one) when the
-    kernel's throughput changes by 1 / ``ratio`` (the change's time against the base's).
-    The memory system is taken as one open queue: a load's latency W = W0 / (1 - rho), so
-    the base's utilisation is rho = queued / (unqueued + queued), the change's rho / ratio.
-    Little's law with a fixed occupancy (queued / ratio) kept the base's congested stretches
-    too long: the GEMMs' 2-stage rings met loads whose queued part shrank 3-5x where their
-    throughput fell 1.3-1.6x (persistent GEMM 4 -> 2, per loop quarter: 1248 / 736 / 192 /
-    96 ns queued in the base's blocked loads, 256 / 224 / 64 / 32 in the variant's), and the
-    2-stage what-ifs of ws_gemm and quack came out 4-6 points high on both checked runs."""
+    kernel's throughput changes by 1 / ``ratio`` (the change's time against the base's), by
+    ``rule`` (one of ``QUEUE_RULES``):
+
+    - ``"little"`` (the model's): Little's law at a fixed occupancy, queued / ratio;
+    - ``"open"``: one open queue, W = W0 / (1 - rho), the base's utilisation rho = queued /
+      (unqueued + queued), the change's rho / ratio (the model's in stops 52-53);
+    - ``"none"``: the base's queueing kept.
+
+    The open queue shrinks a slower change's queueing the most, and its shallower rings'
+    loads came out faster than the GPU's: probed on an H100, quack's 2-stage variant's loads
+    took 704 / 800 / 832 / 896 / 1024 ns (p5 / p25 / median / p75 / p95) where its base's
+    took 544 / 640 / 832 / 992 / 1154, the open queue's draws 439 / 599 / 695 / 855 / 1079;
+    its 2-stage ring's blocked loads took 768-832 ns on all eleven runs of stops 51-53 with
+    the base's sampled median anywhere in 800-960. Over those runs Little's law put 78 of
+    80 full-run rows within 3 points (0.89 points mean error) against the open queue's 77
+    (0.96), quack's 4 -> 2 2.71 points off on average against 3.58, no row worse on average
+    (bench/results/whatif/queue_rules.txt). A faster change (``ratio`` < 1) loads memory
+    more: every rule but ``"none"`` takes Little's law there (the open queue has no steady
+    state once rho reaches 1)."""
+    if rule not in QUEUE_RULES:
+        raise ValueError(f"unknown queue rule {rule!r}: one of {sorted(QUEUE_RULES)}")
     r = max(float(ratio), 1e-6)
     q = np.maximum(queued, 0.0)
-    if r <= 1.0:
-        # a faster change loads memory more; the open queue has no steady state once rho
-        # reaches 1, so the queue grows as Little's law has it (never checked on the GPU)
+    if rule == "none":
+        return q
+    if rule == "little" or r <= 1.0:
         return q / r
     w0 = max(float(unqueued), 1e-9)
     return w0 * q / ((w0 + q) * r - q)  # > 0: (w0 + q) r > w0 + q > q
@@ -1812,7 +1829,8 @@ def what_if(data: PipelineData, *, depth: dict | None = None, shared_by: dict | 
             latency_shift_ns: float = 0.0, first_load: np.ndarray | None = None,
             record_ns: float = 0.0, arrivals: dict | None = None,
             recorder_cost: float = 0.0, slowdown: float | None = None,
-            schedules: bool = False, release_sample: dict | None = None) -> dict:
+            schedules: bool = False, release_sample: dict | None = None,
+            queue_rule: str = "little") -> dict:
     """Predicted kernel-time change of a changed pipeline (ring depths, sharing, a region
     faster), from the replay of the change against the replay of the base. ``latency``:
     wait tag -> ns, replacing the inferred latency of that wait's event (when the trace
@@ -1822,8 +1840,8 @@ def what_if(data: PipelineData, *, depth: dict | None = None, shared_by: dict | 
     depends on the load the change puts on memory (a slower pipeline sees shorter loads).
     The base latency L_b is the ``latency_quantile`` of :func:`latency_sample`; a load that
     met no queue takes its 5th percentile L_0; the change's latency is L_0 plus the queued
-    part L_b - L_0 at the change's throughput (:func:`queued_under_load`: one open queue,
-    whose utilisation falls with the throughput), solved as a fixed point with the replay;
+    part L_b - L_0 at the change's throughput (:func:`queued_under_load` by ``queue_rule``:
+    Little's law unless told), solved as a fixed point with the replay;
     ``latency_shift_ns`` moves L_b (the timer's resolution in an interval).
 
     ``first_load``: latencies of each unit's first load (``DerivedPipeline.
@@ -1857,6 +1875,8 @@ def what_if(data: PipelineData, *, depth: dict | None = None, shared_by: dict | 
 
     ``release_sample``: another launch's releases that did not wait for their job
     (``clean_releases``), for every replay (``replay(release_sample=)``)."""
+    if queue_rule not in QUEUE_RULES:
+        raise ValueError(f"unknown queue rule {queue_rule!r}: one of {sorted(QUEUE_RULES)}")
     terms = terms if terms is not None else infer_terms(data)
     tags = [r.tag for r in data.spec.regions]
     for tag, value in (latency or {}).items():
@@ -1955,11 +1975,12 @@ def what_if(data: PipelineData, *, depth: dict | None = None, shared_by: dict | 
         if unslowed:  # the recorder's schedule costs where the warps work
             changed_own = {t: 1.0 / (1.0 + (1.0 / f - 1.0) * share) for t, f in unslowed.items()}
         for i, (at_base, unqueued) in loaded.items():
-            value = unqueued + queued_under_load(max(at_base - unqueued, 0.0), unqueued, ratio)
+            value = unqueued + queued_under_load(max(at_base - unqueued, 0.0), unqueued,
+                                                 ratio, rule=queue_rule)
             changed_terms = with_latency(changed_terms, i, value)
         # each drawn load's queueing scales the same way
         changed_draws = _one_draw_per_cluster(data, changed_spec, {
-            i: fixed + queued_under_load(queued, unqueued, ratio)
+            i: fixed + queued_under_load(queued, unqueued, ratio, rule=queue_rule)
             for i, (queued, fixed, unqueued) in draws.items()})
         changed, new_end, changed_shift = dispatched(
             changed_spec, changed_shift, scale=scale, terms=changed_terms,
@@ -2029,7 +2050,7 @@ def predict_what_if(data: PipelineData, change: dict, *, terms=None,
                     interval: tuple[float, float] = (0.25, 0.75),
                     first_load: np.ndarray | None = None, record_ns: float = 0.0,
                     arrivals: dict | None = None, recorder_cost: float = 0.0,
-                    release_sample: dict | None = None) -> dict:
+                    release_sample: dict | None = None, queue_rule: str = "little") -> dict:
     """One what-if with its uncertainty from the base trace's own spread: the prediction
     at the median loaded latency, and the interval spanned by the latency quantiles
     ``interval`` (per-unit and per-load variation of the base), each widened by one tick
@@ -2041,8 +2062,8 @@ def predict_what_if(data: PipelineData, change: dict, *, terms=None,
     reading, not a measurement). A change the model cannot make comes back as
     ``{"modelled": False, "reason": ...}`` instead of a number; so does one that hangs on
     a load latency the base never showed (its consumer never waited: with ``bounds``, the
-    change at latency 0 and at the unblocked waits' bound). ``release_sample``: as
-    :func:`what_if` takes it."""
+    change at latency 0 and at the unblocked waits' bound). ``release_sample``,
+    ``queue_rule``: as :func:`what_if` takes them."""
     unknown = set(change) - {"depth", "shared_by", "scale", "latency"}
     if unknown:
         return {"modelled": False, "reason": f"no model term for {sorted(unknown)}"}
@@ -2082,14 +2103,15 @@ def predict_what_if(data: PipelineData, change: dict, *, terms=None,
                                     latency_shift_ns=shift, first_load=first_load,
                                     record_ns=max(record_ns + removed, 0.0), arrivals=arrivals,
                                     recorder_cost=recorder_cost, release_sample=release_sample,
-                                    **change,
+                                    queue_rule=queue_rule, **change,
                                     slowdown=runs[0]["recorder_slowdown"] if runs else None))
             if runs[0]["recorder_slowdown"] != 1.0:
                 # how much of the recorder's cost slows the work is the model's reading:
                 # the interval reaches the kernel with only its records' own time removed
                 runs.append(what_if(data, terms=terms, loaded_latency=True,
                                     first_load=first_load, record_ns=record_ns,
-                                    arrivals=arrivals, release_sample=release_sample, **change))
+                                    arrivals=arrivals, release_sample=release_sample,
+                                    queue_rule=queue_rule, **change))
             if unobserved:
                 upper = {**change, "latency": {**(change.get("latency") or {}), **unobserved}}
                 runs.append(what_if(data, terms=terms, loaded_latency=True,
@@ -2097,7 +2119,7 @@ def predict_what_if(data: PipelineData, change: dict, *, terms=None,
                                     first_load=first_load,
                                     record_ns=max(record_ns - record_spread, 0.0),
                                     arrivals=arrivals, recorder_cost=recorder_cost,
-                                    release_sample=release_sample, **upper,
+                                    release_sample=release_sample, queue_rule=queue_rule, **upper,
                                     slowdown=runs[0]["recorder_slowdown"]))
     except ProfileBufferError as err:
         return {"modelled": False, "reason": str(err)}
