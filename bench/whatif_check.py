@@ -37,7 +37,7 @@ ROOT = Path(__file__).resolve().parents[1]
 sys.path.insert(0, str(ROOT))
 
 from cute_prof import storage  # noqa: E402
-from cute_prof.calibration import paired_change, round_spread  # noqa: E402
+from cute_prof.calibration import paired_change, resolved_pair_order, round_spread  # noqa: E402
 from cute_prof.analysis.critical_path import (  # noqa: E402
     QUEUE_RULES, latency_sample, match_records, pool_predictions, predict_what_if, timer_step,
     what_if)
@@ -478,8 +478,23 @@ def recorder_txt(row: dict) -> str:
     return f"{pct(row['recorder_cost_base'])} / {pct(row['recorder_cost_variant'])}"
 
 
+def checked(rows: list[dict]) -> list[dict]:
+    """The rows with a prediction and a measured change."""
+    return [r for r in rows if r.get("modelled") and r.get("measured") is not None]
+
+
+def pair_order(done: list[dict]) -> dict:
+    """The pairs of checked rows the GPU tells apart (``resolved_pair_order``: measured
+    changes further apart than their launch noise) and those the predictions misorder."""
+    apart, wrong = resolved_pair_order([r["predicted"] for r in done],
+                                       [r["measured"] for r in done],
+                                       [r.get("launch_noise", 0.0) for r in done])
+    label = lambda r: f"{r['kernel']} {r['what_if']}"  # noqa: E731
+    return {"apart": apart, "misordered": [[label(done[i]), label(done[j])] for i, j in wrong]}
+
+
 def table(rows: list[dict], infos: list[dict], root: Path, *, queue_rule: str = "little") -> str:
-    done = [r for r in rows if r.get("modelled") and r.get("measured") is not None]
+    done = checked(rows)
     rho = rank_correlation([r["predicted"] for r in done], [r["measured"] for r in done])
     devices = sorted({str(i.get("device")) for i in infos if "device" in i})
     device_txt = (root / "device.txt").read_text().strip() if (root / "device.txt").exists() \
@@ -640,6 +655,11 @@ def table(rows: list[dict], infos: list[dict], root: Path, *, queue_rule: str = 
               f"modelled rows: {rho:+.3f}. Within 3 pp: {within} of {len(done)}; measured "
               f"inside the interval: {inside} of {len(done)} ({noisy} with the interval widened "
               "by the measured change's round-to-round spread, half its IQR)."]
+    pairs = pair_order(done)
+    wrong = "; ".join(f"{a} / {b}" for a, b in pairs["misordered"]) or "none"
+    lines.append(f"Pairs of rows whose measured changes differ by more than their launch "
+                 f"noise: {pairs['apart']}, ordered right by the predictions: "
+                 f"{pairs['apart'] - len(pairs['misordered'])} (misordered or tied: {wrong}).")
     for kind in sorted({r["base_trace"] for r in done}):
         sub = [r for r in done if r["base_trace"] == kind]
         rho_k = rank_correlation([r["predicted"] for r in sub], [r["measured"] for r in sub])
@@ -675,7 +695,7 @@ def main(argv=None) -> int:
     (args.out / "whatif_table.md").write_text(text)
     (args.out / "whatif_table.json").write_text(json.dumps(significant(
         {"command": COMMAND, "gpu_out": str(args.gpu_out), "queue_rule": args.queue_rule,
-         "spearman": rho, "rows": rows,
+         "spearman": rho, "resolved_pairs": pair_order(checked(rows)), "rows": rows,
          "kernels": [{**i, "latency_ns": {str(k): v for k, v in i.get("latency_ns", {}).items()}}
                      for i in infos]}), separators=(",", ":")) + "\n")
     return 0

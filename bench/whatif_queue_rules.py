@@ -6,7 +6,7 @@ by rule:
 
 - ``little``: q / r (Little's law at a fixed occupancy; the model's, and until commit
   6b24f64);
-- ``open``: W0 q / ((W0 + q) r - q), one open queue (the model's in stops 52-53);
+- ``open``: W0 q / ((W0 + q) r - q), one open queue (the model's in stops 41-53);
 - ``none``: q (the base's queueing kept).
 
     python bench/whatif_queue_rules.py GPU_OUT... --rule open [--only quack ...]

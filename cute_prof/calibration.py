@@ -150,6 +150,22 @@ def round_spread(times: dict, name: str, base: str) -> float:
     return (q3 - q1) / 2
 
 
+def resolved_pair_order(predicted, measured, noise) -> tuple[int, list[tuple[int, int]]]:
+    """How well predictions rank what the GPU measured, over the pairs of changes it tells
+    apart: those whose measured changes differ by more than their two ``noise`` (each one's
+    :func:`round_spread`). Returns how many such pairs there are and those the predictions
+    order the other way or tie (index pairs). Spearman's correlation over every change counts
+    the order of changes within noise of each other (a 3-stage ring's +0.2% against a
+    1x1 cluster's +0.5%, both "no change"), which no measurement fixes."""
+    p, m, n = (np.asarray(x, dtype=np.float64) for x in (predicted, measured, noise))
+    if not p.shape == m.shape == n.shape or p.ndim != 1:
+        raise ValueError("predicted, measured and noise must be 1-D and of one length")
+    i, j = np.triu_indices(p.size, 1)
+    apart = np.abs(m[i] - m[j]) > n[i] + n[j]
+    wrong = apart & (np.sign(p[i] - p[j]) != np.sign(m[i] - m[j]))
+    return int(apart.sum()), list(zip(i[wrong].tolist(), j[wrong].tolist()))
+
+
 def recorder_cost(plain, recording, *, rounds: int = 20, warmup: int = 3) -> dict:
     """What recording costs a kernel on the GPU: the figure a what-if takes to predict the
     kernel unrecorded (``DerivedPipeline.what_if_terms(recorder_cost=...)``, ``cute-prof

@@ -83,3 +83,20 @@ def test_recorder_cost_pairs_each_round_so_a_clock_step_between_rounds_cancels(m
     assert got["plain_ns"] == rounds["plain"] and got["recording_ns"] == rounds["recording"]
     with pytest.raises(ProfileBufferError, match="not one set of shuffled rounds"):
         calibration.paired_change({"a": [1.0, 2.0], "b": [1.0]}, "a", "b")
+
+
+def test_resolved_pair_order_counts_only_pairs_the_gpu_tells_apart():
+    from cute_prof.calibration import resolved_pair_order
+    measured = [0.002, 0.005, 0.30, 0.95, -0.009]
+    noise = [0.003, 0.003, 0.01, 0.02, 0.002]
+    # rows 0 and 1 lie within their noise: their order is not counted either way
+    right = [0.0, 0.0, 0.29, 0.97, -0.01]
+    apart, wrong = resolved_pair_order(right, measured, noise)
+    assert apart == 9 and wrong == []
+    # a prediction of no change for the row measured at -0.9% ties the +0.2% and +0.5% rows
+    tied = [0.0, 0.0, 0.29, 0.97, 0.0]
+    assert resolved_pair_order(tied, measured, noise) == (9, [(0, 4), (1, 4)])
+    swapped = [0.0, 0.0, 0.97, 0.29, -0.01]
+    assert resolved_pair_order(swapped, measured, noise)[1] == [(2, 3)]
+    with pytest.raises(ValueError):
+        resolved_pair_order([0.0], [0.0, 1.0], [0.0, 0.0])

@@ -162,6 +162,19 @@ def test_queued_time_under_load(queued):
         queued_under_load(queued, w0, 2.0, rule="closed")
 
 
+def test_predict_what_if_takes_the_queue_rule_to_every_replay():
+    data = loaded_trace([600, 700, 800, 900, 1000, 1100, 1200, 1300], depth=4)
+    little = predict_what_if(data, {"depth": {"ring": 1}})
+    opened = predict_what_if(data, {"depth": {"ring": 1}}, queue_rule="open")
+    kept = predict_what_if(data, {"depth": {"ring": 1}}, queue_rule="none")
+    # the open queue shortens a slower change's loads most, keeping the base's queue least
+    assert opened["predicted_change"] < little["predicted_change"] < kept["predicted_change"]
+    for low, high in zip(opened["interval"], kept["interval"]):  # both ends move too
+        assert low < high
+    with pytest.raises(ValueError, match="queue rule"):
+        predict_what_if(data, {"depth": {"ring": 1}}, queue_rule="closed")
+
+
 def test_predict_what_if_interval_and_not_modelled():
     data = loaded_trace([600, 700, 800, 900, 1000, 1100, 1200, 1300], depth=4)
     p = predict_what_if(data, {"depth": {"ring": 1}})
@@ -181,7 +194,7 @@ def test_unobserved_latency_gives_bounds_not_a_prediction():
     # the consumer begins 2000 ns late: every wait finds its item there
     late = 2000
     spans = {t: list(v) for t, v in regions.items()}
-    c_end, released = late, []
+    c_end = late
     spans["w_f"], spans["c"] = [], []
     for k in range(iters):
         arrival = spans["w_e"][k][1] + latency

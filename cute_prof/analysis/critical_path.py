@@ -1186,20 +1186,21 @@ def queued_under_load(queued, unqueued: float, ratio: float, *, rule: str = "lit
 
     - ``"little"`` (the model's): Little's law at a fixed occupancy, queued / ratio;
     - ``"open"``: one open queue, W = W0 / (1 - rho), the base's utilisation rho = queued /
-      (unqueued + queued), the change's rho / ratio (the model's in stops 52-53);
+      (unqueued + queued), the change's rho / ratio (the model's in stops 41-53);
     - ``"none"``: the base's queueing kept.
 
     The open queue shrinks a slower change's queueing the most, and its shallower rings'
     loads came out faster than the GPU's: probed on an H100, quack's 2-stage variant's loads
     took 704 / 800 / 832 / 896 / 1024 ns (p5 / p25 / median / p75 / p95) where its base's
-    took 544 / 640 / 832 / 992 / 1154, the open queue's draws 439 / 599 / 695 / 855 / 1079;
-    its 2-stage ring's blocked loads took 768-832 ns on all eleven runs of stops 51-53 with
+    took 544 / 640 / 800 / 992 / 1184, the open queue's draws 439 / 599 / 695 / 855 / 1079;
+    its 2-stage ring's blocked loads took 768-832 ns on all eleven runs of stops 52-53 with
     the base's sampled median anywhere in 800-960. Over those runs Little's law put 78 of
     80 full-run rows within 3 points (0.89 points mean error) against the open queue's 77
-    (0.96), quack's 4 -> 2 2.71 points off on average against 3.58, no row worse on average
-    (bench/results/whatif/queue_rules.txt). A faster change (``ratio`` < 1) loads memory
-    more: every rule but ``"none"`` takes Little's law there (the open queue has no steady
-    state once rho reaches 1)."""
+    (0.96), quack's 4 -> 2 2.71 points off on average against 3.58, no row more than 0.07
+    point worse on average; held out on stop 54's two runs, 31 of 32 within, as the open
+    queue's (bench/results/whatif/queue_rules.txt). A faster change (``ratio`` < 1) loads
+    memory more: every rule but ``"none"`` takes Little's law there (the open queue has no
+    steady state once rho reaches 1)."""
     if rule not in QUEUE_RULES:
         raise ValueError(f"unknown queue rule {rule!r}: one of {sorted(QUEUE_RULES)}")
     r = max(float(ratio), 1e-6)
@@ -1862,7 +1863,8 @@ def what_if(data: PipelineData, *, depth: dict | None = None, shared_by: dict | 
     ``schedules``: also return the base's and the change's replays (``base_schedule``,
     ``changed_schedule``: each CTA's replayed spans, to set against a variant's own trace)
     and how much later than measured each unit started in them (``base_unit_shift``,
-    ``changed_unit_shift``: ``dispatch_shift``).
+    ``changed_unit_shift``: ``dispatch_shift``), and each drawn wait's (U, K) latencies in
+    both (``base_latency_draws``, ``changed_latency_draws``: wait tag -> ns).
 
     ``arrivals``: ring -> loads sampled as they arrived (``pipelines.load_arrival_sample``:
     every load, not only the late ones a consumer waited for; or plain latencies); a
@@ -2004,7 +2006,10 @@ def what_if(data: PipelineData, *, depth: dict | None = None, shared_by: dict | 
     fidelity = float(np.median((base_end - measured_end)
                                / np.maximum(measured_end - data.start[:, 0, :].min(1), 1)))
     extra = {"base_schedule": base, "changed_schedule": changed, "base_unit_shift": base_shift,
-             "changed_unit_shift": changed_shift} if schedules else {}
+             "changed_unit_shift": changed_shift,
+             "base_latency_draws": {tags[i]: x for i, x in base_draws.items()},
+             "changed_latency_draws": {tags[i]: x for i, x in changed_draws.items()}
+             } if schedules else {}
     return {**extra, "change": {"depth": depth, "shared_by": shared_by, "scale": scale,
                                 "latency": latency},
             "kernel_ns": base_ns, "predicted_kernel_ns": predicted,
