@@ -90,7 +90,9 @@ def main(argv=None) -> int:
                     help="launches of the probed base (default: --traces). More of them show "
                          "how the probes' cost spreads over launches; the check reads those "
                          "nearest each traced launch in span, which with many can be one "
-                         "whose memory ran fast (bench/results/whatif/probe_density_quack.txt)")
+                         "whose memory ran fast (stop 53: probe_density_quack.txt, "
+                         "stop54/moved_from_results/ in "
+                         "bench/results/whatif/history/stops_31-54.tar.xz)")
     ap.add_argument("--probe-variants", default="", metavar="NAMES",
                     help="variants also traced with the same probes (trace_<name>_arrivals.npz, "
                          "one launch each): diagnosis of their loads "
