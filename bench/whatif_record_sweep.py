@@ -1,10 +1,13 @@
 """How the what-if check's errors move with the record time the model removes: every
 zero-edit row predicted (median of the traced launches, as the check does) with one record's
-time scaled to each of ``--scales`` of the trace's own gap estimate (``record_cost_ns``).
-0 predicts the recording kernel itself; 1 is what the check ships; 0.26 is about the 12.1 ns
-one record costs on a pure dependency chain (``bench/results/record_cost/chain.md``).
+time scaled to each of ``--scales`` of the time the check removes (one record on a
+dependency chain, ``bench/results/record_cost/chain.md``, where the run measured it, else the
+trace's own gap estimate, ``record_cost_ns``), the recorder's measured cost on the base
+passed as the check passes it. 1 is what the check ships; below 1 the part of the
+recorder's cost the records' own time no longer accounts for is taken off the work as its
+slowdown (``critical_path.recorder_slowdown``), all of it at 0.
 
-    python bench/whatif_record_sweep.py GPU_OUT [--scales 0,0.26,0.5,1] [--out FILE]
+    python bench/whatif_record_sweep.py GPU_OUT [--scales 0,0.5,1,2] [--out FILE]
 """
 
 from __future__ import annotations
@@ -19,19 +22,21 @@ sys.path.insert(0, str(ROOT))
 sys.path.insert(0, str(ROOT / "bench"))
 
 from whatif_check import (  # noqa: E402
-    ENTRIES, folder_of, paired_change, point_prediction, traced_launch_models)
+    ENTRIES, base_recorder_cost, folder_of, paired_change, point_prediction, record_chain,
+    traced_launch_models)
 
 
 def main(argv=None) -> int:
     ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     ap.add_argument("gpu_out", type=Path)
-    ap.add_argument("--scales", default="0,0.26,0.5,1")
+    ap.add_argument("--scales", default="0,0.5,1,2")
     ap.add_argument("--out", type=Path)
     args = ap.parse_args(argv)
     scales = [float(x) for x in args.scales.split(",")]
+    chain_ns, chain_source = record_chain(args.gpu_out)
     lines = [f"# python bench/whatif_record_sweep.py {args.gpu_out} --scales {args.scales}",
              "# error (pp) of each zero-edit row with one record's time scaled to each "
-             "fraction of the trace's gap estimate", "",
+             f"fraction of the one the check removes ({chain_source})", "",
              "| kernel | what-if | measured | " + " | ".join(f"x{s:g}" for s in scales) + " |",
              "|---|---|---:|" + "---:|" * len(scales)]
     errors = {s: [] for s in scales}
@@ -41,7 +46,8 @@ def main(argv=None) -> int:
             continue
         timings = entry.load_timings(folder)
         # each traced launch with the probed launches that ran like it, as the check reads them
-        models = traced_launch_models(entry, folder)
+        models = traced_launch_models(entry, folder, record_chain_ns=chain_ns,
+                                      recorder_cost=base_recorder_cost(timings, entry.base))
         for name, change in entry.variants.items():
             if not isinstance(change, dict) or not timings.get(name):
                 continue
@@ -50,7 +56,9 @@ def main(argv=None) -> int:
             for s in scales:
                 predicted = statistics.median(statistics.median(
                     point_prediction(run["data"], run["inputs"], change,
-                                     record_ns=run["record_ns"] * s) for run in runs)
+                                     record_ns=run["record_ns"] * s,
+                                     recorder_cost=run["inputs"]["recorder_cost"])
+                    for run in runs)
                     for runs in models)
                 errors[s].append((predicted - measured) * 100)
                 cells.append(f"{errors[s][-1]:+.2f}")
