@@ -261,26 +261,13 @@ def launch_model(entry: Entry, raw: Trace, probed: Trace | None, *,
                        "recorder_cost": recorder_cost, "release_sample": release_sample}}
 
 
-def median_of(values):
-    """The median of numbers, or key by key of dicts of them (a latency per ring)."""
-    values = list(values)
-    if isinstance(values[0], dict):
-        return {key: median_of(v[key] for v in values) for key in values[0]}
-    return statistics.median(values)
-
-
 def pooled_prediction(preds: list[dict]) -> dict:
-    """One prediction from those of each traced base launch: their median, its interval the
-    launches' median interval widened to every launch's own prediction (a single launch's
-    trace carries its own noise: quack's 4 -> 2 read +94.65% from one run's, +78.37% from
-    another's)."""
-    points = [p["predicted_change"] for p in preds]
-    lows, highs = zip(*(p["interval"] for p in preds))
-    return {"predicted": statistics.median(points),
-            "interval": [min(statistics.median(lows), min(points)),
-                         max(statistics.median(highs), max(points))],
-            "latency_ns": median_of(p["detail"]["latency_ns"] for p in preds),
-            "launch_predictions": points}
+    """The row's prediction from those of each traced base launch
+    (``pool_predictions(widen=True)``: their median, the interval reaching each one's own)."""
+    pooled = pool_predictions(preds, widen=True)
+    return {"predicted": pooled["predicted_change"], "interval": list(pooled["interval"]),
+            "latency_ns": pooled["detail"]["latency_ns"],
+            "launch_predictions": pooled.get("changes", [pooled["predicted_change"]])}
 
 
 def probed_launch_paths(entry: Entry, folder: Path) -> list[Path]:

@@ -712,7 +712,7 @@ def _decode_compiled(records, codes, counts, rate, counter_epoch):
     _run_blocks(lambda lo, hi: _gather_compiled(
         records, keys[lo:hi], (1 << rank_bits) - 1, gaps, ns_per_cycle,
         *(column[lo:hi] for column in columns)), n_events)
-    del keys
+    keys = None  # frees the sorted keys (a del here reads to pyflakes as unbound in the lambda)
     if not n_events:
         return events, []
     if not same_launch:

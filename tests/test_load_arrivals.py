@@ -448,6 +448,10 @@ def test_pooling_predictions_keeps_what_one_of_them_cannot_model():
     assert pooled["detail"]["predicted_kernel_ns"] == pytest.approx(1200.0)
     assert pooled["detail"]["latency_ns"] == {"w": 600.0}
     assert pool_predictions([made]) is made
+    # each from another traced launch: the interval reaches every one's own change
+    far = {**other, "predicted_change": 0.5, "interval": (0.45, 0.55)}
+    assert pool_predictions([made, far])["interval"] == pytest.approx((0.25, 0.375))
+    assert pool_predictions([made, far], widen=True)["interval"] == pytest.approx((0.1, 0.5))
     cannot = {"modelled": False, "reason": "no model term"}
     assert pool_predictions([made, cannot]) is cannot
     with pytest.raises(ValueError, match="no predictions"):
