@@ -43,9 +43,9 @@ def test_a_change_is_read_round_by_round_so_a_clock_step_between_rounds_cancels(
 def test_a_prediction_from_several_traced_launches_is_their_median_inside_all_of_them():
     check = load("whatif_check")
 
-    def launch(point, lo, hi, latency):
-        return {"predicted_change": point, "interval": (lo, hi),
-                "detail": {"latency_ns": {"ring": latency}}}
+    def launch(point, lo, hi, latency):  # as predict_what_if returns one
+        return {"modelled": True, "predicted_change": point, "interval": (lo, hi),
+                "detail": {"kernel_ns": 1000.0, "latency_ns": {"ring": latency}}}
 
     got = check.pooled_prediction([launch(0.95, 0.81, 1.08, 900), launch(0.78, 0.70, 0.90, 830),
                                    launch(0.93, 0.85, 1.04, 910)])
