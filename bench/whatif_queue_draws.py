@@ -6,8 +6,8 @@ Per run, for one zero-edit kernel of ``whatif_check.py``:
 - the base's sampled loads (the probed launches the first traced launch reads), p5 / p25 /
   median / mean;
 - each depth variant's loads as its consumers saw them: the median end - issue of the waits
-  that blocked, over the middle half of the loop (``whatif_diagnose.blocked_loads``), and
-  the measured change;
+  that blocked, over the middle half of the loop (``whatif_diagnose.loads``), and the
+  measured change;
 - with ``--draws``: the first traced launch's replayed latencies (every item's draw, the
   loop's congestion plus the load's own deviation) in the base and in each variant under
   each rule, p5 / p25 / median / p75 / p95 and mean, against the variant's own probed loads
@@ -31,13 +31,12 @@ sys.path.insert(0, str(ROOT / "bench"))
 
 from cute_prof.analysis import critical_path as cp  # noqa: E402
 from cute_prof.analysis.model import arrival_latencies  # noqa: E402
-from cute_prof.analysis.pipelines import (  # noqa: E402
-    derive_pipeline, load_arrival_sample, probed_launches_like)
+from cute_prof.analysis.pipelines import load_arrival_sample, probed_launches_like  # noqa: E402
 from cute_prof.calibration import paired_change  # noqa: E402
 
 import whatif_check  # noqa: E402
 from tools.columns import launch_paths  # noqa: E402
-from whatif_diagnose import blocked_loads  # noqa: E402
+from whatif_diagnose import loads  # noqa: E402
 
 QUANTILES = (0.05, 0.25, 0.5, 0.75, 0.95)
 
@@ -46,22 +45,6 @@ def spread(values) -> str:
     """p5 / p25 / median / p75 / p95 and the mean of ``values`` (ns)."""
     v = np.asarray(values, dtype=np.float64).ravel()
     return "/".join(f"{x:.0f}" for x in np.quantile(v, QUANTILES)) + f" mean {v.mean():.0f}"
-
-
-def consumer_latency(entry, path: Path) -> tuple[float, float]:
-    """The median end - issue of the waits that blocked over the middle half of the loop,
-    and the share that blocked: a variant's loads as its consumers met them."""
-    derived = derive_pipeline(entry.load(path))
-    data = cp.match_records(derived.trace, derived.spec)
-    terms = cp.infer_terms(data)
-    tags = [r.tag for r in derived.spec.regions]
-    wait = tags.index(entry.wait) if entry.wait else next(
-        i for i, r in enumerate(derived.spec.regions) if "consumes" in r.relations)
-    latency, blocked = blocked_loads(data, terms, wait)
-    middle = slice(latency.shape[1] // 4, 3 * latency.shape[1] // 4)
-    seen = latency[:, middle][blocked[:, middle]]
-    return (float(np.median(seen)) if seen.size else float("nan"),
-            float(blocked[:, middle].mean()))
 
 
 def replayed_draws(run: dict, change: dict, rule: str) -> tuple[np.ndarray, np.ndarray]:
@@ -96,9 +79,11 @@ def report(root: Path, entry, *, draws: bool) -> list[str]:
         path = folder / entry.variant_trace.format(variant=name)
         if not path.exists():
             continue
-        seen, share = consumer_latency(entry, path)
-        lines.append(f"  {name:14s} blocked loads' median {seen:4.0f} ns ({share:.0%} of waits "
-                     f"blocked), measured {paired_change(timings, name, entry.base):+.2%}")
+        got = loads(entry.load(path))
+        seen = got["blocked_latency"] if got["blocked_latency"] is not None else float("nan")
+        lines.append(f"  {name:14s} blocked loads' median {seen:4.0f} ns "
+                     f"({got['blocked_share']:.0%} of waits blocked), measured "
+                     f"{paired_change(timings, name, entry.base):+.2%}")
     if draws:
         chain_ns, _ = whatif_check.record_chain(root)
         models = whatif_check.traced_launch_models(

@@ -2165,14 +2165,14 @@ def pool_predictions(preds: list[dict], *, widen: bool = False) -> dict:
     if len(preds) == 1 or not all(p["modelled"] for p in preds):
         return next((p for p in preds if not p["modelled"]), preds[0])
     median = lambda values: float(np.median(list(values)))  # noqa: E731
-    change = median(p["predicted_change"] for p in preds)
+    changes = [p["predicted_change"] for p in preds]
+    change = median(changes)
     detail = dict(preds[0]["detail"])
     detail["predicted_kernel_ns"] = detail["kernel_ns"] * (1.0 + change)
     detail["predicted_change"] = change
     detail["latency_ns"] = {tag: median(p["detail"]["latency_ns"][tag] for p in preds)
                             for tag in detail["latency_ns"]}
     lows, highs = zip(*(p["interval"] for p in preds))
-    changes = [p["predicted_change"] for p in preds]
     low, high = median(lows), median(highs)
     if widen:
         low, high = min(low, min(changes)), max(high, max(changes))
