@@ -1,0 +1,220 @@
+"""What a thread-block cluster adds between one CTA and the next on an SM (GPU).
+
+A kernel of more CTAs than the GPU holds at once runs in waves: an SM's next CTA starts
+after the one before it ended, a launch gap later (the block scheduler, the exit, the new
+CTA's prologue before its first record). The what-if model dispatches the later CTAs with
+the base trace's own gap (``critical_path.dispatched_starts``); a change of the cluster
+shape also changes that gap, which a base trace cannot show. On the H100s of stops 52-54,
+ws_gemm's 2x1 launches left 1056-1088 ns between an SM's CTAs and its 1x1 variant's
+(diagnosis only) 704-736 ns, and the 1x1 variant ran 0.5-1.1% faster where the model,
+holding the gap, predicted no change.
+
+This probe measures the gap per cluster size on a kernel of its own, not on any variant:
+each CTA (one per SM: it asks for most of the shared memory) runs ``--iters`` round trips
+of a 1-stage ``PipelineAsync`` ping-pong between two warps, compiled inside
+``cute_prof.autoprofile()`` so that its pipeline calls are recorded. A cluster launch does
+what a multicast kernel's prologue does: a cluster barrier after the barriers' init (the
+1x1 launch is the plain one, without it). Gap = an SM's CTA's first record less the end of
+the last record of the CTA before it on that SM, over ``--launches`` traced launches.
+
+    python bench/cluster_launch_gap.py --sizes 1,2 --out $OUT/cluster_gap.json
+    python bench/cluster_launch_gap.py --traces GPU_OUT...   (CPU: ws_gemm's own gaps)
+
+Writes ``cluster_gap.json``: ``{"device": ..., "gap_ns": {"1": median, "2": median}, ...}``.
+Stop 55 (H100): 352 ns alone, 416 ns in clusters of two (``bench/results/whatif/
+cluster_gap.txt``): the launch itself adds 64 ns, not the 350 ns between ws_gemm's two
+launches, which is that kernel's own cluster code around its records. The model does not
+read it: the gap it would move is not the launch's.
+"""
+
+import argparse
+import json
+import os
+import sys
+import time
+from pathlib import Path
+
+import numpy as np
+
+ROOT = Path(__file__).resolve().parents[1]
+sys.path.insert(0, str(ROOT))
+
+# one CTA per SM: a launch asks for this much dynamic shared memory (an H100 SM has 228 KB)
+SMEM_BYTES = 160 * 1024
+WARPS = 2  # a producer and a consumer warp
+
+
+def build(cluster_size: int):
+    """The ping-pong kernel's host launcher, ``launch(out, n, stream)``, launched in clusters
+    of ``cluster_size`` CTAs along x (1: the plain launch)."""
+    import cutlass
+    import cutlass.cute as cute
+    from cutlass import pipeline
+    try:
+        from cutlass.utils import SmemAllocator
+    except ImportError:
+        from cutlass.memory import SmemAllocator
+
+    @cute.kernel
+    def pingpong(out: cute.Tensor, n: cutlass.Int32):
+        warp = cute.arch.make_warp_uniform(cute.arch.warp_idx())
+        smem = SmemAllocator()
+        barriers = smem.allocate_array(cutlass.Int64, 2)
+        ring = pipeline.PipelineAsync.create(
+            num_stages=1, barrier_storage=barriers,
+            producer_group=pipeline.CooperativeGroup(pipeline.Agent.Thread, 32),
+            consumer_group=pipeline.CooperativeGroup(pipeline.Agent.Thread, 32))
+        if cutlass.const_expr(cluster_size > 1):
+            # a multicast kernel's prologue: no CTA of the cluster goes on before every
+            # CTA's barriers are initialised
+            cute.arch.cluster_arrive_relaxed()
+            cute.arch.cluster_wait()
+        if warp == 0:
+            state = pipeline.make_pipeline_state(pipeline.PipelineUserType.Producer, 1)
+            for _ in cutlass.range(n, unroll=1):
+                ring.producer_acquire(state)
+                ring.producer_commit(state)
+                state.advance()
+        if warp == 1:
+            state = pipeline.make_pipeline_state(pipeline.PipelineUserType.Consumer, 1)
+            for _ in cutlass.range(n, unroll=1):
+                ring.consumer_wait(state)
+                ring.consumer_release(state)
+                state.advance()
+            tidx, _, _ = cute.arch.thread_idx()
+            bidx, _, _ = cute.arch.block_idx()
+            if tidx == 32:
+                out[bidx] = n
+
+    @cute.jit
+    def launch(out: cute.Tensor, n: cutlass.Int32, stream):
+        pingpong(out, n).launch(grid=(out.shape[0], 1, 1), block=(32 * WARPS, 1, 1),
+                                cluster=(cluster_size, 1, 1) if cluster_size > 1 else None,
+                                smem=SMEM_BYTES, stream=stream)
+
+    return launch
+
+
+def sm_gaps(trace, warps_per_cta: int) -> np.ndarray:
+    """Each SM's gaps (ns) from one CTA's last record end to the next CTA's first start."""
+    ev = trace.events
+    cta = ev["tid"].astype(np.int64) // warps_per_cta
+    ctas, inv = np.unique(cta, return_inverse=True)
+    first = np.full(ctas.size, np.iinfo(np.int64).max)
+    np.minimum.at(first, inv, ev["start_ns"])
+    last = np.full(ctas.size, np.iinfo(np.int64).min)
+    np.maximum.at(last, inv, ev["start_ns"] + ev["dur_ns"])
+    sm = np.zeros(ctas.size, dtype=np.int64)
+    sm[inv] = ev["sm"]
+    order = np.lexsort((first, sm))
+    same = sm[order][1:] == sm[order][:-1]
+    gaps = (first[order][1:] - last[order][:-1])[same]
+    return gaps[gaps >= 0]  # CTAs resident together on one SM: no gap between them
+
+
+def traced_gaps(gpu_out: Path) -> list[str]:
+    """ws_gemm 4096^3's gaps in a what-if run (``bench/whatif_all_gpu.sh``'s gemm_ze part):
+    its 2x1 base's first traced launch and its 1x1 variant's trace (diagnosis only)."""
+    sys.path.insert(0, str(ROOT / "bench"))
+    import whatif_check
+    from tools.pipeline_data import matched
+
+    from cute_prof.analysis.critical_path import cta_dispatch
+
+    entry = next(e for e in whatif_check.ENTRIES if e.folder == "gemm_ze")
+    folder = gpu_out / entry.folder
+    lines = []
+    for name, path in (("2x1 base", folder / entry.trace),
+                       ("1x1 variant", folder / entry.variant_trace.format(variant="cluster1x1"))):
+        if not path.exists():
+            lines.append(f"{gpu_out.name} {name}: no {path.name}")
+            continue
+        _, data = matched(entry.load(path))
+        _, first, last, sm, _ = cta_dispatch(data)
+        order = np.lexsort((first, sm))
+        same = sm[order][1:] == sm[order][:-1]
+        gaps = (first[order][1:] - last[order][:-1])[same]
+        gaps = gaps[gaps >= 0]
+        p10, p90 = np.quantile(gaps, [0.1, 0.9])
+        lines.append(f"{gpu_out.name} {name}: gap median {np.median(gaps):.0f} ns "
+                     f"(p10 {p10:.0f}, p90 {p90:.0f}), CTA median {np.median(last - first):.0f} ns")
+    return lines
+
+
+def main(argv=None) -> int:
+    ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    ap.add_argument("--traces", type=Path, nargs="+", default=None,
+                    help="what-if runs' GPU_OUT folders: ws_gemm's own gaps (CPU), nothing timed")
+    ap.add_argument("--sizes", default="1,2", help="cluster sizes (CTAs along x)")
+    ap.add_argument("--waves", type=int, default=4, help="CTAs per SM over the launch")
+    ap.add_argument("--iters", type=int, default=256, help="round trips per CTA")
+    ap.add_argument("--launches", type=int, default=5, help="traced launches per size")
+    ap.add_argument("--out", type=Path, default=None,
+                    help="the JSON result (default $OUT/cluster_gap.json)")
+    args = ap.parse_args(argv)
+    if args.traces:
+        for gpu_out in args.traces:
+            print("\n".join(traced_gaps(gpu_out)), flush=True)
+        return 0
+    sizes = [int(s) for s in args.sizes.split(",")]
+    if any(s < 1 for s in sizes) or args.waves < 2 or args.launches < 1:
+        ap.error("sizes >= 1, --waves >= 2 (a gap needs a CTA after another), --launches >= 1")
+    import cuda.bindings.driver as cuda
+    import cutlass
+    import cutlass.cute as cute
+    import torch
+    from cutlass.cute.runtime import from_dlpack
+
+    import cute_prof
+
+    sms = torch.cuda.get_device_properties(0).multi_processor_count
+    stream = cuda.CUstream(torch.cuda.current_stream().cuda_stream)
+    n = cutlass.Int32(args.iters)
+    result = {"device": f"{torch.cuda.get_device_name()}, CUDA {torch.version.cuda}",
+              "date": time.strftime("%Y-%m-%d %H:%M UTC", time.gmtime()),
+              "command": "python bench/cluster_launch_gap.py " + " ".join(argv or sys.argv[1:]),
+              "iters": args.iters, "sms": sms, "gap_ns": {}, "gap_quartiles_ns": {},
+              "gaps": {}, "cta_ns": {}}
+    for size in sizes:
+        ctas = (args.waves * sms) // size * size
+        out = torch.zeros(ctas, dtype=torch.int32, device="cuda")
+        view = from_dlpack(out)
+        with cute_prof.autoprofile(per_warp=3 * args.iters + 64, max_warps=ctas * WARPS) as prof:
+            compiled = cute.compile(build(size), view, n, stream)
+        gaps, cta_ns = [], []
+        for _ in range(args.launches):
+            prof.reset()
+            for _ in range(3):  # warm: the traced launch follows launches of its own kernel
+                compiled(view, n, stream)
+            torch.cuda.synchronize()
+            prof.reset()
+            compiled(view, n, stream)
+            torch.cuda.synchronize()
+            if int(out.min()) != args.iters:
+                raise SystemExit(f"cluster {size}: the ping-pong did not finish")
+            trace = prof.trace()
+            gaps.append(sm_gaps(trace, WARPS))
+            cta = trace.events["tid"].astype(np.int64) // WARPS
+            _, inv = np.unique(cta, return_inverse=True)
+            lo = np.full(inv.max() + 1, np.iinfo(np.int64).max)
+            np.minimum.at(lo, inv, trace.events["start_ns"])
+            hi = np.full(inv.max() + 1, np.iinfo(np.int64).min)
+            np.maximum.at(hi, inv, trace.events["start_ns"] + trace.events["dur_ns"])
+            cta_ns.append(float(np.median(hi - lo)))
+        pooled = np.concatenate(gaps)
+        if not pooled.size:
+            raise SystemExit(f"cluster {size}: no SM ran two CTAs one after the other")
+        result["gap_ns"][str(size)] = float(np.median(pooled))
+        result["gap_quartiles_ns"][str(size)] = [float(q) for q in np.quantile(pooled, [.25, .75])]
+        result["gaps"][str(size)] = [float(np.median(g)) for g in gaps]
+        result["cta_ns"][str(size)] = cta_ns
+        print(f"cluster {size}: {ctas} CTAs, gap median {result['gap_ns'][str(size)]:.0f} ns "
+              f"(per launch {', '.join(f'{g:.0f}' for g in result['gaps'][str(size)])}; "
+              f"{pooled.size} gaps), CTA {np.median(cta_ns) / 1e3:.1f} us", flush=True)
+    target = args.out or Path(os.environ.get("OUT", ".")) / "cluster_gap.json"
+    target.write_text(json.dumps(result, indent=1))
+    return 0
+
+
+if __name__ == "__main__":
+    raise SystemExit(main())
