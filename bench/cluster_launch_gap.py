@@ -11,7 +11,8 @@ holding the gap, predicted no change.
 
 This probe measures the gap per cluster size on a kernel of its own, not on any variant:
 each CTA (one per SM: it asks for most of the shared memory) runs ``--iters`` round trips
-of a 1-stage ``PipelineAsync`` ping-pong between two warps, compiled inside
+of ``record_cost.py chain``'s 1-stage ``PipelineAsync`` ping-pong between two warps,
+compiled inside
 ``cute_prof.autoprofile()`` so that its pipeline calls are recorded. A cluster launch does
 what a multicast kernel's prologue does: a cluster barrier after the barriers' init (the
 1x1 launch is the plain one, without it). Gap = an SM's CTA's first record less the end of
@@ -38,61 +39,11 @@ import numpy as np
 
 ROOT = Path(__file__).resolve().parents[1]
 sys.path.insert(0, str(ROOT))
+sys.path.insert(0, str(ROOT / "bench"))
 
 # one CTA per SM: a launch asks for this much dynamic shared memory (an H100 SM has 228 KB)
 SMEM_BYTES = 160 * 1024
-WARPS = 2  # a producer and a consumer warp
-
-
-def build(cluster_size: int):
-    """The ping-pong kernel's host launcher, ``launch(out, n, stream)``, launched in clusters
-    of ``cluster_size`` CTAs along x (1: the plain launch)."""
-    import cutlass
-    import cutlass.cute as cute
-    from cutlass import pipeline
-    try:
-        from cutlass.utils import SmemAllocator
-    except ImportError:
-        from cutlass.memory import SmemAllocator
-
-    @cute.kernel
-    def pingpong(out: cute.Tensor, n: cutlass.Int32):
-        warp = cute.arch.make_warp_uniform(cute.arch.warp_idx())
-        smem = SmemAllocator()
-        barriers = smem.allocate_array(cutlass.Int64, 2)
-        ring = pipeline.PipelineAsync.create(
-            num_stages=1, barrier_storage=barriers,
-            producer_group=pipeline.CooperativeGroup(pipeline.Agent.Thread, 32),
-            consumer_group=pipeline.CooperativeGroup(pipeline.Agent.Thread, 32))
-        if cutlass.const_expr(cluster_size > 1):
-            # a multicast kernel's prologue: no CTA of the cluster goes on before every
-            # CTA's barriers are initialised
-            cute.arch.cluster_arrive_relaxed()
-            cute.arch.cluster_wait()
-        if warp == 0:
-            state = pipeline.make_pipeline_state(pipeline.PipelineUserType.Producer, 1)
-            for _ in cutlass.range(n, unroll=1):
-                ring.producer_acquire(state)
-                ring.producer_commit(state)
-                state.advance()
-        if warp == 1:
-            state = pipeline.make_pipeline_state(pipeline.PipelineUserType.Consumer, 1)
-            for _ in cutlass.range(n, unroll=1):
-                ring.consumer_wait(state)
-                ring.consumer_release(state)
-                state.advance()
-            tidx, _, _ = cute.arch.thread_idx()
-            bidx, _, _ = cute.arch.block_idx()
-            if tidx == 32:
-                out[bidx] = n
-
-    @cute.jit
-    def launch(out: cute.Tensor, n: cutlass.Int32, stream):
-        pingpong(out, n).launch(grid=(out.shape[0], 1, 1), block=(32 * WARPS, 1, 1),
-                                cluster=(cluster_size, 1, 1) if cluster_size > 1 else None,
-                                smem=SMEM_BYTES, stream=stream)
-
-    return launch
+WARPS = 2  # record_chain's ping-pong with one consumer warp: a producer and a consumer
 
 
 def sm_gaps(trace, warps_per_cta: int) -> np.ndarray:
@@ -166,6 +117,7 @@ def main(argv=None) -> int:
     from cutlass.cute.runtime import from_dlpack
 
     import cute_prof
+    from parts.record_chain import build
 
     sms = torch.cuda.get_device_properties(0).multi_processor_count
     stream = cuda.CUstream(torch.cuda.current_stream().cuda_stream)
@@ -180,7 +132,8 @@ def main(argv=None) -> int:
         out = torch.zeros(ctas, dtype=torch.int32, device="cuda")
         view = from_dlpack(out)
         with cute_prof.autoprofile(per_warp=3 * args.iters + 64, max_warps=ctas * WARPS) as prof:
-            compiled = cute.compile(build(size), view, n, stream)
+            compiled = cute.compile(build(args.iters, cluster_size=size,
+                                          smem_bytes=SMEM_BYTES), view, n, stream)
         gaps, cta_ns = [], []
         for _ in range(args.launches):
             prof.reset()

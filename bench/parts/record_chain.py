@@ -40,8 +40,12 @@ def block_threads(consumer_warps: int) -> int:
     return 32 * (1 + consumer_warps)
 
 
-def build(iters: int, consumer_warps: int = 1):
-    """The ping-pong kernel's host launcher: ``launch(out, stream)``."""
+def build(iters: int, consumer_warps: int = 1, *, cluster_size: int = 1, smem_bytes: int = 64):
+    """The ping-pong kernel's host launcher: ``launch(out, n, stream)``. ``cluster_size``:
+    launched in clusters of that many CTAs along x, with a multicast kernel's prologue (a
+    cluster barrier after the barriers' init; 1: the plain launch, without it);
+    ``smem_bytes``: the dynamic shared memory each CTA asks for (enough of it keeps one CTA
+    per SM: ``bench/cluster_launch_gap.py``)."""
     import cutlass
     import cutlass.cute as cute
     from cutlass import pipeline
@@ -61,6 +65,10 @@ def build(iters: int, consumer_warps: int = 1):
             producer_group=pipeline.CooperativeGroup(pipeline.Agent.Thread, 32),
             consumer_group=pipeline.CooperativeGroup(pipeline.Agent.Thread,
                                                      32 * consumer_warps))
+        if cutlass.const_expr(cluster_size > 1):
+            # no CTA of the cluster goes on before every CTA's barriers are initialised
+            cute.arch.cluster_arrive_relaxed()
+            cute.arch.cluster_wait()
         if warp == 0:
             state = pipeline.make_pipeline_state(pipeline.PipelineUserType.Producer, 1)
             for _ in cutlass.range(n, unroll=1):
@@ -81,8 +89,9 @@ def build(iters: int, consumer_warps: int = 1):
     @cute.jit
     def launch(out: cute.Tensor, n: cutlass.Int32, stream):
         pingpong(out, n).launch(grid=(out.shape[0], 1, 1),
-                                block=(block_threads(consumer_warps), 1, 1), smem=64,
-                                stream=stream)
+                                block=(block_threads(consumer_warps), 1, 1),
+                                cluster=(cluster_size, 1, 1) if cluster_size > 1 else None,
+                                smem=smem_bytes, stream=stream)
 
     return launch
 
