@@ -4,28 +4,25 @@ A kernel of more CTAs than the GPU holds at once runs in waves: an SM's next CTA
 after the one before it ended, a launch gap later (the block scheduler, the exit, the new
 CTA's prologue before its first record). The what-if model dispatches the later CTAs with
 the base trace's own gap (``critical_path.dispatched_starts``); a change of the cluster
-shape also changes that gap, which a base trace cannot show. On the H100s of stops 52-54,
-ws_gemm's 2x1 launches left 1056-1088 ns between an SM's CTAs and its 1x1 variant's
-(diagnosis only) 704-736 ns, and the 1x1 variant ran 0.5-1.1% faster where the model,
-holding the gap, predicted no change.
+shape also changes that gap, which a base trace cannot show. ws_gemm's 1x1 variant ran
+0.5-0.9% faster than its 2x1 base on the H100s of stops 52-55, where the model, holding
+the gap, predicted no change.
 
 This probe measures the gap per cluster size on a kernel of its own, not on any variant:
 each CTA (one per SM: it asks for most of the shared memory) runs ``--iters`` round trips
 of ``record_cost.py chain``'s 1-stage ``PipelineAsync`` ping-pong between two warps,
-compiled inside
-``cute_prof.autoprofile()`` so that its pipeline calls are recorded. A cluster launch does
+compiled inside ``cute_prof.autoprofile()`` so that its pipeline calls are recorded. A cluster launch does
 what a multicast kernel's prologue does: a cluster barrier after the barriers' init (the
 1x1 launch is the plain one, without it). Gap = an SM's CTA's first record less the end of
 the last record of the CTA before it on that SM, over ``--launches`` traced launches.
 
     python bench/cluster_launch_gap.py --sizes 1,2 --out $OUT/cluster_gap.json
-    python bench/cluster_launch_gap.py --traces GPU_OUT...   (CPU: ws_gemm's own gaps)
+    python bench/cluster_launch_gap.py --traces GPU_OUT...   (CPU: ws_gemm's own, 2x1 base and 1x1 variant)
 
 Writes ``cluster_gap.json``: ``{"device": ..., "gap_ns": {"1": median, "2": median}, ...}``.
 Stop 55 (H100): 352 ns alone, 416 ns in clusters of two (``bench/results/whatif/
-cluster_gap.txt``): the launch itself adds 64 ns, not the 350 ns between ws_gemm's two
-launches, which is that kernel's own cluster code around its records. The model does not
-read it: the gap it would move is not the launch's.
+cluster_gap.txt``): the launch itself adds 64 ns, about 0.1% of ws_gemm 4096^3. The model
+does not read it.
 """
 
 import argparse
@@ -86,9 +83,14 @@ def traced_gaps(gpu_out: Path) -> list[str]:
         same = sm[order][1:] == sm[order][:-1]
         gaps = (first[order][1:] - last[order][:-1])[same]
         gaps = gaps[gaps >= 0]
+        # start to start: what the SM's next CTA waits for, whichever record opens a CTA
+        # (the 1x1 variant's first record is its CTA barrier's, the 2x1's the first acquire
+        # after its unrecorded cluster barrier)
+        period = (first[order][1:] - first[order][:-1])[same]
         p10, p90 = np.quantile(gaps, [0.1, 0.9])
         lines.append(f"{gpu_out.name} {name}: gap median {np.median(gaps):.0f} ns "
-                     f"(p10 {p10:.0f}, p90 {p90:.0f}), CTA median {np.median(last - first):.0f} ns")
+                     f"(p10 {p10:.0f}, p90 {p90:.0f}), CTA median {np.median(last - first):.0f} ns, "
+                     f"start to start on an SM {np.median(period):.0f} ns")
     return lines
 
 
