@@ -3,12 +3,15 @@
 CuTe DSL runs a kernel's Python body once, while tracing, to build its IR. While
 :func:`recording` is active, the methods of every ``cutlass.pipeline`` class (and of every
 subclass, such as FlashAttention-4's) and ``cute.arch.barrier`` / ``barrier_arrive`` /
-``sync_threads`` are wrapped, so each call the kernel makes also emits a record on the
-per-warp slices path (:class:`~cute_prof.device.slices.SliceRecorder`):
+``sync_threads`` and the cluster barrier's ``cluster_arrive`` / ``cluster_wait`` are wrapped,
+so each call the kernel makes also emits a record on the per-warp slices path
+(:class:`~cute_prof.device.slices.SliceRecorder`):
 
-* ``producer_acquire``, ``consumer_wait``, a named-barrier ``barrier`` or ``sync_threads``:
-  a region from just before the call to just after it (the blocked time), two words;
-* ``producer_commit``, ``consumer_release``, ``barrier_arrive``: an instant, one word.
+* ``producer_acquire``, ``consumer_wait``, a named-barrier ``barrier``, ``sync_threads`` or
+  a cluster's ``cluster_wait``: a region from just before the call to just after it (the
+  blocked time), two words;
+* ``producer_commit``, ``consumer_release``, ``barrier_arrive``, ``cluster_arrive`` (and
+  its ``_relaxed`` form): an instant, one word.
 
 Tags name the pipeline object (the variable its ``create`` was assigned to) and the call
 (``producer_tail``, the producer's drain of the ring before it exits, is one region of its
@@ -49,6 +52,11 @@ PIPELINE_WAITS = ("producer_acquire", "consumer_wait", "producer_tail")
 PIPELINE_SIGNALS = ("producer_commit", "consumer_release")
 BARRIER_WAITS = ("barrier", "sync_threads")
 BARRIER_SIGNALS = ("barrier_arrive",)
+# a thread-block cluster's barrier (``cute.arch``; a pipeline's ``create`` calls them after
+# its barriers' init where the launch has clusters, ``sync_threads`` where it has none):
+# tags ``cluster.wait``, ``cluster.arrive``, ``cluster.arrive_relaxed``
+CLUSTER_WAITS = ("cluster_wait",)
+CLUSTER_SIGNALS = ("cluster_arrive", "cluster_arrive_relaxed")
 # pipeline records carry no payload: a warp makes a pipeline's calls in order, so the host
 # numbers them (iteration = ordinal per warp and call, stage = iteration mod depth); a
 # dynamic payload would cost four more instructions per record
@@ -589,6 +597,22 @@ def _barrier_function(original, op: str, kind: str):
     return wrapper
 
 
+def _cluster_function(original, op: str, kind: str):
+    """``cute.arch``'s cluster barrier: no id, one tag per call (``cluster.wait``, ...)."""
+    tag = "cluster." + op[len("cluster_"):]
+
+    def wrapper(*args, **kwargs):
+        if _active is None or _in_call():
+            return original(*args, **kwargs)
+        return _record_call(lambda rec: (rec.site(tag, op, kind, None), kind),
+                            lambda: NO_PAYLOAD, lambda: original(*args, **kwargs))
+
+    wrapper.__wrapped__ = original
+    wrapper.__name__ = getattr(original, "__name__", op)
+    wrapper._cute_prof_autoprof = True
+    return wrapper
+
+
 def _create_wrapper(original):
     def create(*args, **kwargs):
         obj = original(*args, **kwargs)
@@ -698,13 +722,14 @@ def _patch_barriers() -> None:
     from cutlass.cute import arch
     from cutlass.cute.arch import nvvm_wrappers
 
-    for op in BARRIER_WAITS + BARRIER_SIGNALS:
-        kind = "wait" if op in BARRIER_WAITS else "signal"
+    for op in BARRIER_WAITS + BARRIER_SIGNALS + CLUSTER_WAITS + CLUSTER_SIGNALS:
+        kind = "wait" if op in BARRIER_WAITS + CLUSTER_WAITS else "signal"
+        wrap = _cluster_function if op.startswith("cluster_") else _barrier_function
         for module in (arch, nvvm_wrappers):
             function = module.__dict__.get(op)
             if function is None or getattr(function, "_cute_prof_autoprof", False):
                 continue
-            _patch(module, op, _barrier_function(function, op, kind))
+            _patch(module, op, wrap(function, op, kind))
 
 
 def _kernel_start_hook():

@@ -61,6 +61,25 @@ def test_ws_gemm_level0_records_every_pipeline_call(mnk):
     roles = meta["autoprof"]["roles"]["roles"]
     assert any(name.startswith("producer") for name in roles)
     assert any(name.startswith("consumer") for name in roles)
+    # the 2x1 launch's cluster barrier after ab_pipe's init (PipelineTmaAsync.create): every
+    # warp arrives and waits once, before it makes its first pipeline call
+    arrives = _per_warp_counts(trace, "cluster.arrive_relaxed")
+    cluster_waits = _per_warp_counts(trace, "cluster.wait")
+    assert len(arrives) == len(cluster_waits) == warps
+    assert set(arrives.values()) == set(cluster_waits.values()) == {1}
+    ev = trace.events
+    names = np.asarray(trace.tag_names)[ev["tag"]]
+    tid = ev["tid"].astype(np.int64)
+    ends = ev["start_ns"] + ev["dur_ns"]
+    first_pipeline = np.full(tid.max() + 1, np.iinfo(np.int64).max)
+    on_ring = np.char.startswith(names.astype(str), "ab_pipe.")
+    np.minimum.at(first_pipeline, tid[on_ring], ev["start_ns"][on_ring])
+    waited = names == "cluster.wait"
+    arrived = names == "cluster.arrive_relaxed"
+    assert (ends[waited] <= first_pipeline[tid[waited]]).all()
+    arrive_at = np.zeros(tid.max() + 1, dtype=np.int64)
+    arrive_at[tid[arrived]] = ev["start_ns"][arrived]
+    assert (arrive_at[tid[waited]] <= ends[waited]).all()
 
 
 def test_zero_edit_leaves_no_trace_outside_the_block():
