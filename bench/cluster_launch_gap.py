@@ -43,17 +43,22 @@ SMEM_BYTES = 160 * 1024
 WARPS = 2  # record_chain's ping-pong with one consumer warp: a producer and a consumer
 
 
+def cta_spans(trace, warps_per_cta: int) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
+    """Each CTA's first record start, last record end (ns) and SM."""
+    ev = trace.events
+    _, inv = np.unique(ev["tid"].astype(np.int64) // warps_per_cta, return_inverse=True)
+    first = np.full(inv.max() + 1, np.iinfo(np.int64).max)
+    np.minimum.at(first, inv, ev["start_ns"])
+    last = np.full(inv.max() + 1, np.iinfo(np.int64).min)
+    np.maximum.at(last, inv, ev["start_ns"] + ev["dur_ns"])
+    sm = np.zeros(inv.max() + 1, dtype=np.int64)
+    sm[inv] = ev["sm"]
+    return first, last, sm
+
+
 def sm_gaps(trace, warps_per_cta: int) -> np.ndarray:
     """Each SM's gaps (ns) from one CTA's last record end to the next CTA's first start."""
-    ev = trace.events
-    cta = ev["tid"].astype(np.int64) // warps_per_cta
-    ctas, inv = np.unique(cta, return_inverse=True)
-    first = np.full(ctas.size, np.iinfo(np.int64).max)
-    np.minimum.at(first, inv, ev["start_ns"])
-    last = np.full(ctas.size, np.iinfo(np.int64).min)
-    np.maximum.at(last, inv, ev["start_ns"] + ev["dur_ns"])
-    sm = np.zeros(ctas.size, dtype=np.int64)
-    sm[inv] = ev["sm"]
+    first, last, sm = cta_spans(trace, warps_per_cta)
     order = np.lexsort((first, sm))
     same = sm[order][1:] == sm[order][:-1]
     gaps = (first[order][1:] - last[order][:-1])[same]
@@ -149,13 +154,8 @@ def main(argv=None) -> int:
                 raise SystemExit(f"cluster {size}: the ping-pong did not finish")
             trace = prof.trace()
             gaps.append(sm_gaps(trace, WARPS))
-            cta = trace.events["tid"].astype(np.int64) // WARPS
-            _, inv = np.unique(cta, return_inverse=True)
-            lo = np.full(inv.max() + 1, np.iinfo(np.int64).max)
-            np.minimum.at(lo, inv, trace.events["start_ns"])
-            hi = np.full(inv.max() + 1, np.iinfo(np.int64).min)
-            np.maximum.at(hi, inv, trace.events["start_ns"] + trace.events["dur_ns"])
-            cta_ns.append(float(np.median(hi - lo)))
+            first, last, _ = cta_spans(trace, WARPS)
+            cta_ns.append(float(np.median(last - first)))
         pooled = np.concatenate(gaps)
         if not pooled.size:
             raise SystemExit(f"cluster {size}: no SM ran two CTAs one after the other")

@@ -50,3 +50,10 @@ def test_ctas_resident_together_on_an_sm_leave_no_gap():
                                     (2, 0, 5, 1500, 2000)]), 2)
     # CTA 1 started before CTA 0 ended (no gap), CTA 2 300 ns after CTA 1
     assert gaps.tolist() == [300]
+
+
+def test_a_ctas_span_runs_from_its_first_warps_start_to_its_last_warps_end():
+    first, last, sm = load().cta_spans(trace_of([(0, 0, 3, 100, 900), (0, 1, 3, 50, 1000),
+                                                 (1, 1, 4, 200, 700)]), 2)
+    assert first.tolist() == [50, 200] and last.tolist() == [1000, 700]
+    assert sm.tolist() == [3, 4]
