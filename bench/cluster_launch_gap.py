@@ -56,13 +56,21 @@ def cta_spans(trace, warps_per_cta: int) -> tuple[np.ndarray, np.ndarray, np.nda
     return first, last, sm
 
 
-def sm_gaps(trace, warps_per_cta: int) -> np.ndarray:
-    """Each SM's gaps (ns) from one CTA's last record end to the next CTA's first start."""
-    first, last, sm = cta_spans(trace, warps_per_cta)
+def gaps_and_periods(first: np.ndarray, last: np.ndarray,
+                     sm: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
+    """Of CTAs that ran ``first`` -> ``last`` on ``sm``: each SM's gaps (ns) from one CTA's
+    last record end to the next CTA's first start (CTAs resident together on one SM leave
+    none), and the next CTA's start after this one's (what the SM's next CTA waits for,
+    whichever record opens a CTA)."""
     order = np.lexsort((first, sm))
     same = sm[order][1:] == sm[order][:-1]
     gaps = (first[order][1:] - last[order][:-1])[same]
-    return gaps[gaps >= 0]  # CTAs resident together on one SM: no gap between them
+    return gaps[gaps >= 0], (first[order][1:] - first[order][:-1])[same]
+
+
+def sm_gaps(trace, warps_per_cta: int) -> np.ndarray:
+    """Each SM's gaps (ns) from one CTA's last record end to the next CTA's first start."""
+    return gaps_and_periods(*cta_spans(trace, warps_per_cta))[0]
 
 
 def traced_gaps(gpu_out: Path) -> list[str]:
@@ -84,14 +92,9 @@ def traced_gaps(gpu_out: Path) -> list[str]:
             continue
         _, data = matched(entry.load(path))
         _, first, last, sm, _ = cta_dispatch(data)
-        order = np.lexsort((first, sm))
-        same = sm[order][1:] == sm[order][:-1]
-        gaps = (first[order][1:] - last[order][:-1])[same]
-        gaps = gaps[gaps >= 0]
-        # start to start: what the SM's next CTA waits for, whichever record opens a CTA
-        # (the 1x1 variant's first record is its CTA barrier's, the 2x1's the first acquire
-        # after its unrecorded cluster barrier)
-        period = (first[order][1:] - first[order][:-1])[same]
+        # start to start beside the gap: the 1x1 variant's first record was its CTA
+        # barrier's, the 2x1's the first acquire after its (then unrecorded) cluster barrier
+        gaps, period = gaps_and_periods(first, last, sm)
         p10, p90 = np.quantile(gaps, [0.1, 0.9])
         lines.append(f"{gpu_out.name} {name}: gap median {np.median(gaps):.0f} ns "
                      f"(p10 {p10:.0f}, p90 {p90:.0f}), CTA median {np.median(last - first):.0f} ns, "

@@ -577,35 +577,22 @@ def _probe(tracing: _Tracing, pipeline, sampled, index: Int32, parity: Int32) ->
 
 
 def _barrier_function(original, op: str, kind: str):
-    def wrapper(*args, **kwargs):
-        if _active is None or _in_call():
-            return original(*args, **kwargs)
-        barrier_id = kwargs.get("barrier_id") if op != "sync_threads" else 0
-        static = trace_time_int(barrier_id) if barrier_id is not None else 0
-        label = f"bar{static}" if isinstance(static, int) else "bar"
-
-        def tag_of(rec):
-            return rec.site(f"{label}.{'arrive' if kind == 'signal' else 'sync'}", op, kind,
-                            None), kind
-
-        return _record_call(tag_of, lambda: static,
-                            lambda: original(*args, **kwargs))
-
-    wrapper.__wrapped__ = original
-    wrapper.__name__ = getattr(original, "__name__", op)
-    wrapper._cute_prof_autoprof = True
-    return wrapper
-
-
-def _cluster_function(original, op: str, kind: str):
-    """``cute.arch``'s cluster barrier: no id, one tag per call (``cluster.wait``, ...)."""
-    tag = "cluster." + op[len("cluster_"):]
+    """A named barrier's or the CTA's (``bar<id>.sync`` / ``.arrive``, payload the id) or a
+    cluster's (``cluster.wait`` / ``.arrive`` / ``.arrive_relaxed``: no id)."""
+    cluster = op in CLUSTER_WAITS + CLUSTER_SIGNALS
 
     def wrapper(*args, **kwargs):
         if _active is None or _in_call():
             return original(*args, **kwargs)
-        return _record_call(lambda rec: (rec.site(tag, op, kind, None), kind),
-                            lambda: NO_PAYLOAD, lambda: original(*args, **kwargs))
+        if cluster:
+            name, static = "cluster." + op[len("cluster_"):], NO_PAYLOAD
+        else:
+            barrier_id = kwargs.get("barrier_id") if op != "sync_threads" else 0
+            static = trace_time_int(barrier_id) if barrier_id is not None else 0
+            label = f"bar{static}" if isinstance(static, int) else "bar"
+            name = f"{label}.{'arrive' if kind == 'signal' else 'sync'}"
+        return _record_call(lambda rec: (rec.site(name, op, kind, None), kind),
+                            lambda: static, lambda: original(*args, **kwargs))
 
     wrapper.__wrapped__ = original
     wrapper.__name__ = getattr(original, "__name__", op)
@@ -724,12 +711,11 @@ def _patch_barriers() -> None:
 
     for op in BARRIER_WAITS + BARRIER_SIGNALS + CLUSTER_WAITS + CLUSTER_SIGNALS:
         kind = "wait" if op in BARRIER_WAITS + CLUSTER_WAITS else "signal"
-        wrap = _cluster_function if op.startswith("cluster_") else _barrier_function
         for module in (arch, nvvm_wrappers):
             function = module.__dict__.get(op)
             if function is None or getattr(function, "_cute_prof_autoprof", False):
                 continue
-            _patch(module, op, wrap(function, op, kind))
+            _patch(module, op, _barrier_function(function, op, kind))
 
 
 def _kernel_start_hook():
