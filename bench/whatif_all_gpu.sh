@@ -1,28 +1,42 @@
 #!/usr/bin/env bash
-# Device calls for the what-if checks (PARTS="fa4 fa4_causal fa4_small" in one, "chain quack gemm_ze
-# persistent_ze" in another, "fa4_b1s4096" (since stop 45) where time allows; TRACES
-# traced launches per zero-edit base, default 3; NO_BARRIERS=1: FA4's recordings without their named
-# barriers; quack's QUACK_PROBED probed launches (default TRACES), QUACK_PROBE_EVERY (probe one
-# load in N, default 7), QUACK_PROBE_VARIANTS (variants traced with the probes too: diagnosis)): FA4's variants (zero-edit base trace, timings), the
-# ws_gemm and the persistent GEMM's variants (level-2 base traces, timings). Every part writes
-# to its own folder, archived into $OUT/<part>.tar (the device tool returns at most 8 files).
+# The what-if check (issue #27) in one command on a GPU machine: every part below builds its
+# variants, traces its base and times every variant with CUPTI in shuffled rounds; then
+# (CHECK=1, the default) the host half predicts each change from the base alone and prints
+# predicted / interval / measured / error, writing whatif_table.md / .json to CHECK_OUT
+# (default bench/results/whatif):
+#
+#     bash bench/whatif_all_gpu.sh                    # every part, then the check (~25 min, H100)
+#
+# PARTS picks parts (default: all the check reads: chain quack gemm_ze persistent_ze
+# fa4_b1s4096 fa4 fa4_causal fa4_small; gemm and persistent are the level-2 bases, history).
+# The device tool's calls last 10 minutes at most: there, run two halves with CHECK=0,
+# PARTS="chain quack gemm_ze persistent_ze fa4_b1s4096" and PARTS="fa4 fa4_causal fa4_small",
+# and the check on the CPU box (python bench/whatif_check.py GPU_OUT).
+# TRACES: traced launches per zero-edit base, default 3; NO_BARRIERS=1: FA4's recordings without
+# their named barriers; quack's QUACK_PROBED probed launches (default TRACES), QUACK_PROBE_EVERY
+# (probe one load in N, default 7), QUACK_PROBE_VARIANTS (variants traced with the probes too:
+# diagnosis). Every part writes to its own folder under PARTS_DIR (default /tmp/parts),
+# archived into $OUT/<part>.tar (the device tool returns at most 8 files).
 # Needs .gpu/ (../shared/gpu/make-bundle.sh) and .whl/ (requirements-gpu.txt).
 set -uo pipefail
 source bench/tools/gpu_env.sh || exit 1
 FINAL=$OUT
 nvidia-smi --query-gpu=name,driver_version,serial,uuid --format=csv,noheader | tee "$FINAL/device.txt"  # which GPU: a run's level can be its own (placement_h100.txt)
-part() {  # part NAME COMMAND...: run with OUT=/tmp/parts/NAME, archive the folder (in
+PARTS_DIR=${PARTS_DIR:-/tmp/parts}
+mkdir -p "$PARTS_DIR" && cp "$FINAL/device.txt" "$PARTS_DIR/device.txt"
+RUN_PARTS=${PARTS:-chain quack gemm_ze persistent_ze fa4_b1s4096 fa4 fa4_causal fa4_small}
+part() {  # part NAME COMMAND...: run with OUT=$PARTS_DIR/NAME, archive the folder (in
   # 15 MiB pieces NAME.tar.part-aa, -ab, ... where larger: the device tool returns files of
   # at most 16 MiB; join them with cat)
   local name=$1; shift
-  mkdir -p /tmp/parts/$name
-  ( export OUT=/tmp/parts/$name; "$@" 2>&1 | tee /tmp/parts/$name/stdout.log | tail -${TAIL:-15} )
-  tar cf "$FINAL/$name.tar" -C /tmp/parts $name
+  mkdir -p "$PARTS_DIR/$name"
+  ( export OUT="$PARTS_DIR/$name"; "$@" 2>&1 | tee "$PARTS_DIR/$name/stdout.log" | tail -${TAIL:-15} )
+  tar cf "$FINAL/$name.tar" -C "$PARTS_DIR" $name
   if [ "$(stat -c %s "$FINAL/$name.tar")" -gt 15728640 ]; then
     split -b 15m "$FINAL/$name.tar" "$FINAL/$name.tar.part-" && rm "$FINAL/$name.tar"
   fi
 }
-for p in ${PARTS:-fa4 gemm persistent}; do
+for p in $RUN_PARTS; do
   case $p in
     fa4) part fa4 python bench/fa4_whatif_gpu.py ${NO_BARRIERS:+--no-barriers} --traces ${TRACES:-3} --rounds ${ROUNDS:-20} --sms ${SMS:-12} --block-rounds ${BLOCK_ROUNDS:-10} ;;
     fa4_small) part fa4_small python bench/fa4_whatif_gpu.py ${NO_BARRIERS:+--no-barriers} --traces ${TRACES:-3} --shape 1,1024,16,128 --variants base,stages1,stages3 --rounds ${ROUNDS:-30} --sms ${SMS:-132} --block-rounds ${BLOCK_ROUNDS:-10} ;;
@@ -37,3 +51,6 @@ for p in ${PARTS:-fa4 gemm persistent}; do
   esac
 done
 ls -la "$FINAL"
+if [ "${CHECK:-1}" = 1 ]; then  # the host half on what this call's parts wrote: the table
+  python bench/whatif_check.py "$PARTS_DIR" --only $RUN_PARTS --out "${CHECK_OUT:-bench/results/whatif}" 2>&1 | tee "$FINAL/check.log"
+fi

@@ -99,3 +99,24 @@ def test_whatif_runs_sorts_rows_into_within_biased_and_noisy(tmp_path, capsys):
     assert "| k | zero-edit | e | +4.00 | - |" in out
     assert ("4 rows; per run, within 3 pp of its rows: r0 1 of 4, r1 1 of 3; mean absolute "
             "error: r0 4.62 pp, r1 4.50 pp; all runs: 2 of 7 within, 4.57 pp") in out
+
+
+def whatif_all_gpu_script() -> str:
+    return (ROOT / "bench" / "whatif_all_gpu.sh").read_text()
+
+
+def test_the_one_command_what_if_check_runs_every_part_the_check_reads():
+    """`bash bench/whatif_all_gpu.sh` is the check in one command (issue #27): by default it
+    runs a part for every zero-edit entry of the check and the record chain the model takes
+    its record time from, then the host half on them."""
+    import re
+    script = whatif_all_gpu_script()
+    assert subprocess.run(["bash", "-n", str(ROOT / "bench" / "whatif_all_gpu.sh")]).returncode == 0
+    default = re.search(r'^RUN_PARTS=\$\{PARTS:-([^}]*)\}', script, re.M).group(1).split()
+    branches = set(re.findall(r"^\s+(\w+)\) part (\w+) ", script, re.M))
+    assert all(name == folder for name, folder in branches)  # each part writes its own folder
+    entries = {e.folder for e in load("whatif_check").ENTRIES if e.base_trace == "zero-edit"}
+    assert entries | {"chain"} == set(default)
+    assert set(default) <= {name for name, _ in branches}
+    check = re.search(r'^if \[ "\$\{CHECK:-1\}" = 1 \]; then.*\n(.*)\nfi', script, re.M).group(1)
+    assert 'bench/whatif_check.py "$PARTS_DIR" --only $RUN_PARTS' in check
