@@ -490,7 +490,8 @@ def table(rows: list[dict], infos: list[dict], root: Path, *, queue_rule: str = 
              f"- device: {device_txt}",
              f"- date: {time.strftime('%Y-%m-%d %H:%M UTC', time.gmtime())} (check); GPU data "
              f"from `{root}`",
-             f"- command: `{COMMAND}` (GPU half: `bench/whatif_all_gpu.sh`)",
+             f"- command: `{COMMAND}` (GPU half: `bench/whatif_all_gpu.sh`, which runs this "
+             "check after it: the whole check in one command)",
              "- measured: CUPTI kernel durations at level 0 (no probes); change vs the base: the "
              "median of the rounds' own changes (each variant and the base timed once per "
              "round, shuffled; the clock moves between rounds). predicted: replay of the base "
