@@ -4,6 +4,7 @@ part's script and latest result committed, and a part's own options reachable th
 from __future__ import annotations
 
 import importlib.util
+import re
 import subprocess
 import sys
 from pathlib import Path
@@ -101,17 +102,13 @@ def test_whatif_runs_sorts_rows_into_within_biased_and_noisy(tmp_path, capsys):
             "error: r0 4.62 pp, r1 4.50 pp; all runs: 2 of 7 within, 4.57 pp") in out
 
 
-def whatif_all_gpu_script() -> str:
-    return (ROOT / "bench" / "whatif_all_gpu.sh").read_text()
-
-
 def test_the_one_command_what_if_check_runs_every_part_the_check_reads():
     """`bash bench/whatif_all_gpu.sh` is the check in one command (issue #27): by default it
     runs a part for every zero-edit entry of the check and the record chain the model takes
     its record time from, then the host half on them."""
-    import re
-    script = whatif_all_gpu_script()
-    assert subprocess.run(["bash", "-n", str(ROOT / "bench" / "whatif_all_gpu.sh")]).returncode == 0
+    path = ROOT / "bench" / "whatif_all_gpu.sh"
+    script = path.read_text()
+    assert subprocess.run(["bash", "-n", str(path)]).returncode == 0
     default = re.search(r'^RUN_PARTS=\$\{PARTS:-([^}]*)\}', script, re.M).group(1).split()
     branches = set(re.findall(r"^\s+(\w+)\) part (\w+) ", script, re.M))
     assert all(name == folder for name, folder in branches)  # each part writes its own folder
