@@ -11,13 +11,14 @@ the gap, predicted no change.
 This probe measures the gap per cluster size on a kernel of its own, not on any variant:
 each CTA (one per SM: it asks for most of the shared memory) runs ``--iters`` round trips
 of ``record_cost.py chain``'s 1-stage ``PipelineAsync`` ping-pong between two warps,
-compiled inside ``cute_prof.autoprofile()`` so that its pipeline calls are recorded. A cluster launch does
-what a multicast kernel's prologue does: a cluster barrier after the barriers' init (the
-1x1 launch is the plain one, without it). Gap = an SM's CTA's first record less the end of
+compiled inside ``cute_prof.autoprofile()`` so that its pipeline calls are recorded. A
+cluster launch does what a multicast kernel's prologue does: a cluster barrier after the
+barriers' init (the 1x1 launch is the plain one, without it). Gap = an SM's CTA's first record less the end of
 the last record of the CTA before it on that SM, over ``--launches`` traced launches.
 
     python bench/cluster_launch_gap.py --sizes 1,2 --out $OUT/cluster_gap.json
-    python bench/cluster_launch_gap.py --traces GPU_OUT...   (CPU: ws_gemm's own, 2x1 base and 1x1 variant)
+    python bench/cluster_launch_gap.py --traces GPU_OUT...   # CPU: ws_gemm's own, 2x1 base
+                                                             # and 1x1 variant
 
 Writes ``cluster_gap.json``: ``{"device": ..., "gap_ns": {"1": median, "2": median}, ...}``.
 Stop 55 (H100): 352 ns alone, 416 ns in clusters of two (``bench/results/whatif/
@@ -37,6 +38,8 @@ import numpy as np
 ROOT = Path(__file__).resolve().parents[1]
 sys.path.insert(0, str(ROOT))
 sys.path.insert(0, str(ROOT / "bench"))
+
+from cute_prof.analysis.critical_path import launch_gaps  # noqa: E402
 
 # one CTA per SM: a launch asks for this much dynamic shared memory (an H100 SM has 228 KB)
 SMEM_BYTES = 160 * 1024
@@ -61,11 +64,11 @@ def gaps_and_periods(first: np.ndarray, last: np.ndarray,
     """Of CTAs that ran ``first`` -> ``last`` on ``sm``: each SM's gaps (ns) from one CTA's
     last record end to the next CTA's first start (CTAs resident together on one SM leave
     none), and the next CTA's start after this one's (what the SM's next CTA waits for,
-    whichever record opens a CTA)."""
+    whichever record opens a CTA). The gaps are the ones the model dispatches later CTAs
+    after (``critical_path.launch_gaps``)."""
     order = np.lexsort((first, sm))
     same = sm[order][1:] == sm[order][:-1]
-    gaps = (first[order][1:] - last[order][:-1])[same]
-    return gaps[gaps >= 0], (first[order][1:] - first[order][:-1])[same]
+    return launch_gaps(first, last, sm), (first[order][1:] - first[order][:-1])[same]
 
 
 def sm_gaps(trace, warps_per_cta: int) -> np.ndarray:
@@ -97,7 +100,8 @@ def traced_gaps(gpu_out: Path) -> list[str]:
         gaps, period = gaps_and_periods(first, last, sm)
         p10, p90 = np.quantile(gaps, [0.1, 0.9])
         lines.append(f"{gpu_out.name} {name}: gap median {np.median(gaps):.0f} ns "
-                     f"(p10 {p10:.0f}, p90 {p90:.0f}), CTA median {np.median(last - first):.0f} ns, "
+                     f"(p10 {p10:.0f}, p90 {p90:.0f}), "
+                     f"CTA median {np.median(last - first):.0f} ns, "
                      f"start to start on an SM {np.median(period):.0f} ns")
     return lines
 

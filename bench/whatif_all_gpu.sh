@@ -5,7 +5,9 @@
 # predicted / interval / measured / error, writing whatif_table.md / .json to CHECK_OUT
 # (default bench/results/whatif):
 #
-#     bash bench/whatif_all_gpu.sh                    # every part, then the check (~20 min, H100)
+#     bash bench/whatif_all_gpu.sh                    # every part, then the check
+#
+# (H100, gpu57: the GEMM parts and their check 474 s, the FA4 parts 471 s, then their check)
 #
 # PARTS picks parts (default: all the check reads: chain quack gemm_ze persistent_ze
 # fa4_b1s4096 fa4 fa4_causal fa4_small; gemm and persistent are the level-2 bases, history).

@@ -140,8 +140,9 @@ def autoprofile(*, per_warp: int = DEFAULT_PER_WARP, max_warps: int = DEFAULT_MA
     ``analysis.pipelines.load_arrival_sample``). ``barriers=False``: record the pipelines
     only, not the named barriers (nor a cluster's, ``cluster.wait`` / ``cluster.arrive``):
     a kernel whose warps hand off through named barriers inside their loop (FA4's consumer
-    warpgroups) pays less for its recording (0.3-2 points of FA4's 11-15% on an H100). The pipeline model reads no barrier record, yet its
-    what-ifs on FA4 came out 7-8 points high from such traces
+    warpgroups) pays less for its recording (0.3-2 points of FA4's 11-15% on an H100). The
+    pipeline model reads no barrier record, yet its what-ifs on FA4 came out 7-8 points high
+    from such traces
     (``bench/results/zero_edit_h100/barriers_off.md``): record the barriers for what-ifs. Yields an :class:`AutoProfile`."""
     from .device.autoprof import RecordingConfig, recording
 

@@ -32,7 +32,7 @@ _FLOAT_MAX = np.finfo(np.float64).max
 
 __all__ = ["PipelineData", "Schedule", "match_records", "replay", "critical_path",
            "blockers", "ring_occupancy", "initiation_interval", "what_if", "latency_sample",
-           "timer_step", "load_congestion", "unchanged_span", "queued_under_load",
+           "timer_step", "launch_gaps", "load_congestion", "unchanged_span", "queued_under_load",
            "predict_what_if", "pool_predictions", "never_blocked", "recorder_slowdown",
            "slowed_by_recorder",
            "analyze_pipeline", "perfetto_outputs", "format_pipeline_report"]
@@ -1198,9 +1198,9 @@ def queued_under_load(queued, unqueued: float, ratio: float, *, rule: str = "lit
     80 full-run rows within 3 points (0.89 points mean error) against the open queue's 77
     (0.96), quack's 4 -> 2 2.71 points off on average against 3.58, no row more than 0.07
     point worse on average; held out on stop 54's three runs, 45 of 48 within (the open
-    queue's, read after: 46; bench/results/whatif/queue_rules.txt). A faster change (``ratio`` < 1) loads
-    memory more: every rule but ``"none"`` takes Little's law there (the open queue has no
-    steady state once rho reaches 1)."""
+    queue's, read after: 46; bench/results/whatif/queue_rules.txt). A faster change
+    (``ratio`` < 1) loads memory more: every rule but ``"none"`` takes Little's law there
+    (the open queue has no steady state once rho reaches 1)."""
     if rule not in QUEUE_RULES:
         raise ValueError(f"unknown queue rule {rule!r}: one of {sorted(QUEUE_RULES)}")
     r = max(float(ratio), 1e-6)
@@ -1492,6 +1492,16 @@ def dispatched_span(first: np.ndarray, last: np.ndarray, sm: np.ndarray,
     return float((starts + (last - first) + delta).max() - first.min())
 
 
+def launch_gaps(first: np.ndarray, last: np.ndarray, sm: np.ndarray) -> np.ndarray:
+    """Of CTAs that ran ``first`` -> ``last`` (ns) on ``sm``: each SM's gaps from one CTA's
+    end to the next CTA's start there, in the order they started (CTAs resident together on
+    one SM overlap: no gap between them)."""
+    order = np.lexsort((first, sm))
+    same = sm[order][1:] == sm[order][:-1]
+    gaps = (first[order][1:] - last[order][:-1])[same]
+    return gaps[gaps >= 0]
+
+
 def dispatched_starts(first: np.ndarray, last: np.ndarray, sm: np.ndarray,
                       delta: np.ndarray) -> np.ndarray:
     """Each CTA's start as ``dispatched_span`` dispatches them (ns, the first wave's
@@ -1501,10 +1511,7 @@ def dispatched_starts(first: np.ndarray, last: np.ndarray, sm: np.ndarray,
     starts = np.asarray(first, dtype=np.float64).copy()
     if wave >= first.size:
         return starts
-    by_sm = np.lexsort((first, sm))
-    same = sm[by_sm][1:] == sm[by_sm][:-1]
-    gaps = (first[by_sm][1:] - last[by_sm][:-1])[same]
-    gaps = gaps[gaps >= 0]  # CTAs sharing an SM overlap: no gap between them
+    gaps = launch_gaps(first, last, sm)
     gap = float(np.median(gaps)) if gaps.size else 0.0
     slots = (last + delta)[order[:wave]].tolist()
     heapq.heapify(slots)
