@@ -22,8 +22,10 @@ the last record of the CTA before it on that SM, over ``--launches`` traced laun
 
 Writes ``cluster_gap.json``: ``{"device": ..., "gap_ns": {"1": median, "2": median}, ...}``.
 Stop 55 (H100): 352 ns alone, 416 ns in clusters of two (``bench/results/whatif/
-cluster_gap.txt``): the launch itself adds 64 ns, about 0.1% of ws_gemm 4096^3. The model
-does not read it.
+cluster_gap.txt``): the launch itself adds 64 ns, about 0.1% of ws_gemm 4096^3. The check
+(``whatif_check.py``, ``cluster_gaps``) moves the model's launch gap by the difference for a
+what-if that changes the cluster (``what_if(launch_gap=)``); ``whatif_all_gpu.sh`` runs it as
+its ``cluster_gap`` part.
 """
 
 import argparse

@@ -9,11 +9,12 @@
 #
 # (H100, gpu57: the GEMM parts and their check 474 s, the FA4 parts 471 s, then their check)
 #
-# PARTS picks parts (default: all the check reads: chain quack gemm_ze persistent_ze
+# PARTS picks parts (default: all the check reads: chain cluster_gap quack gemm_ze persistent_ze
 # fa4_b1s4096 fa4 fa4_causal fa4_small; gemm and persistent are the level-2 bases, history).
 # The device tool's calls last 10 minutes at most: there, run two halves with CHECK=0,
-# PARTS="chain quack gemm_ze persistent_ze fa4_b1s4096" and PARTS="fa4 fa4_causal fa4_small",
-# and the check on the CPU box (python bench/whatif_check.py GPU_OUT).
+# PARTS="chain cluster_gap quack gemm_ze persistent_ze fa4_b1s4096" and
+# PARTS="fa4 fa4_causal fa4_small", and the check on the CPU box (python bench/whatif_check.py
+# GPU_OUT).
 # TRACES: traced launches per zero-edit base, default 3; NO_BARRIERS=1: FA4's recordings without
 # their named barriers; quack's QUACK_PROBED probed launches (default TRACES), QUACK_PROBE_EVERY
 # (probe one load in N, default 7), QUACK_PROBE_VARIANTS (variants traced with the probes too:
@@ -26,7 +27,7 @@ FINAL=$OUT
 nvidia-smi --query-gpu=name,driver_version,serial,uuid --format=csv,noheader | tee "$FINAL/device.txt"  # which GPU: a run's level can be its own (placement_h100.txt)
 PARTS_DIR=${PARTS_DIR:-/tmp/parts}
 mkdir -p "$PARTS_DIR" && cp "$FINAL/device.txt" "$PARTS_DIR/device.txt"
-RUN_PARTS=${PARTS:-chain quack gemm_ze persistent_ze fa4_b1s4096 fa4 fa4_causal fa4_small}
+RUN_PARTS=${PARTS:-chain cluster_gap quack gemm_ze persistent_ze fa4_b1s4096 fa4 fa4_causal fa4_small}
 part() {  # part NAME COMMAND...: run with OUT=$PARTS_DIR/NAME, archive the folder (in
   # 15 MiB pieces NAME.tar.part-aa, -ab, ... where larger: the device tool returns files of
   # at most 16 MiB; join them with cat)
@@ -49,6 +50,7 @@ for p in $RUN_PARTS; do
     persistent) part persistent python bench/persistent_gpu.py --rounds ${ROUNDS:-20} ;;
     gemm_ze) part gemm_ze python bench/whatif_gpu.py --zero-edit --no-level2 --traces ${TRACES:-3} --rounds ${ROUNDS:-30} ;;
     chain) part chain python bench/record_cost.py chain --iters 5000 --rounds 10 ;;  # one record's cost on a dependency chain: the time the model removes per record
+    cluster_gap) part cluster_gap python bench/cluster_launch_gap.py --sizes 1,2 ;;  # a cluster launch's own gap between CTAs on an SM: a change of the cluster moves the model's by it
     persistent_ze) part persistent_ze python bench/whatif_gpu.py --zero-edit --no-level2 --traces ${TRACES:-3} --persistent --mnk 4096,4096,1024 --rounds ${ROUNDS:-30} ;;
   esac
 done

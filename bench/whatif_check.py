@@ -99,8 +99,10 @@ def derived_spec(trace: Trace) -> PipelineSpec:
     return derive_pipeline(trace).spec
 
 
+# "cluster": the variant's CTAs per cluster, which the check turns into the launch gap's
+# change (``model_change``) where the run measured the cluster launch's own cost
 GEMM_CHANGES = {"stages3": {"depth": {"ab_pipe": 3}}, "stages2": {"depth": {"ab_pipe": 2}},
-                "cluster1x1": {"shared_by": {"ab_pipe": 1}}}
+                "cluster1x1": {"shared_by": {"ab_pipe": 1}, "cluster": 1}}
 NOT_A_RING = "it changes the consumer's program (order / instruction mix), not a ring"
 
 
@@ -213,6 +215,46 @@ def record_chain(root: Path) -> tuple[float | None, str]:
     return None, "no chain measured on this GPU: the trace's own gap estimate"
 
 
+# what a cluster launch adds between one CTA and the next on an SM, per cluster size, as the
+# GPU half measured it (bench/cluster_launch_gap.py, whatif_all_gpu.sh's cluster_gap part)
+CLUSTER_GAP_FILE = "cluster_gap/cluster_gap.json"
+COMMITTED_CLUSTER_GAP = ROOT / "bench" / "results" / "whatif" / "cluster_gap.json"
+
+
+def cluster_gaps(root: Path) -> tuple[dict[int, float] | None, str]:
+    """(CTAs per cluster -> launch gap median ns, where from): the run's own probe, else a
+    committed one from the same GPU model; None where neither measured it (a change of the
+    cluster then keeps the base's gap)."""
+    def gaps(path: Path) -> dict[int, float]:
+        return {int(k): float(v) for k, v in json.loads(path.read_text())["gap_ns"].items()}
+    for folder in (root, root.parent):
+        if (folder / CLUSTER_GAP_FILE).is_file():
+            return gaps(folder / CLUSTER_GAP_FILE), f"measured in this run ({CLUSTER_GAP_FILE})"
+    device_txt = next((f / "device.txt" for f in (root, root.parent)
+                       if (f / "device.txt").is_file()), None)
+    device = device_txt.read_text().split(",")[0].strip() if device_txt else ""
+    committed = (json.loads(COMMITTED_CLUSTER_GAP.read_text())
+                 if COMMITTED_CLUSTER_GAP.is_file() else {})
+    if device and committed.get("device", "").split(",")[0].strip() == device:
+        return gaps(COMMITTED_CLUSTER_GAP), (
+            f"not measured in this run: {COMMITTED_CLUSTER_GAP.relative_to(ROOT)} (the same "
+            f"GPU model, {device})")
+    return None, "not measured on this GPU: the base's gap kept"
+
+
+def model_change(change: dict, base_cluster: int, gaps: dict[int, float] | None) -> dict:
+    """The what-if as the model takes it: a ``cluster`` (the variant's CTAs per cluster)
+    becomes ``launch_gap``, the probe's gap at that size less at the base's (``gaps``:
+    ``cluster_gaps``), or is dropped where the probe did not measure both sizes."""
+    if "cluster" not in change:
+        return change
+    rest = {k: v for k, v in change.items() if k != "cluster"}
+    if gaps and change["cluster"] in gaps and base_cluster in gaps \
+            and change["cluster"] != base_cluster:
+        rest["launch_gap"] = gaps[change["cluster"]] - gaps[base_cluster]
+    return rest
+
+
 def launch_model(entry: Entry, raw: Trace, probed: Trace | None, *,
                  record_chain_ns: float | None = None,
                  recorder_cost: float | None = None, derived=None, data=None) -> dict:
@@ -322,8 +364,12 @@ def check_entry(root: Path, entry: Entry, *, queue_rule: str = "little"
     launches = [run for runs in models for run in runs]
     first = launches[0]
     base = statistics.median(timings[entry.base])
+    gaps, gap_source = cluster_gaps(root)
+    base_cluster = int(np.prod((first["raw"].metadata or {}).get("cluster") or [1]))
     rows, first_preds = [], []
     for name, change in entry.variants.items():
+        if isinstance(change, dict):
+            change = model_change(change, base_cluster, gaps)
         measured = paired_change(timings, name, entry.base) if timings.get(name) else None
         # how far a measured change can sit from the model's for noise alone: half the
         # interquartile range of its rounds' own changes
@@ -386,6 +432,11 @@ def check_entry(root: Path, entry: Entry, *, queue_rule: str = "little"
             "latency_ns": {q: float(np.quantile(sample, q)) for q in (0.05, 0.25, 0.5, 0.75)},
             "timer_step_ns": timer_step(first["data"]), "record_ns": first["record_ns"],
             "record_gap_ns": first["record_gap_ns"], "record_source": chain_source,
+            # the launch gap per cluster size, where a row changes the cluster
+            **({"cluster_gap_ns": {str(k): v for k, v in gaps.items()} if gaps else None,
+                "cluster_gap_source": gap_source, "base_cluster": base_cluster}
+               if any(isinstance(c, dict) and "cluster" in c for c in entry.variants.values())
+               else {}),
             "probe_cost": first["probe_cost"], "recorder_cost": recorder_cost,
             "recorder_slowdown": first_slowdown,
             # the base recorded without its named barriers (autoprofile(barriers=False)):
@@ -547,7 +598,10 @@ def table(rows: list[dict], infos: list[dict], root: Path, *, queue_rule: str = 
              "or at 736-800, is not work). The CTAs past the first wave "
              "start where the replay frees an SM, in launch order after the trace's launch "
              "gap (replayed to a fixed point; where that dispatch puts the base's CTAs where "
-             "they started). A persistent CTA's tile-end "
+             "they started); a change of the cluster moves that gap by what the probe of the "
+             "cluster launch alone measured between the two sizes on the run's GPU "
+             "(bench/cluster_launch_gap.py: a kernel of its own, not the variant; one timer "
+             "tick each way in the interval). A persistent CTA's tile-end "
              "drain (a release recorded before the next tile's first wait) ends the job before "
              "it; the epilogue after it stays the role's own work. "
              "Zero-edit bases predict the kernel without recording: each "
@@ -607,6 +661,13 @@ def table(rows: list[dict], infos: list[dict], root: Path, *, queue_rule: str = 
                      + (f", one record {i['record_ns']:.1f} ns removed from the replayed "
                         f"work ({i['record_source']}; the trace's gap estimate "
                         f"{i['record_gap_ns']:.0f} ns)" if i.get("record_ns") else "")
+                     + (f"; its {i['base_cluster']}-CTA cluster's launch gap against other "
+                        "cluster sizes: "
+                        + (", ".join(f"{k} CTA{'s' if k != '1' else ''} {v:.0f} ns"
+                                     for k, v in sorted(i["cluster_gap_ns"].items()))
+                           if i["cluster_gap_ns"] else "-")
+                        + f" ({i['cluster_gap_source']})"
+                        if "cluster_gap_source" in i else "")
                      + (f"; recording cost the base {i['recorder_cost']:+.2%}, the work "
                         f"replayed x{i['recorder_slowdown']:.3f} (the first traced launch)"
                         if i.get("recorder_cost") is not None else "")

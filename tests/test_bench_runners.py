@@ -104,16 +104,19 @@ def test_whatif_runs_sorts_rows_into_within_biased_and_noisy(tmp_path, capsys):
 
 def test_the_one_command_what_if_check_runs_every_part_the_check_reads():
     """`bash bench/whatif_all_gpu.sh` is the check in one command (issue #27): by default it
-    runs a part for every zero-edit entry of the check and the record chain the model takes
-    its record time from, then the host half on them."""
+    runs a part for every zero-edit entry of the check, the record chain the model takes
+    its record time from and the cluster launch's gap, then the host half on them."""
     path = ROOT / "bench" / "whatif_all_gpu.sh"
     script = path.read_text()
     assert subprocess.run(["bash", "-n", str(path)]).returncode == 0
     default = re.search(r'^RUN_PARTS=\$\{PARTS:-([^}]*)\}', script, re.M).group(1).split()
     branches = set(re.findall(r"^\s+(\w+)\) part (\w+) ", script, re.M))
     assert all(name == folder for name, folder in branches)  # each part writes its own folder
-    entries = {e.folder for e in load("whatif_check").ENTRIES if e.base_trace == "zero-edit"}
-    assert entries | {"chain"} == set(default)
+    check_module = load("whatif_check")
+    entries = {e.folder for e in check_module.ENTRIES if e.base_trace == "zero-edit"}
+    # and the GPU's own measurements the model reads: one record's cost, a cluster's launch
+    measured = {Path(f).parts[0] for f in (check_module.CHAIN_FILE, check_module.CLUSTER_GAP_FILE)}
+    assert entries | measured == set(default)
     assert set(default) <= {name for name, _ in branches}
     check = re.search(r'^if \[ "\$\{CHECK:-1\}" = 1 \]; then.*\n(.*)\nfi', script, re.M).group(1)
     assert 'bench/whatif_check.py "$PARTS_DIR" --only $RUN_PARTS' in check

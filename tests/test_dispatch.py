@@ -111,3 +111,44 @@ def test_the_unchanged_span_is_measured_only_where_the_dispatch_reproduces_the_l
     back_to_back = float((four_sms.unit_last - four_sms.unit_first).sum())
     assert unchanged_span(four_sms) == pytest.approx(back_to_back)
     assert back_to_back < measured / 2
+
+
+def test_a_shorter_launch_gap_starts_every_later_wave_sooner():
+    # 4 SMs, 3 waves of 1000 ns CTAs: each SM waits two launch gaps, so a gap 60 ns
+    # shorter (a cluster shape's launch cost dropped) ends the launch 120 ns sooner; one
+    # wave has no gap to shorten
+    first, last, sm = waves(np.full(12, 1000.0), 4)
+    base = dispatched_span(first, last, sm, np.zeros(12))
+    shorter = dispatched_span(first, last, sm, np.zeros(12), gap_change_ns=-60.0)
+    assert base - shorter == pytest.approx(2 * 60.0)
+    assert dispatched_span(first, last, sm, np.zeros(12), gap_change_ns=-10 * GAP) \
+        == pytest.approx(3 * 1000.0)  # a gap never below zero
+    first, last, sm = waves(np.full(4, 1000.0), 4)
+    assert dispatched_span(first, last, sm, np.zeros(4), gap_change_ns=-60.0) \
+        == pytest.approx(1000.0)
+
+
+def test_a_what_if_of_the_launch_gap_moves_the_kernel_by_its_later_ctas():
+    """gemm_like's four CTAs run one after another on one SM: a change that only shortens
+    the launch gap (``launch_gap``) predicts the three gaps' saving and nothing else, its
+    interval one timer tick each way; the same change with no gap to shorten predicts none."""
+    from cute_prof.analysis.critical_path import (match_records, predict_what_if,
+                                                  timer_step, what_if)
+    from cute_prof.analysis.pipelines import derive_pipeline
+    from test_derived_model_terms import gemm_like
+
+    derived = derive_pipeline(gemm_like(ctas=4))
+    data = match_records(derived.trace, derived.spec)
+    latency = {"pk.consumer_wait": 300.0}  # its consumer never waited: a latency named
+    unchanged = what_if(data, latency=latency)
+    shorter = what_if(data, latency=latency, launch_gap=-500.0)
+    assert unchanged["predicted_change"] == pytest.approx(0.0, abs=1e-12)
+    assert shorter["predicted_kernel_ns"] == pytest.approx(unchanged["predicted_kernel_ns"]
+                                                           - 3 * 500.0)
+    pred = predict_what_if(data, {"launch_gap": -500.0, "latency": latency})
+    assert pred["modelled"] and pred["predicted_change"] == pytest.approx(
+        shorter["predicted_change"])
+    tick = timer_step(data)
+    lo, hi = pred["interval"]
+    span = unchanged["predicted_kernel_ns"]
+    assert lo <= -3 * (500.0 + tick) / span + 1e-9 and hi >= -3 * (500.0 - tick) / span - 1e-9

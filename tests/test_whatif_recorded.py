@@ -79,6 +79,39 @@ def test_the_record_chain_cost_comes_from_the_run_else_the_same_gpu_model(tmp_pa
     assert check.record_chain(tmp_path)[0] is None
 
 
+def test_a_cluster_change_moves_the_launch_gap_by_the_runs_own_probe(tmp_path, monkeypatch):
+    """ws_gemm's 1x1 variant: the check turns the variant's cluster into the launch gap's
+    change the run's probe measured between the two sizes (bench/cluster_launch_gap.py),
+    else a committed probe of the same GPU model, else none (the base's gap kept)."""
+    import json
+    check = load("whatif_check")
+    change = check.GEMM_CHANGES["cluster1x1"]
+    probe = {"device": "NVIDIA H100 80GB HBM3, CUDA 13.0", "gap_ns": {"1": 352.0, "2": 416.0}}
+    (tmp_path / "cluster_gap").mkdir()
+    (tmp_path / "cluster_gap" / "cluster_gap.json").write_text(json.dumps(probe))
+    (tmp_path / "device.txt").write_text("NVIDIA H100 80GB HBM3, 580.159.04\n")
+    gaps, source = check.cluster_gaps(tmp_path / "gemm_ze")  # a part's folder: one up
+    assert gaps == {1: 352.0, 2: 416.0} and "measured in this run" in source
+    assert check.model_change(change, 2, gaps) == {"shared_by": change["shared_by"],
+                                                   "launch_gap": -64.0}
+    # the base already at that size, or a size the probe did not run: no gap change
+    assert check.model_change(change, 1, gaps) == {"shared_by": change["shared_by"]}
+    assert "launch_gap" not in check.model_change(change, 4, gaps)
+    assert check.model_change(check.GEMM_CHANGES["stages2"], 2, gaps) \
+        == check.GEMM_CHANGES["stages2"]
+    # not measured in the run: a committed probe of the same GPU model only
+    (tmp_path / "cluster_gap" / "cluster_gap.json").unlink()
+    committed = tmp_path / "committed.json"
+    committed.write_text(json.dumps({**probe, "gap_ns": {"1": 320.0, "2": 416.0}}))
+    monkeypatch.setattr(check, "COMMITTED_CLUSTER_GAP", committed)
+    monkeypatch.setattr(check, "ROOT", tmp_path)
+    gaps, source = check.cluster_gaps(tmp_path)
+    assert gaps == {1: 320.0, 2: 416.0} and "same GPU model" in source
+    (tmp_path / "device.txt").write_text("NVIDIA B200, 580.159.04\n")
+    assert check.cluster_gaps(tmp_path)[0] is None
+    assert check.model_change(change, 2, None) == {"shared_by": change["shared_by"]}
+
+
 def test_the_librarys_record_chain_figure_is_the_committed_measurement():
     """``pipelines.RECORD_CHAIN_NS`` (what the CLI and the examples remove per record) and the
     check's committed run (``bench/results/record_cost/chain.json``) hold one measurement:

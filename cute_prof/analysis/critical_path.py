@@ -1417,17 +1417,19 @@ def initiation_interval(data: PipelineData, terms=None) -> dict:
 
 # ---------------------------------------------------------------------------- what-if
 def _kernel_time(data: PipelineData, unit_delta: np.ndarray,
-                 keep: np.ndarray | None = None) -> tuple[float, float]:
+                 keep: np.ndarray | None = None, *,
+                 gap_change_ns: float = 0.0) -> tuple[float, float]:
     """Measured kernel span and the span with each unit longer by ``unit_delta``;
     ``keep``: over those units only (their SMs). A CTA's units (a persistent CTA's tiles)
     run one after another; the CTAs after the first wave start where an SM frees, as the
-    block scheduler dispatches them (``dispatched_span``), not on the SM they ran on."""
+    block scheduler dispatches them (``dispatched_span``), not on the SM they ran on, the
+    launch gap ``gap_change_ns`` longer than the trace's (a change of the cluster)."""
     group, first, last, sm, _ = cta_dispatch(data, keep)
     delta = _cta_delta(group, unit_delta if keep is None else np.asarray(unit_delta)[keep],
                        first.size)
     measured = float(last.max() - first.min())
-    return measured, measured + dispatched_span(first, last, sm, delta) - unchanged_span(
-        data, keep)
+    return measured, measured + dispatched_span(
+        first, last, sm, delta, gap_change_ns=gap_change_ns) - unchanged_span(data, keep)
 
 
 def unchanged_span(data: PipelineData, keep: np.ndarray | None = None) -> float:
@@ -1448,18 +1450,21 @@ def _cta_delta(group: np.ndarray, unit_delta: np.ndarray, ctas: int) -> np.ndarr
 DISPATCH_MATCH = 0.05
 
 
-def dispatch_shift(data: PipelineData, unit_delta: np.ndarray) -> np.ndarray:
+def dispatch_shift(data: PipelineData, unit_delta: np.ndarray, *,
+                   gap_change_ns: float = 0.0) -> np.ndarray:
     """(units,) how much later than measured each unit starts when each is ``unit_delta``
     longer: its CTA dispatched where an SM frees (``dispatched_starts``), so a change that
     slows the first wave starts the next one later, and its CTAs in step where the first
     wave's ended in step. Zeros where the unchanged dispatch does not put the CTAs where
     they started (``DISPATCH_MATCH``): a launch whose CTAs came late for another reason than
-    waiting for an SM (a trace of several launches, a synthetic one)."""
+    waiting for an SM (a trace of several launches, a synthetic one). ``gap_change_ns``:
+    as ``dispatched_starts`` takes it."""
     group, first, last, sm, unchanged = cta_dispatch(data)
     if np.median(np.abs(unchanged - first)) > DISPATCH_MATCH * np.median(last - first):
         return np.zeros(group.size)
     delta = _cta_delta(group, unit_delta, first.size)
-    return (dispatched_starts(first, last, sm, delta) - first)[group]
+    return (dispatched_starts(first, last, sm, delta, gap_change_ns=gap_change_ns)
+            - first)[group]
 
 
 def cta_dispatch(data: PipelineData, keep: np.ndarray | None = None):
@@ -1479,7 +1484,7 @@ def cta_dispatch(data: PipelineData, keep: np.ndarray | None = None):
 
 
 def dispatched_span(first: np.ndarray, last: np.ndarray, sm: np.ndarray,
-                    delta: np.ndarray) -> float:
+                    delta: np.ndarray, *, gap_change_ns: float = 0.0) -> float:
     """The span of CTAs that ran ``first`` -> ``last`` (ns) on ``sm``, each ``delta``
     longer, dispatched as the block scheduler does: the first wave (the CTAs that started
     before any ended) where they started, each later one, in the order they started, on
@@ -1487,8 +1492,9 @@ def dispatched_span(first: np.ndarray, last: np.ndarray, sm: np.ndarray,
     and the next one's start on an SM. The greedy order reproduces the measured schedule:
     FA4 b4's 2,048 CTAs on 132 SMs gave 855.7 us against 856.0 measured (H100,
     ``bench/whatif_fa4_lockstep.py``). A static chain per SM would pile a slower CTA's delay onto the
-    CTAs that followed it there, where the GPU hands them to the SMs that free first."""
-    starts = dispatched_starts(first, last, sm, delta)
+    CTAs that followed it there, where the GPU hands them to the SMs that free first.
+    ``gap_change_ns``: as ``dispatched_starts`` takes it."""
+    starts = dispatched_starts(first, last, sm, delta, gap_change_ns=gap_change_ns)
     return float((starts + (last - first) + delta).max() - first.min())
 
 
@@ -1503,16 +1509,19 @@ def launch_gaps(first: np.ndarray, last: np.ndarray, sm: np.ndarray) -> np.ndarr
 
 
 def dispatched_starts(first: np.ndarray, last: np.ndarray, sm: np.ndarray,
-                      delta: np.ndarray) -> np.ndarray:
+                      delta: np.ndarray, *, gap_change_ns: float = 0.0) -> np.ndarray:
     """Each CTA's start as ``dispatched_span`` dispatches them (ns, the first wave's
-    unchanged): where a change that slows some CTAs starts the later ones."""
+    unchanged): where a change that slows some CTAs starts the later ones.
+    ``gap_change_ns``: the launch gap that much longer than the trace's (a change of the
+    cluster shape moves what the block scheduler spends between one CTA and the next on an
+    SM, which the base's trace cannot show: ``bench/cluster_launch_gap.py`` measures it)."""
     order = np.argsort(first, kind="stable")
     wave = max(int(np.count_nonzero(first < last.min())), 1)
     starts = np.asarray(first, dtype=np.float64).copy()
     if wave >= first.size:
         return starts
     gaps = launch_gaps(first, last, sm)
-    gap = float(np.median(gaps)) if gaps.size else 0.0
+    gap = max((float(np.median(gaps)) if gaps.size else 0.0) + gap_change_ns, 0.0)
     slots = (last + delta)[order[:wave]].tolist()
     heapq.heapify(slots)
     later = order[wave:]
@@ -1838,11 +1847,14 @@ def what_if(data: PipelineData, *, depth: dict | None = None, shared_by: dict | 
             record_ns: float = 0.0, arrivals: dict | None = None,
             recorder_cost: float = 0.0, slowdown: float | None = None,
             schedules: bool = False, release_sample: dict | None = None,
-            queue_rule: str = "little") -> dict:
+            queue_rule: str = "little", launch_gap: float = 0.0) -> dict:
     """Predicted kernel-time change of a changed pipeline (ring depths, sharing, a region
     faster), from the replay of the change against the replay of the base. ``latency``:
     wait tag -> ns, replacing the inferred latency of that wait's event (when the trace
     holds no steady-state observation of it, e.g. a consumer that never waited).
+    ``launch_gap``: ns the change adds to the gap between one CTA and the next on an SM
+    (``dispatched_starts``: a cluster shape's own launch cost, measured apart from the
+    kernel, e.g. -64 ns on an H100 going from clusters of two to none).
 
     ``loaded_latency``: the latency of every ``consumes`` wait not named in ``latency``
     depends on the load the change puts on memory (a slower pipeline sees shorter loads).
@@ -1939,13 +1951,14 @@ def what_if(data: PipelineData, *, depth: dict | None = None, shared_by: dict | 
                 if slowdown != 1.0 else None)
     changed_spec = data.spec.with_changes(depth=depth, shared_by=shared_by)
 
-    def dispatched(spec, shift=None, **kw):
+    def dispatched(spec, shift=None, gap=0.0, **kw):
         """The replay with the CTAs past the first wave started where the replay frees
         an SM (``dispatch_shift``, to a fixed point from ``shift``: each round fixes at
         least one more wave), each unit's end as if it had started where measured, and the
         shifts it replayed with. Where no unit's replay depends on another's (no shared
         misses, no ring shared by a cluster), its span does not depend on its start: one
-        round, unshifted, unless the schedules are asked for."""
+        round, unshifted, unless the schedules are asked for. ``gap``: the launch gap's
+        change (``launch_gap``)."""
         shift = np.zeros(data.shape[0]) if shift is None else shift
         replay_terms = kw.pop("terms", terms)
         kw.setdefault("own_scale", unslowed)
@@ -1959,7 +1972,7 @@ def what_if(data: PipelineData, *, depth: dict | None = None, shared_by: dict | 
                 recorded_end = end
             if alone or round_ == DISPATCH_ROUNDS - 1:
                 break
-            moved = dispatch_shift(data, end - recorded_end)
+            moved = dispatch_shift(data, end - recorded_end, gap_change_ns=gap)
             if np.abs(moved - shift).max() < DISPATCH_TOLERANCE_NS:
                 break
             shift = moved
@@ -1967,12 +1980,12 @@ def what_if(data: PipelineData, *, depth: dict | None = None, shared_by: dict | 
 
     base, base_end, base_shift = dispatched(data.spec, item_latency=base_draws)
 
-    def kernel_ns(end, keep=None):
+    def kernel_ns(end, keep=None, gap=0.0):
         """The kernel's time with each unit ending at ``end``: the measured kernel moved
         by each unit's replayed change from the recorded replay (so the change is measured
         against the base replayed unrecorded, as the GPU measures it against the plain
-        kernel)."""
-        return _kernel_time(data, end - recorded_end, keep)[1]
+        kernel); ``gap``: the launch gap's change."""
+        return _kernel_time(data, end - recorded_end, keep, gap_change_ns=gap)[1]
 
     base_ns = kernel_ns(base_end)
     changed_terms, ratio, changed_draws, changed_shift = terms, 1.0, {}, base_shift
@@ -1993,8 +2006,9 @@ def what_if(data: PipelineData, *, depth: dict | None = None, shared_by: dict | 
             for i, (queued, fixed, unqueued) in draws.items()})
         changed, new_end, changed_shift = dispatched(
             changed_spec, changed_shift, scale=scale, terms=changed_terms,
-            item_latency=changed_draws, own_scale=changed_own, load_share=share)
-        predicted = kernel_ns(new_end)
+            item_latency=changed_draws, own_scale=changed_own, load_share=share,
+            gap=launch_gap)
+        predicted = kernel_ns(new_end, gap=launch_gap)
         previous_ratio, ratio = ratio, predicted / base_ns
         previous_share, share = share, np.minimum(
             busy_share(data, changed, terms[2]) / np.maximum(base_busy, 1e-9), 1.0)
@@ -2008,7 +2022,7 @@ def what_if(data: PipelineData, *, depth: dict | None = None, shared_by: dict | 
     for parity in (0, 1):
         keep = data.unit_sm % 2 == parity
         if keep.any() and (~keep).any():
-            halves.append(kernel_ns(new_end, keep) / kernel_ns(base_end, keep) - 1)
+            halves.append(kernel_ns(new_end, keep, launch_gap) / kernel_ns(base_end, keep) - 1)
     measured_end = _unit_ends(data.end)
     fidelity = float(np.median((base_end - measured_end)
                                / np.maximum(measured_end - data.start[:, 0, :].min(1), 1)))
@@ -2018,7 +2032,7 @@ def what_if(data: PipelineData, *, depth: dict | None = None, shared_by: dict | 
              "changed_latency_draws": {tags[i]: x for i, x in changed_draws.items()}
              } if schedules else {}
     return {**extra, "change": {"depth": depth, "shared_by": shared_by, "scale": scale,
-                                "latency": latency},
+                                "latency": latency, "launch_gap": launch_gap},
             "kernel_ns": base_ns, "predicted_kernel_ns": predicted,
             "measured_kernel_ns": _kernel_time(data, np.zeros_like(base_end))[0],
             "predicted_change": predicted / base_ns - 1,
@@ -2076,7 +2090,7 @@ def predict_what_if(data: PipelineData, change: dict, *, terms=None,
     a load latency the base never showed (its consumer never waited: with ``bounds``, the
     change at latency 0 and at the unblocked waits' bound). ``release_sample``,
     ``queue_rule``: as :func:`what_if` takes them."""
-    unknown = set(change) - {"depth", "shared_by", "scale", "latency"}
+    unknown = set(change) - {"depth", "shared_by", "scale", "latency", "launch_gap"}
     if unknown:
         return {"modelled": False, "reason": f"no model term for {sorted(unknown)}"}
     resources = {r.name for r in data.spec.resources}
@@ -2109,13 +2123,16 @@ def predict_what_if(data: PipelineData, change: dict, *, terms=None,
             warnings.simplefilter("ignore", RuntimeWarning)
             runs = []
             # the recorder's slowdown is fitted at the median latency and kept for the ends
+            # a launch gap's change is read through the timer too: one tick each way
             for q, shift, removed in ((0.5, 0.0, 0.0), (interval[0], -tick, record_spread),
                                       (interval[1], tick, -record_spread)):
+                moved = ({**change, "launch_gap": change["launch_gap"] + shift}
+                         if change.get("launch_gap") else change)
                 runs.append(what_if(data, terms=terms, loaded_latency=True, latency_quantile=q,
                                     latency_shift_ns=shift, first_load=first_load,
                                     record_ns=max(record_ns + removed, 0.0), arrivals=arrivals,
                                     recorder_cost=recorder_cost, release_sample=release_sample,
-                                    queue_rule=queue_rule, **change,
+                                    queue_rule=queue_rule, **moved,
                                     slowdown=runs[0]["recorder_slowdown"] if runs else None))
             if runs[0]["recorder_slowdown"] != 1.0:
                 # how much of the recorder's cost slows the work is the model's reading:
