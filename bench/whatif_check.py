@@ -43,7 +43,8 @@ from cute_prof.analysis.critical_path import (  # noqa: E402
     what_if)
 from cute_prof.analysis.model import PipelineSpec, arrival_latencies, load_pipeline  # noqa: E402
 from cute_prof.analysis.pipelines import (  # noqa: E402
-    PROBED_SPAN_TIE, derive_pipeline, probed_launches_like, rank_correlation, recorded_span_ns)
+    PROBED_SPAN_TIE, cluster_ctas, derive_pipeline, probed_launches_like, rank_correlation,
+    recorded_span_ns)
 from cute_prof.trace import Trace  # noqa: E402
 
 sys.path.insert(0, str(ROOT / "bench"))
@@ -255,6 +256,16 @@ def model_change(change: dict, base_cluster: int, gaps: dict[int, float] | None)
     return rest
 
 
+def model_variants(entry: Entry, root: Path, raw: Trace) -> dict[str, dict | str]:
+    """``entry.variants`` as the model takes them (``model_change``), for the run at
+    ``root`` (its folder or a part's) whose base launch ``raw`` is: the base's cluster from
+    the trace's metadata, the launch gaps from the run's probe (``cluster_gaps``)."""
+    gaps = cluster_gaps(root)[0]
+    base = cluster_ctas(raw)
+    return {name: model_change(change, base, gaps) if isinstance(change, dict) else change
+            for name, change in entry.variants.items()}
+
+
 def launch_model(entry: Entry, raw: Trace, probed: Trace | None, *,
                  record_chain_ns: float | None = None,
                  recorder_cost: float | None = None, derived=None, data=None) -> dict:
@@ -365,11 +376,9 @@ def check_entry(root: Path, entry: Entry, *, queue_rule: str = "little"
     first = launches[0]
     base = statistics.median(timings[entry.base])
     gaps, gap_source = cluster_gaps(root)
-    base_cluster = int(np.prod((first["raw"].metadata or {}).get("cluster") or [1]))
+    base_cluster = cluster_ctas(first["raw"])
     rows, first_preds = [], []
-    for name, change in entry.variants.items():
-        if isinstance(change, dict):
-            change = model_change(change, base_cluster, gaps)
+    for name, change in model_variants(entry, root, first["raw"]).items():
         measured = paired_change(timings, name, entry.base) if timings.get(name) else None
         # how far a measured change can sit from the model's for noise alone: half the
         # interquartile range of its rounds' own changes

@@ -22,8 +22,8 @@ from cute_prof.analysis import critical_path as cp  # noqa: E402
 from cute_prof.analysis.pipelines import derive_pipeline, recorded_span_ns, warpgroup_ends  # noqa: E402
 from tools.pipeline_data import matched  # noqa: E402
 from whatif_check import (  # noqa: E402
-    ENTRIES, base_recorder_cost, folder_of, paired_change, point_prediction, record_chain,
-    recorded_changes, traced_change)
+    ENTRIES, base_recorder_cost, folder_of, model_variants, paired_change, point_prediction,
+    record_chain, recorded_changes, traced_change)
 
 # the sensitivity sweeps the README cites: kernel folder -> (what-if, latencies in ns)
 SWEEPS = {"gemm_ze": ({"depth": {"ab_pipe": 2}}, (768, 896, 1024, 1140)),
@@ -203,7 +203,7 @@ def recorder_split(folder: Path, entry, raw, data, model_terms: dict,
     timings = entry.load_timings(folder)
     cupti = {name: statistics.median(t) * entry.timings_ns for name, t in timings.items() if t}
     lines = []
-    for name, change in entry.variants.items():
+    for name, change in model_variants(entry, folder, raw).items():
         path = folder / (entry.variant_trace or "").format(variant=name)
         if not isinstance(change, dict) or name not in cupti:
             continue
@@ -283,6 +283,7 @@ def main(argv=None) -> int:
         if folder is None:
             continue
         base_trace = entry.load(folder / entry.trace)
+        variants = model_variants(entry, folder, base_trace)
         base = loads(base_trace)
         data, terms = base["data"], base["terms"]
         replayed = cp.replay(data, terms=terms)
@@ -313,7 +314,7 @@ def main(argv=None) -> int:
         lag = trailing_release(base["derived"])
         if lag:
             lines.append(f"  {'base':16s} {lag}")
-        for name, change in entry.variants.items():
+        for name, change in variants.items():
             path = folder / (entry.variant_trace or "").format(variant=name)
             if not (entry.variant_trace and path.exists()):
                 continue
@@ -358,7 +359,7 @@ def main(argv=None) -> int:
             no_cluster.pop("cluster")
             bare = derive_pipeline(type(base_trace)(**{**base_trace.__dict__,
                                                        "metadata": no_cluster}))
-            first_change = next(c for c in entry.variants.values() if isinstance(c, dict))
+            first_change = next(c for c in variants.values() if isinstance(c, dict))
             got = cp.predict_what_if(cp.match_records(bare.trace, bare.spec), first_change,
                                      **bare.what_if_terms())
             lines.append(f"  without the launch's cluster in the metadata, {first_change}: "

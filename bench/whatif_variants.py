@@ -40,7 +40,8 @@ from tools.pipeline_data import matched  # noqa: E402
 from tools.report_text import emit  # noqa: E402
 from whatif_diagnose import blocked_loads  # noqa: E402
 from whatif_check import (  # noqa: E402
-    ENTRIES, base_recorder_cost, launch_model, launch_paths, nearest_probed_launch, record_chain)
+    ENTRIES, base_recorder_cost, launch_model, launch_paths, model_variants, nearest_probed_launch,
+    record_chain)
 
 STRETCHES = 8
 
@@ -188,15 +189,16 @@ def main(argv=None) -> int:
     variants = {v: matched(entry.load(folder / entry.variant_trace.format(variant=v)))[1]
                 for v in args.variants}
     inputs = model["inputs"]
+    changes = model_variants(entry, folder, raw)
     replays = {v: cp.what_if(model["data"], loaded_latency=True, first_load=inputs["first_load"],
                              arrivals=inputs["arrivals"], release_sample=inputs["release_sample"],
-                             schedules=True, **entry.variants[v])["changed_schedule"]
+                             schedules=True, **changes[v])["changed_schedule"]
                for v in args.variants}
     lines = [f"{entry.kernel}, {folder}"]
     lines += stretch_table(model["data"], variants, inputs["arrivals"], replays)
     if args.launches:
         for v in args.variants:
-            lines += launch_table(args.gpu_out, entry, folder, entry.variants[v])
+            lines += launch_table(args.gpu_out, entry, folder, changes[v])
     emit(lines, args.out)
     return 0
 

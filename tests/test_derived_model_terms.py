@@ -69,6 +69,9 @@ def test_rings_run_one_behind_together_keep_distance_zero():
 def test_a_cluster_in_the_metadata_shares_the_tma_ring():
     assert derive_pipeline(gemm_like()).spec.resource("pk").shared_by == 1
     assert derive_pipeline(gemm_like(cluster=[2, 1])).spec.resource("pk").shared_by == 2
+    # the launch's CTAs per cluster, as the what-if check reads them for a cluster change
+    from cute_prof.analysis.pipelines import cluster_ctas
+    assert cluster_ctas(gemm_like()) == 1 and cluster_ctas(gemm_like(cluster=[2, 2])) == 4
 
 
 def test_first_load_latency_of_ctas_started_under_load():

@@ -26,7 +26,8 @@ from .roles import RoleSpec
 __all__ = ["finish_zero_edit_trace", "wait_breakdown", "format_wait_breakdown",
            "zero_edit_roles", "DerivedPipeline", "derive_pipeline", "call_balance",
            "format_recording", "load_arrival_pairs", "load_arrival_latency", "load_arrival_sample",
-           "warpgroup_ends", "warpgroup_lead_shares", "RECORD_CHAIN_NS", "record_chain_ns_of"]
+           "warpgroup_ends", "warpgroup_lead_shares", "RECORD_CHAIN_NS", "record_chain_ns_of",
+           "cluster_ctas"]
 
 PRODUCER_OPS = ("producer_acquire", "producer_commit")
 CONSUMER_OPS = ("consumer_wait", "consumer_release")
@@ -783,6 +784,12 @@ def _concatenate_records(parts: list[np.ndarray]) -> np.ndarray:
     return np.concatenate([part.view(raw) for part in parts]).view(parts[0].dtype)
 
 
+def cluster_ctas(trace: Trace) -> int:
+    """CTAs per cluster of the traced launch: from the trace's metadata ("cluster": [m, n])
+    where the launcher saved it, else 1 (no cluster known: no ring shared)."""
+    return int(np.prod((trace.metadata or {}).get("cluster") or [1]))
+
+
 def derive_pipeline(trace: Trace) -> DerivedPipeline:
     """The pipeline model of a zero-edit trace, from the kernel's own pipeline objects.
 
@@ -993,9 +1000,8 @@ def derive_pipeline(trace: Trace) -> DerivedPipeline:
             follows_consumes = relation == "consumes"
     used = {rel.resource for r in regions for rel in r.relations.values()}
     # a cluster's CTAs share a TMA ring's slots (multicast: a slot is free once every CTA
-    # it was loaded into released it); the launch's cluster shape comes from the trace's
-    # metadata ("cluster": [m, n]) where the launcher saved it, else no sharing
-    cluster = int(np.prod(trace.metadata.get("cluster") or [1]))
+    # it was loaded into released it)
+    cluster = cluster_ctas(trace)
     resources = [Resource(name=p["name"], kind="ring", depth=max(int(p["stages"]), 1),
                           shared_by=cluster if "TmaAsync" in str(p.get("cls", "")) else 1)
                  for p in sorted(pipelines.values(), key=lambda p: p["index"]) if p["name"] in used]
