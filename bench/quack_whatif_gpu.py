@@ -92,7 +92,7 @@ def main(argv=None) -> int:
                          "nearest each traced launch in span, which with many can be one "
                          "whose memory ran fast (stop 53: probe_density_quack.txt, "
                          "stop54/moved_from_results/ in "
-                         "bench/results/whatif/history/stops_31-56.tar.xz)")
+                         "bench/results/whatif/history/stops_31-57.tar.xz)")
     ap.add_argument("--probe-variants", default="", metavar="NAMES",
                     help="variants also traced with the same probes (trace_<name>_arrivals.npz, "
                          "one launch each): diagnosis of their loads "

@@ -333,8 +333,10 @@ def main(argv=None) -> int:
                 own_terms = terms
                 for tag in consumes:
                     own_terms = cp.with_latency(own_terms, tags.index(tag), own)
-                # record_ns 0: the recorded kernel, as the variant's own trace ran
-                changed_spec = data.spec.with_changes(**change)
+                # record_ns 0: the recorded kernel, as the variant's own trace ran (the
+                # ring's cycle: the spec's part of the change, not the launch gap's)
+                changed_spec = data.spec.with_changes(depth=change.get("depth"),
+                                                      shared_by=change.get("shared_by"))
                 changed_replay = cp.replay(data, changed_spec, terms=own_terms)
                 lines += [
                     f"  {'':16s} ring cycle, measured: " + ring_cycle(
