@@ -7,7 +7,8 @@
 #
 #     bash bench/whatif_all_gpu.sh                    # every part, then the check
 #
-# (H100, gpu57: the GEMM parts and their check 474 s, the FA4 parts 471 s, then their check)
+# (H100, gpu57: the GEMM parts and their check 474 s, the FA4 parts 471 s, then their check;
+# gpu59: the GEMM parts with the cluster probe 293 s, the FA4 parts 382 s, both CHECK=0)
 #
 # PARTS picks parts (default: all the check reads: chain cluster_gap quack gemm_ze persistent_ze
 # fa4_b1s4096 fa4 fa4_causal fa4_small; gemm and persistent are the level-2 bases, history).
