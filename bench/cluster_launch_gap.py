@@ -13,8 +13,9 @@ each CTA (one per SM: it asks for most of the shared memory) runs ``--iters`` ro
 of ``record_cost.py chain``'s 1-stage ``PipelineAsync`` ping-pong between two warps,
 compiled inside ``cute_prof.autoprofile()`` so that its pipeline calls are recorded. A
 cluster launch does what a multicast kernel's prologue does: a cluster barrier after the
-barriers' init (the 1x1 launch is the plain one, without it). Gap = an SM's CTA's first record less the end of
-the last record of the CTA before it on that SM, over ``--launches`` traced launches.
+barriers' init (the 1x1 launch is the plain one, without it). Gap = an SM's CTA's first
+record less the end of the last record of the CTA before it on that SM, over
+``--launches`` traced launches.
 
     python bench/cluster_launch_gap.py --sizes 1,2 --out $OUT/cluster_gap.json
     python bench/cluster_launch_gap.py --traces GPU_OUT...   # CPU: ws_gemm's own, 2x1 base

@@ -189,6 +189,23 @@ def folder_of(root: Path, entry: Entry) -> Path | None:
     return None
 
 
+def gpu_measurement(root: Path, run_file: str, committed: Path) -> tuple[dict | None, str]:
+    """(a measurement's JSON, where from) for the run at ``root`` (its folder or a part's):
+    the run's own ``run_file``, else ``committed`` where that was measured on the same GPU
+    model (``device.txt`` against its ``device``); (None, "") where neither was."""
+    for folder in (root, root.parent):
+        if (folder / run_file).is_file():
+            return json.loads((folder / run_file).read_text()), f"measured in this run ({run_file})"
+    device_txt = next((f / "device.txt" for f in (root, root.parent)
+                       if (f / "device.txt").is_file()), None)
+    device = device_txt.read_text().split(",")[0].strip() if device_txt else ""
+    saved = json.loads(committed.read_text()) if committed.is_file() else {}
+    if device and saved.get("device", "").split(",")[0].strip() == device:
+        return saved, (f"not measured in this run: {committed.relative_to(ROOT)} (the same GPU "
+                       f"model, {device})")
+    return None, ""
+
+
 # one record's cost on a dependency chain, as the GPU half measured it (bench/whatif_all_gpu.sh's
 # chain part: bench/record_cost.py chain), else the committed measurement of the same GPU model
 CHAIN_FILE = "chain/record_chain.json"
@@ -200,20 +217,10 @@ def record_chain(root: Path) -> tuple[float | None, str]:
     GPU, the time the model removes per record (``DerivedPipeline.what_if_terms``). None:
     neither this run nor a committed run on the same GPU model measured it (the model then
     removes the trace's own gap estimate)."""
-    for folder in (root, root.parent):
-        own = folder / CHAIN_FILE
-        if own.is_file():
-            return (float(json.loads(own.read_text())["per_record_ns"]),
-                    f"on a dependency chain, measured in this run ({CHAIN_FILE})")
-    device_txt = next((f / "device.txt" for f in (root, root.parent)
-                       if (f / "device.txt").is_file()), None)
-    device = device_txt.read_text().split(",")[0].strip() if device_txt else ""
-    committed = json.loads(COMMITTED_CHAIN.read_text()) if COMMITTED_CHAIN.is_file() else {}
-    if device and committed.get("device", "").split(",")[0].strip() == device:
-        return float(committed["per_record_ns"]), (
-            f"on a dependency chain, not measured in this run: "
-            f"{COMMITTED_CHAIN.relative_to(ROOT)} (the same GPU model, {device})")
-    return None, "no chain measured on this GPU: the trace's own gap estimate"
+    chain, source = gpu_measurement(root, CHAIN_FILE, COMMITTED_CHAIN)
+    if chain is None:
+        return None, "no chain measured on this GPU: the trace's own gap estimate"
+    return float(chain["per_record_ns"]), f"on a dependency chain, {source}"
 
 
 # what a cluster launch adds between one CTA and the next on an SM, per cluster size, as the
@@ -226,21 +233,10 @@ def cluster_gaps(root: Path) -> tuple[dict[int, float] | None, str]:
     """(CTAs per cluster -> launch gap median ns, where from): the run's own probe, else a
     committed one from the same GPU model; None where neither measured it (a change of the
     cluster then keeps the base's gap)."""
-    def gaps(path: Path) -> dict[int, float]:
-        return {int(k): float(v) for k, v in json.loads(path.read_text())["gap_ns"].items()}
-    for folder in (root, root.parent):
-        if (folder / CLUSTER_GAP_FILE).is_file():
-            return gaps(folder / CLUSTER_GAP_FILE), f"measured in this run ({CLUSTER_GAP_FILE})"
-    device_txt = next((f / "device.txt" for f in (root, root.parent)
-                       if (f / "device.txt").is_file()), None)
-    device = device_txt.read_text().split(",")[0].strip() if device_txt else ""
-    committed = (json.loads(COMMITTED_CLUSTER_GAP.read_text())
-                 if COMMITTED_CLUSTER_GAP.is_file() else {})
-    if device and committed.get("device", "").split(",")[0].strip() == device:
-        return gaps(COMMITTED_CLUSTER_GAP), (
-            f"not measured in this run: {COMMITTED_CLUSTER_GAP.relative_to(ROOT)} (the same "
-            f"GPU model, {device})")
-    return None, "not measured on this GPU: the base's gap kept"
+    probe, source = gpu_measurement(root, CLUSTER_GAP_FILE, COMMITTED_CLUSTER_GAP)
+    if probe is None:
+        return None, "not measured on this GPU: the base's gap kept"
+    return {int(k): float(v) for k, v in probe["gap_ns"].items()}, source
 
 
 def model_change(change: dict, base_cluster: int, gaps: dict[int, float] | None) -> dict:
@@ -256,11 +252,11 @@ def model_change(change: dict, base_cluster: int, gaps: dict[int, float] | None)
     return rest
 
 
-def model_variants(entry: Entry, root: Path, raw: Trace) -> dict[str, dict | str]:
-    """``entry.variants`` as the model takes them (``model_change``), for the run at
-    ``root`` (its folder or a part's) whose base launch ``raw`` is: the base's cluster from
-    the trace's metadata, the launch gaps from the run's probe (``cluster_gaps``)."""
-    gaps = cluster_gaps(root)[0]
+def model_variants(entry: Entry, raw: Trace,
+                   gaps: dict[int, float] | None) -> dict[str, dict | str]:
+    """``entry.variants`` as the model takes them (``model_change``) for the base launch
+    ``raw`` (its cluster from the trace's metadata) and the run's launch gaps (``gaps``:
+    ``cluster_gaps``)."""
     base = cluster_ctas(raw)
     return {name: model_change(change, base, gaps) if isinstance(change, dict) else change
             for name, change in entry.variants.items()}
@@ -378,7 +374,7 @@ def check_entry(root: Path, entry: Entry, *, queue_rule: str = "little"
     gaps, gap_source = cluster_gaps(root)
     base_cluster = cluster_ctas(first["raw"])
     rows, first_preds = [], []
-    for name, change in model_variants(entry, root, first["raw"]).items():
+    for name, change in model_variants(entry, first["raw"], gaps).items():
         measured = paired_change(timings, name, entry.base) if timings.get(name) else None
         # how far a measured change can sit from the model's for noise alone: half the
         # interquartile range of its rounds' own changes

@@ -22,8 +22,8 @@ from cute_prof.analysis import critical_path as cp  # noqa: E402
 from cute_prof.analysis.pipelines import derive_pipeline, recorded_span_ns, warpgroup_ends  # noqa: E402
 from tools.pipeline_data import matched  # noqa: E402
 from whatif_check import (  # noqa: E402
-    ENTRIES, base_recorder_cost, folder_of, model_variants, paired_change, point_prediction,
-    record_chain, recorded_changes, traced_change)
+    ENTRIES, base_recorder_cost, cluster_gaps, folder_of, model_variants, paired_change,
+    point_prediction, record_chain, recorded_changes, traced_change)
 
 # the sensitivity sweeps the README cites: kernel folder -> (what-if, latencies in ns)
 SWEEPS = {"gemm_ze": ({"depth": {"ab_pipe": 2}}, (768, 896, 1024, 1140)),
@@ -203,7 +203,7 @@ def recorder_split(folder: Path, entry, raw, data, model_terms: dict,
     timings = entry.load_timings(folder)
     cupti = {name: statistics.median(t) * entry.timings_ns for name, t in timings.items() if t}
     lines = []
-    for name, change in model_variants(entry, folder, raw).items():
+    for name, change in model_variants(entry, raw, cluster_gaps(folder)[0]).items():
         path = folder / (entry.variant_trace or "").format(variant=name)
         if not isinstance(change, dict) or name not in cupti:
             continue
@@ -283,7 +283,7 @@ def main(argv=None) -> int:
         if folder is None:
             continue
         base_trace = entry.load(folder / entry.trace)
-        variants = model_variants(entry, folder, base_trace)
+        variants = model_variants(entry, base_trace, cluster_gaps(folder)[0])
         base = loads(base_trace)
         data, terms = base["data"], base["terms"]
         replayed = cp.replay(data, terms=terms)
