@@ -17,9 +17,12 @@
 # PARTS="fa4 fa4_causal fa4_small", and the check on the CPU box (python bench/whatif_check.py
 # GPU_OUT).
 # TRACES: traced launches per zero-edit base, default 3; NO_BARRIERS=1: FA4's recordings without
-# their named barriers; quack's QUACK_PROBED probed launches (default TRACES), QUACK_PROBE_EVERY
-# (probe one load in N, default 7), QUACK_PROBE_VARIANTS (variants traced with the probes too:
-# diagnosis). Every part writes to its own folder under PARTS_DIR (default /tmp/parts),
+# their named barriers; quack's QUACK_PROBED probed launches (default 9: its 2- and 3-stage rows
+# move with the probed launch's memory state and the traced launches read those like them in
+# span: of three, one alone on three runs of eleven, gpu54/56/59, errors -6.71/-1.80/+7.33;
+# stop 58), QUACK_ROUNDS timing rounds
+# (default 40: a round's 4 -> 2 change spreads +-2.8 points), QUACK_PROBE_EVERY (probe one load
+# in N, default 7), QUACK_PROBE_VARIANTS (variants traced with the probes too: diagnosis). Every part writes to its own folder under PARTS_DIR (default /tmp/parts),
 # archived into $OUT/<part>.tar (the device tool returns at most 8 files).
 # Needs .gpu/ (../shared/gpu/make-bundle.sh) and .whl/ (requirements-gpu.txt).
 set -uo pipefail
@@ -46,7 +49,7 @@ for p in $RUN_PARTS; do
     fa4_small) part fa4_small python bench/fa4_whatif_gpu.py ${NO_BARRIERS:+--no-barriers} --traces ${TRACES:-3} --shape 1,1024,16,128 --variants base,stages1,stages3 --rounds ${ROUNDS:-30} --sms ${SMS:-132} --block-rounds ${BLOCK_ROUNDS:-10} ;;
     fa4_b1s4096) part fa4_b1s4096 python bench/fa4_whatif_gpu.py ${NO_BARRIERS:+--no-barriers} --traces ${TRACES:-3} --shape 1,4096,16,128 --variants base,stages1,stages3 --rounds ${ROUNDS:-20} --sms ${SMS:-132} --block-rounds ${BLOCK_ROUNDS:-10} ;;
     fa4_causal) part fa4_causal python bench/fa4_whatif_gpu.py ${NO_BARRIERS:+--no-barriers} --traces ${TRACES:-3} --causal --rounds ${ROUNDS:-20} --sms ${SMS:-12} --block-rounds ${BLOCK_ROUNDS:-10} ;;
-    quack) part quack python bench/quack_whatif_gpu.py --traces ${TRACES:-3} --probed ${QUACK_PROBED:-${TRACES:-3}} ${QUACK_PROBE_EVERY:+--load-arrivals $QUACK_PROBE_EVERY} ${QUACK_PROBE_VARIANTS:+--probe-variants $QUACK_PROBE_VARIANTS} --rounds ${ROUNDS:-20} ;;
+    quack) part quack python bench/quack_whatif_gpu.py --traces ${TRACES:-3} --probed ${QUACK_PROBED:-9} ${QUACK_PROBE_EVERY:+--load-arrivals $QUACK_PROBE_EVERY} ${QUACK_PROBE_VARIANTS:+--probe-variants $QUACK_PROBE_VARIANTS} --rounds ${QUACK_ROUNDS:-${ROUNDS:-40}} ;;
     gemm) part gemm python bench/whatif_gpu.py --rounds ${ROUNDS:-30} ;;
     persistent) part persistent python bench/persistent_gpu.py --rounds ${ROUNDS:-20} ;;
     gemm_ze) part gemm_ze python bench/whatif_gpu.py --zero-edit --no-level2 --traces ${TRACES:-3} --rounds ${ROUNDS:-30} ;;
