@@ -87,12 +87,12 @@ def main(argv=None) -> int:
                     help="traced launches of the base (and of the probed base), each after ten "
                          "of its own: trace_base.npz, trace_base.launch1.npz, ...")
     ap.add_argument("--probed", type=int, default=None, metavar="K",
-                    help="launches of the probed base (default: --traces). More of them show "
-                         "how the probes' cost spreads over launches; the check reads those "
-                         "nearest each traced launch in span, which with many can be one "
-                         "whose memory ran fast (stop 53: probe_density_quack.txt, "
-                         "stop54/moved_from_results/ in "
-                         "bench/results/whatif/history/stops_31-57.tar.xz)")
+                    help="launches of the probed base (default: --traces; "
+                         "bench/whatif_all_gpu.sh takes 9). The check reads those that ran "
+                         "like each traced launch in span (pipelines.probed_launches_like), "
+                         "each one draw of the memory's state: with three, one alone on three "
+                         "runs of eleven, its 4 -> 2 row at -6.71 .. +7.33; with nine, seven "
+                         "to nine (stop 58: bench/results/whatif/README.md)")
     ap.add_argument("--probe-variants", default="", metavar="NAMES",
                     help="variants also traced with the same probes (trace_<name>_arrivals.npz, "
                          "one launch each): diagnosis of their loads "

@@ -8,7 +8,8 @@
 #     bash bench/whatif_all_gpu.sh                    # every part, then the check
 #
 # (H100, gpu57: the GEMM parts and their check 474 s, the FA4 parts 471 s, then their check;
-# gpu59: the GEMM parts with the cluster probe 293 s, the FA4 parts 382 s, both CHECK=0)
+# gpu62: the GEMM parts with the cluster probe and quack's nine probed launches 287 s, the
+# FA4 parts 332 s, both CHECK=0)
 #
 # PARTS picks parts (default: all the check reads: chain cluster_gap quack gemm_ze persistent_ze
 # fa4_b1s4096 fa4 fa4_causal fa4_small; gemm and persistent are the level-2 bases, history).
@@ -20,10 +21,11 @@
 # their named barriers; quack's QUACK_PROBED probed launches (default 9: its 2- and 3-stage rows
 # move with the probed launch's memory state and the traced launches read those like them in
 # span: of three, one alone on three runs of eleven, gpu54/56/59, errors -6.71/-1.80/+7.33;
-# stop 58), QUACK_ROUNDS timing rounds
-# (default 40: a round's 4 -> 2 change spreads +-2.8 points), QUACK_PROBE_EVERY (probe one load
-# in N, default 7), QUACK_PROBE_VARIANTS (variants traced with the probes too: diagnosis). Every part writes to its own folder under PARTS_DIR (default /tmp/parts),
-# archived into $OUT/<part>.tar (the device tool returns at most 8 files).
+# stop 58), QUACK_ROUNDS timing rounds (default 40: a round's 4 -> 2 change spreads +-2.8
+# points), QUACK_PROBE_EVERY (probe one load in N, default 7), QUACK_PROBE_VARIANTS (variants
+# traced with the probes too: diagnosis). Every part writes to its own folder under PARTS_DIR
+# (default /tmp/parts), archived into $OUT/<part>.tar (the device tool returns at most 8
+# files).
 # Needs .gpu/ (../shared/gpu/make-bundle.sh) and .whl/ (requirements-gpu.txt).
 set -uo pipefail
 source bench/tools/gpu_env.sh || exit 1
