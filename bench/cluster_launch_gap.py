@@ -25,7 +25,7 @@ Writes ``cluster_gap.json``: ``{"device": ..., "gap_ns": {"1": median, "2": medi
 Stop 55 (H100): 352 ns alone, 416 ns in clusters of two (``bench/results/whatif/
 cluster_gap.txt``): the launch itself adds 64 ns, about 0.1% of ws_gemm 4096^3. The check
 (``whatif_check.py``, ``cluster_gaps``) moves the model's launch gap by the difference for a
-what-if that changes the cluster (``what_if(launch_gap=)``); ``whatif_all_gpu.sh`` runs it as
+what-if that changes the cluster (``what_if(gap_change_ns=)``); ``whatif_all_gpu.sh`` runs it as
 its ``cluster_gap`` part.
 """
 

@@ -241,14 +241,14 @@ def cluster_gaps(root: Path) -> tuple[dict[int, float] | None, str]:
 
 def model_change(change: dict, base_cluster: int, gaps: dict[int, float] | None) -> dict:
     """The what-if as the model takes it: a ``cluster`` (the variant's CTAs per cluster)
-    becomes ``launch_gap``, the probe's gap at that size less at the base's (``gaps``:
+    becomes ``gap_change_ns``, the probe's gap at that size less at the base's (``gaps``:
     ``cluster_gaps``), or is dropped where the probe did not measure both sizes."""
     if "cluster" not in change:
         return change
     rest = {k: v for k, v in change.items() if k != "cluster"}
     if gaps and change["cluster"] in gaps and base_cluster in gaps \
             and change["cluster"] != base_cluster:
-        rest["launch_gap"] = gaps[change["cluster"]] - gaps[base_cluster]
+        rest["gap_change_ns"] = gaps[change["cluster"]] - gaps[base_cluster]
     return rest
 
 

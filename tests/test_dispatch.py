@@ -130,7 +130,7 @@ def test_a_shorter_launch_gap_starts_every_later_wave_sooner():
 
 def test_a_what_if_of_the_launch_gap_moves_the_kernel_by_its_later_ctas():
     """gemm_like's four CTAs run one after another on one SM: a change that only shortens
-    the launch gap (``launch_gap``) predicts the three gaps' saving and nothing else, its
+    the launch gap (``gap_change_ns``) predicts the three gaps' saving and nothing else, its
     interval one timer tick each way; the same change with no gap to shorten predicts none."""
     from cute_prof.analysis.critical_path import (match_records, predict_what_if,
                                                   timer_step, what_if)
@@ -141,11 +141,11 @@ def test_a_what_if_of_the_launch_gap_moves_the_kernel_by_its_later_ctas():
     data = match_records(derived.trace, derived.spec)
     latency = {"pk.consumer_wait": 300.0}  # its consumer never waited: a latency named
     unchanged = what_if(data, latency=latency)
-    shorter = what_if(data, latency=latency, launch_gap=-500.0)
+    shorter = what_if(data, latency=latency, gap_change_ns=-500.0)
     assert unchanged["predicted_change"] == pytest.approx(0.0, abs=1e-12)
     assert shorter["predicted_kernel_ns"] == pytest.approx(unchanged["predicted_kernel_ns"]
                                                            - 3 * 500.0)
-    pred = predict_what_if(data, {"launch_gap": -500.0, "latency": latency})
+    pred = predict_what_if(data, {"gap_change_ns": -500.0, "latency": latency})
     assert pred["modelled"] and pred["predicted_change"] == pytest.approx(
         shorter["predicted_change"])
     tick = timer_step(data)

@@ -93,10 +93,10 @@ def test_a_cluster_change_moves_the_launch_gap_by_the_runs_own_probe(tmp_path, m
     gaps, source = check.cluster_gaps(tmp_path / "gemm_ze")  # a part's folder: one up
     assert gaps == {1: 352.0, 2: 416.0} and "measured in this run" in source
     assert check.model_change(change, 2, gaps) == {"shared_by": change["shared_by"],
-                                                   "launch_gap": -64.0}
+                                                   "gap_change_ns": -64.0}
     # the base already at that size, or a size the probe did not run: no gap change
     assert check.model_change(change, 1, gaps) == {"shared_by": change["shared_by"]}
-    assert "launch_gap" not in check.model_change(change, 4, gaps)
+    assert "gap_change_ns" not in check.model_change(change, 4, gaps)
     assert check.model_change(check.GEMM_CHANGES["stages2"], 2, gaps) \
         == check.GEMM_CHANGES["stages2"]
     # not measured in the run: a committed probe of the same GPU model only

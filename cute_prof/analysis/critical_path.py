@@ -1847,12 +1847,12 @@ def what_if(data: PipelineData, *, depth: dict | None = None, shared_by: dict | 
             record_ns: float = 0.0, arrivals: dict | None = None,
             recorder_cost: float = 0.0, slowdown: float | None = None,
             schedules: bool = False, release_sample: dict | None = None,
-            queue_rule: str = "little", launch_gap: float = 0.0) -> dict:
+            queue_rule: str = "little", gap_change_ns: float = 0.0) -> dict:
     """Predicted kernel-time change of a changed pipeline (ring depths, sharing, a region
     faster), from the replay of the change against the replay of the base. ``latency``:
     wait tag -> ns, replacing the inferred latency of that wait's event (when the trace
     holds no steady-state observation of it, e.g. a consumer that never waited).
-    ``launch_gap``: ns the change adds to the gap between one CTA and the next on an SM
+    ``gap_change_ns``: ns the change adds to the gap between one CTA and the next on an SM
     (``dispatched_starts``: a cluster shape's own launch cost, measured apart from the
     kernel, e.g. -64 ns on an H100 going from clusters of two to none).
 
@@ -1951,14 +1951,13 @@ def what_if(data: PipelineData, *, depth: dict | None = None, shared_by: dict | 
                 if slowdown != 1.0 else None)
     changed_spec = data.spec.with_changes(depth=depth, shared_by=shared_by)
 
-    def dispatched(spec, shift=None, gap=0.0, **kw):
+    def dispatched(spec, shift=None, gap_change_ns=0.0, **kw):
         """The replay with the CTAs past the first wave started where the replay frees
         an SM (``dispatch_shift``, to a fixed point from ``shift``: each round fixes at
         least one more wave), each unit's end as if it had started where measured, and the
         shifts it replayed with. Where no unit's replay depends on another's (no shared
         misses, no ring shared by a cluster), its span does not depend on its start: one
-        round, unshifted, unless the schedules are asked for. ``gap``: the launch gap's
-        change (``launch_gap``)."""
+        round, unshifted, unless the schedules are asked for."""
         shift = np.zeros(data.shape[0]) if shift is None else shift
         replay_terms = kw.pop("terms", terms)
         kw.setdefault("own_scale", unslowed)
@@ -1972,7 +1971,7 @@ def what_if(data: PipelineData, *, depth: dict | None = None, shared_by: dict | 
                 recorded_end = end
             if alone or round_ == DISPATCH_ROUNDS - 1:
                 break
-            moved = dispatch_shift(data, end - recorded_end, gap_change_ns=gap)
+            moved = dispatch_shift(data, end - recorded_end, gap_change_ns=gap_change_ns)
             if np.abs(moved - shift).max() < DISPATCH_TOLERANCE_NS:
                 break
             shift = moved
@@ -1980,12 +1979,12 @@ def what_if(data: PipelineData, *, depth: dict | None = None, shared_by: dict | 
 
     base, base_end, base_shift = dispatched(data.spec, item_latency=base_draws)
 
-    def kernel_ns(end, keep=None, gap=0.0):
+    def kernel_ns(end, keep=None, gap_change_ns=0.0):
         """The kernel's time with each unit ending at ``end``: the measured kernel moved
         by each unit's replayed change from the recorded replay (so the change is measured
         against the base replayed unrecorded, as the GPU measures it against the plain
-        kernel); ``gap``: the launch gap's change."""
-        return _kernel_time(data, end - recorded_end, keep, gap_change_ns=gap)[1]
+        kernel)."""
+        return _kernel_time(data, end - recorded_end, keep, gap_change_ns=gap_change_ns)[1]
 
     base_ns = kernel_ns(base_end)
     changed_terms, ratio, changed_draws, changed_shift = terms, 1.0, {}, base_shift
@@ -2007,8 +2006,8 @@ def what_if(data: PipelineData, *, depth: dict | None = None, shared_by: dict | 
         changed, new_end, changed_shift = dispatched(
             changed_spec, changed_shift, scale=scale, terms=changed_terms,
             item_latency=changed_draws, own_scale=changed_own, load_share=share,
-            gap=launch_gap)
-        predicted = kernel_ns(new_end, gap=launch_gap)
+            gap_change_ns=gap_change_ns)
+        predicted = kernel_ns(new_end, gap_change_ns=gap_change_ns)
         previous_ratio, ratio = ratio, predicted / base_ns
         previous_share, share = share, np.minimum(
             busy_share(data, changed, terms[2]) / np.maximum(base_busy, 1e-9), 1.0)
@@ -2022,7 +2021,7 @@ def what_if(data: PipelineData, *, depth: dict | None = None, shared_by: dict | 
     for parity in (0, 1):
         keep = data.unit_sm % 2 == parity
         if keep.any() and (~keep).any():
-            halves.append(kernel_ns(new_end, keep, launch_gap) / kernel_ns(base_end, keep) - 1)
+            halves.append(kernel_ns(new_end, keep, gap_change_ns) / kernel_ns(base_end, keep) - 1)
     measured_end = _unit_ends(data.end)
     fidelity = float(np.median((base_end - measured_end)
                                / np.maximum(measured_end - data.start[:, 0, :].min(1), 1)))
@@ -2032,7 +2031,7 @@ def what_if(data: PipelineData, *, depth: dict | None = None, shared_by: dict | 
              "changed_latency_draws": {tags[i]: x for i, x in changed_draws.items()}
              } if schedules else {}
     return {**extra, "change": {"depth": depth, "shared_by": shared_by, "scale": scale,
-                                "latency": latency, "launch_gap": launch_gap},
+                                "latency": latency, "gap_change_ns": gap_change_ns},
             "kernel_ns": base_ns, "predicted_kernel_ns": predicted,
             "measured_kernel_ns": _kernel_time(data, np.zeros_like(base_end))[0],
             "predicted_change": predicted / base_ns - 1,
@@ -2090,7 +2089,7 @@ def predict_what_if(data: PipelineData, change: dict, *, terms=None,
     a load latency the base never showed (its consumer never waited: with ``bounds``, the
     change at latency 0 and at the unblocked waits' bound). ``release_sample``,
     ``queue_rule``: as :func:`what_if` takes them."""
-    unknown = set(change) - {"depth", "shared_by", "scale", "latency", "launch_gap"}
+    unknown = set(change) - {"depth", "shared_by", "scale", "latency", "gap_change_ns"}
     if unknown:
         return {"modelled": False, "reason": f"no model term for {sorted(unknown)}"}
     resources = {r.name for r in data.spec.resources}
@@ -2126,8 +2125,8 @@ def predict_what_if(data: PipelineData, change: dict, *, terms=None,
             # a launch gap's change is read through the timer too: one tick each way
             for q, shift, removed in ((0.5, 0.0, 0.0), (interval[0], -tick, record_spread),
                                       (interval[1], tick, -record_spread)):
-                moved = ({**change, "launch_gap": change["launch_gap"] + shift}
-                         if change.get("launch_gap") else change)
+                moved = ({**change, "gap_change_ns": change["gap_change_ns"] + shift}
+                         if change.get("gap_change_ns") else change)
                 runs.append(what_if(data, terms=terms, loaded_latency=True, latency_quantile=q,
                                     latency_shift_ns=shift, first_load=first_load,
                                     record_ns=max(record_ns + removed, 0.0), arrivals=arrivals,
