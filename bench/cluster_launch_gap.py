@@ -76,7 +76,7 @@ def gaps_and_periods(first: np.ndarray, last: np.ndarray,
 
 def sm_gaps(trace, warps_per_cta: int) -> np.ndarray:
     """Each SM's gaps (ns) from one CTA's last record end to the next CTA's first start."""
-    return gaps_and_periods(*cta_spans(trace, warps_per_cta))[0]
+    return launch_gaps(*cta_spans(trace, warps_per_cta))
 
 
 def traced_gaps(gpu_out: Path) -> list[str]:
