@@ -62,16 +62,13 @@ def cta_spans(trace, warps_per_cta: int) -> tuple[np.ndarray, np.ndarray, np.nda
     return first, last, sm
 
 
-def gaps_and_periods(first: np.ndarray, last: np.ndarray,
-                     sm: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
-    """Of CTAs that ran ``first`` -> ``last`` on ``sm``: each SM's gaps (ns) from one CTA's
-    last record end to the next CTA's first start (CTAs resident together on one SM leave
-    none), and the next CTA's start after this one's (what the SM's next CTA waits for,
-    whichever record opens a CTA). The gaps are the ones the model dispatches later CTAs
-    after (``critical_path.launch_gaps``)."""
+def start_periods(first: np.ndarray, sm: np.ndarray) -> np.ndarray:
+    """Of CTAs that started at ``first`` on ``sm``: each SM's next CTA's start after this
+    one's (what the SM's next CTA waits for, whichever record opens a CTA), beside the gaps
+    the model dispatches later CTAs after (``critical_path.launch_gaps``)."""
     order = np.lexsort((first, sm))
     same = sm[order][1:] == sm[order][:-1]
-    return launch_gaps(first, last, sm), (first[order][1:] - first[order][:-1])[same]
+    return (first[order][1:] - first[order][:-1])[same]
 
 
 def sm_gaps(trace, warps_per_cta: int) -> np.ndarray:
@@ -100,7 +97,7 @@ def traced_gaps(gpu_out: Path) -> list[str]:
         _, first, last, sm, _ = cta_dispatch(data)
         # start to start beside the gap: the 1x1 variant's first record was its CTA
         # barrier's, the 2x1's the first acquire after its (then unrecorded) cluster barrier
-        gaps, period = gaps_and_periods(first, last, sm)
+        gaps, period = launch_gaps(first, last, sm), start_periods(first, sm)
         p10, p90 = np.quantile(gaps, [0.1, 0.9])
         lines.append(f"{gpu_out.name} {name}: gap median {np.median(gaps):.0f} ns "
                      f"(p10 {p10:.0f}, p90 {p90:.0f}), "

@@ -262,6 +262,12 @@ def model_variants(entry: Entry, raw: Trace,
             for name, change in entry.variants.items()}
 
 
+def run_variants(entry: Entry, raw: Trace, folder: Path) -> dict[str, dict | str]:
+    """``model_variants`` with the launch gaps of the run ``folder`` belongs to
+    (``cluster_gaps``): what the diagnosis tools replay."""
+    return model_variants(entry, raw, cluster_gaps(folder)[0])
+
+
 def launch_model(entry: Entry, raw: Trace, probed: Trace | None, *,
                  record_chain_ns: float | None = None,
                  recorder_cost: float | None = None, derived=None, data=None) -> dict:

@@ -22,8 +22,8 @@ from cute_prof.analysis import critical_path as cp  # noqa: E402
 from cute_prof.analysis.pipelines import derive_pipeline, recorded_span_ns, warpgroup_ends  # noqa: E402
 from tools.pipeline_data import matched  # noqa: E402
 from whatif_check import (  # noqa: E402
-    ENTRIES, base_recorder_cost, cluster_gaps, folder_of, model_variants, paired_change,
-    point_prediction, record_chain, recorded_changes, traced_change)
+    ENTRIES, base_recorder_cost, folder_of, paired_change, point_prediction, record_chain,
+    recorded_changes, run_variants, traced_change)
 
 # the sensitivity sweeps the README cites: kernel folder -> (what-if, latencies in ns)
 SWEEPS = {"gemm_ze": ({"depth": {"ab_pipe": 2}}, (768, 896, 1024, 1140)),
@@ -192,18 +192,19 @@ def trailing_release(derived) -> str | None:
             f"leading one's own {cell(r1 - e1)} after its {waits[-1].tag}")
 
 
-def recorder_split(folder: Path, entry, raw, data, model_terms: dict,
+def recorder_split(folder: Path, entry, raw, variants: dict, data, model_terms: dict,
                    gap_ns: float) -> list[str]:
     """Each variant's error split in two: the model of the recorded kernel (record_ns 0)
     against the recorded kernel's change, and the recorder's cost in the variant against the
     cost the model takes off it (its unrecorded and recorded predictions, from the base's
     measured cost, which ``recorder_share`` prints). Measured: the recording kernels' CUPTI
     medians where the GPU half timed them (``whatif_check.recorded_changes``), else each
-    variant's traced span (one launch) against the base trace's and the CUPTI median."""
+    variant's traced span (one launch) against the base trace's and the CUPTI median;
+    ``variants``: the entry's, as the model takes them (``whatif_check.run_variants``)."""
     timings = entry.load_timings(folder)
     cupti = {name: statistics.median(t) * entry.timings_ns for name, t in timings.items() if t}
     lines = []
-    for name, change in model_variants(entry, raw, cluster_gaps(folder)[0]).items():
+    for name, change in variants.items():
         path = folder / (entry.variant_trace or "").format(variant=name)
         if not isinstance(change, dict) or name not in cupti:
             continue
@@ -283,7 +284,7 @@ def main(argv=None) -> int:
         if folder is None:
             continue
         base_trace = entry.load(folder / entry.trace)
-        variants = model_variants(entry, base_trace, cluster_gaps(folder)[0])
+        variants = run_variants(entry, base_trace, folder)
         base = loads(base_trace)
         data, terms = base["data"], base["terms"]
         replayed = cp.replay(data, terms=terms)
@@ -309,7 +310,7 @@ def main(argv=None) -> int:
             arrivals_from=entry.load(probed) if probed and probed.exists() else None,
             record_chain_ns=chain_ns,
             recorder_cost=base_recorder_cost(entry.load_timings(folder), entry.base))
-        lines += recorder_split(folder, entry, base_trace, data, model_terms,
+        lines += recorder_split(folder, entry, base_trace, variants, data, model_terms,
                                 base["derived"].record_ns)
         lag = trailing_release(base["derived"])
         if lag:

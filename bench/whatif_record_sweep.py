@@ -22,8 +22,8 @@ sys.path.insert(0, str(ROOT))
 sys.path.insert(0, str(ROOT / "bench"))
 
 from whatif_check import (  # noqa: E402
-    ENTRIES, base_recorder_cost, cluster_gaps, folder_of, model_variants, paired_change,
-    point_prediction, record_chain, traced_launch_models)
+    ENTRIES, base_recorder_cost, folder_of, paired_change, point_prediction, record_chain,
+    run_variants, traced_launch_models)
 
 
 def main(argv=None) -> int:
@@ -48,7 +48,7 @@ def main(argv=None) -> int:
         # each traced launch with the probed launches that ran like it, as the check reads them
         models = traced_launch_models(entry, folder, record_chain_ns=chain_ns,
                                       recorder_cost=base_recorder_cost(timings, entry.base))
-        for name, change in model_variants(entry, models[0][0]["raw"], cluster_gaps(folder)[0]).items():
+        for name, change in run_variants(entry, models[0][0]["raw"], folder).items():
             if not isinstance(change, dict) or not timings.get(name):
                 continue
             measured = paired_change(timings, name, entry.base)

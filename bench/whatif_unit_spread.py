@@ -66,7 +66,7 @@ def main(argv=None) -> int:
             raw = entry.load(folder / entry.trace)
             model = check.launch_model(entry, raw, check.nearest_probed_launch(entry, folder, raw))
             data = model["data"]
-            for name, change in check.model_variants(entry, raw, check.cluster_gaps(folder)[0]).items():
+            for name, change in check.run_variants(entry, raw, folder).items():
                 path = folder / (entry.variant_trace or "").format(variant=name)
                 if not isinstance(change, dict) or not path.is_file() or (
                         args.what_ifs and name not in args.what_ifs.split(",")):

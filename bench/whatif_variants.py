@@ -40,8 +40,8 @@ from tools.pipeline_data import matched  # noqa: E402
 from tools.report_text import emit  # noqa: E402
 from whatif_diagnose import blocked_loads  # noqa: E402
 from whatif_check import (  # noqa: E402
-    ENTRIES, base_recorder_cost, cluster_gaps, launch_model, launch_paths, model_variants,
-    nearest_probed_launch, record_chain)
+    ENTRIES, base_recorder_cost, launch_model, launch_paths, nearest_probed_launch,
+    record_chain, run_variants)
 
 STRETCHES = 8
 
@@ -189,7 +189,7 @@ def main(argv=None) -> int:
     variants = {v: matched(entry.load(folder / entry.variant_trace.format(variant=v)))[1]
                 for v in args.variants}
     inputs = model["inputs"]
-    changes = model_variants(entry, raw, cluster_gaps(folder)[0])
+    changes = run_variants(entry, raw, folder)
     replays = {v: cp.what_if(model["data"], loaded_latency=True, first_load=inputs["first_load"],
                              arrivals=inputs["arrivals"], release_sample=inputs["release_sample"],
                              schedules=True, **changes[v])["changed_schedule"]

@@ -2021,7 +2021,8 @@ def what_if(data: PipelineData, *, depth: dict | None = None, shared_by: dict | 
     for parity in (0, 1):
         keep = data.unit_sm % 2 == parity
         if keep.any() and (~keep).any():
-            halves.append(kernel_ns(new_end, keep, gap_change_ns) / kernel_ns(base_end, keep) - 1)
+            halves.append(kernel_ns(new_end, keep, gap_change_ns=gap_change_ns)
+                          / kernel_ns(base_end, keep) - 1)
     measured_end = _unit_ends(data.end)
     fidelity = float(np.median((base_end - measured_end)
                                / np.maximum(measured_end - data.start[:, 0, :].min(1), 1)))
