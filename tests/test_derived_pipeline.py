@@ -7,7 +7,7 @@ from __future__ import annotations
 import numpy as np
 import pytest
 
-from cute_prof.analysis.critical_path import analyze_pipeline, match_records
+from cute_prof.analysis.critical_path import analyze_pipeline, match_records, prologue_slots
 from cute_prof.analysis.pipelines import derive_pipeline, finish_zero_edit_trace
 from cute_prof.errors import ProfileBufferError
 from cute_prof.trace import EVENT_DTYPE, Trace
@@ -96,6 +96,11 @@ def test_prologue_and_epilogue_calls_stay_out_of_the_loop():
     data = match_records(derived.trace, derived.spec)
     assert data.shape == (3, blocks - 1, 8)
     assert data.missing == 0 and data.extra == 0
+    # K(0) was committed before the loop; its release too (distance 0): it holds no slot
+    # the loop's releases free
+    spec = derived.spec
+    assert {r.name: r.prologue_items for r in spec.resources} == {"pk": 1, "pv": 0}
+    assert prologue_slots(spec, "pk") == (0, 0) and prologue_slots(spec, "pv") == (0, 0)
     # nothing was lost: the renamed calls plus the loop's are every call the kernel made
     assert len(derived.trace) == len(software_pipelined(blocks=blocks))
 

@@ -7,7 +7,8 @@ from pathlib import Path
 import numpy as np
 import pytest
 
-from cute_prof.analysis.critical_path import match_records, replay, ring_occupancy
+from cute_prof.analysis.critical_path import (
+    infer_terms, match_records, prologue_slots, replay, ring_occupancy, what_if)
 from cute_prof.analysis.model import load_pipeline
 from cute_prof.errors import ProfileBufferError
 from tests.test_pipeline_model import CONSUMER_BOUND, make_trace, spec_dict
@@ -63,6 +64,55 @@ def test_replay_of_the_measured_schedule_with_release_at_start_is_exact():
     sched = replay(data)
     np.testing.assert_allclose(sched.end, data.end)
     np.testing.assert_allclose(sched.start, data.start)
+
+
+# ws_gemm as its zero-edit trace has it: the consumer waits for item P before the loop,
+# each loop iteration's c releases the item before (distance 1; c(0) releases P), depth 2,
+# producer 100 ns, load latency 100, consumer 1000. P holds a slot until c(0) ends, so
+# the producer's second acquire (item 1) waits for it.
+PROLOGUE_HELD = {
+    "w_e": [(0, 0), (100, 1200), (1300, 2400), (2500, 3600)],
+    "p": [(0, 100), (1200, 1300), (2400, 2500), (3600, 3700)],
+    "w_f": [(100, 200), (1200, 1400), (2400, 2600), (3600, 3800)],
+    "c": [(200, 1200), (1400, 2400), (2600, 3600), (3800, 4800)],
+}
+
+
+def prologue_spec(prologue_items, depth=2):
+    d = spec_dict(depth, release_distance=1)
+    d["resources"][0]["prologue_items"] = prologue_items
+    return load_pipeline(d)
+
+
+def test_an_item_issued_before_the_loop_holds_its_slot_until_the_first_release():
+    data = match_records(make_trace([(0, PROLOGUE_HELD)]), prologue_spec(1))
+    assert prologue_slots(data.spec, "ring") == (1, 1)
+    sched = replay(data)
+    np.testing.assert_allclose(sched.end, data.end)  # the hand schedule, exactly
+    # the measured terms see w_e(1) wait for c(0)'s release, as w_e(2) waits for c(1)'s
+    dep = infer_terms(data)[3]
+    assert dep[0, 1, 0] == 1200 and dep[0, 2, 0] == 2400
+    # without the prologue's item the replay lets the producer run one item further ahead
+    # at the start: item 1 is issued at 100 and lands (latency 200) long before c(0) ends,
+    # so w_f(1) takes only its own cost (1200-1300) and everything after it 100 ns sooner
+    free = replay(match_records(make_trace([(0, PROLOGUE_HELD)]), prologue_spec(0)))
+    assert free.end[0, 1, 0] == 100 and free.end[0, 1, 2] == 1300
+    assert free.end[0, -1, 3] == 4700
+    # one slot deeper: P's slot is not needed before item 2's acquire, which waits for
+    # P's release (item 2 - 3 = -1), not for item 0's
+    deeper = what_if(data, depth={"ring": 3}, schedules=True)["changed_schedule"]
+    assert deeper.end[0, 1, 0] == 100 and deeper.dep_time[0, 2, 0] == 1200
+    # a 1-deep ring with a trailing release cannot run at all: P's slot is freed only
+    # after the wait for item 0, which needs that slot
+    with pytest.raises(ProfileBufferError, match="deadlock"):
+        what_if(data, depth={"ring": 1})
+
+
+def test_prologue_items_must_be_a_count():
+    with pytest.raises(ProfileBufferError, match="prologue_items must be an int"):
+        prologue_spec(-1)
+    with pytest.raises(ProfileBufferError, match="prologue_items must be an int"):
+        prologue_spec(1.5)
 
 
 @pytest.mark.parametrize("at", ["middle", 1, "START"])

@@ -378,6 +378,35 @@ def _event_times(spec: PipelineSpec, start: np.ndarray, end: np.ndarray) -> dict
     return out
 
 
+def prologue_slots(spec: PipelineSpec, resource: str) -> tuple[int, int]:
+    """(p, d): how many items the kernel issued before its loop still hold slots of
+    ``resource`` (its ``prologue_items``, at most the releasing distance d and the depth),
+    freed by the loop's releases d - p .. d - 1 (a release trails its item by d iterations,
+    so the loop's first d release items before the loop's first)."""
+    res = spec.resource(resource)
+    region = spec.regions[spec.source_region("releases", resource)]
+    d = region.relations["releases"].distance
+    return min(res.prologue_items, d, res.depth), d
+
+
+def pre_loop_releases(spec: PipelineSpec, start: np.ndarray, end: np.ndarray) -> dict:
+    """Per resource with items issued before the loop (``prologue_slots``): (U, p) when the
+    loop's releases of them happen. The producer's acquire of item depth - p waits for the
+    first of them: ws_gemm's consumer waits for k-tile 0 before its loop and releases it
+    after waiting for k-tile 1 (on an H100 the persistent GEMM's fourth acquire blocked
+    1.8 us until that release, its 2-stage variant's second 1.9 us); without them the
+    replay's ring holds one slot more at each CTA's start than the kernel's."""
+    out = {}
+    for i, r in enumerate(spec.regions):
+        rel = r.relations.get("releases")
+        if rel is None or r.kind != "work":
+            continue
+        p, d = prologue_slots(spec, rel.resource)
+        if p > 0 and d - p < start.shape[1]:
+            out[rel.resource] = _release_point(spec, i, start, end)[:, d - p:d]
+    return out
+
+
 def _release_point(spec: PipelineSpec, i: int, start: np.ndarray, end: np.ndarray):
     """(U, K) time at which region i's ``releases`` happens in iteration k."""
     at = spec.regions[i].relations["releases"].at
@@ -443,7 +472,20 @@ def _dependency_times(data, spec, events, i, iters):
             released, owner = gmax[cluster], first[cluster]
         else:
             owner = self_owner
-        return _shift_items(data, released, owner, shift, iters)
+        dep, peer = _shift_items(data, released, owner, shift, iters)
+        before = _memo(data, ("pre_loop_releases",),
+                       lambda: pre_loop_releases(spec, data.start, data.end)).get(rel.resource)
+        if before is not None:  # the items issued before the loop held the first slots
+            p = before.shape[1]
+            if res.shared_by > 1:
+                gmax = np.full((cluster.max() + 1, p), -np.inf)
+                np.maximum.at(gmax, cluster, before)
+                before = gmax[cluster]
+            first_unit = data.unit_prev < 0 if data.unit_prev is not None \
+                else np.ones(units, dtype=bool)
+            for k in range(max(shift - p, 0), min(shift, iters)):
+                dep[first_unit, k] = before[first_unit, k - shift + p]
+        return dep, peer
 
 
 @dataclass
@@ -1037,6 +1079,11 @@ def replay(data: PipelineData, spec: PipelineSpec | None = None, *,
     blocked = np.zeros(shape, dtype=bool)
     prod = {r.name: np.full((iters, units), np.nan) for r in spec.resources}
     rel = {r.name: np.full((iters, units), np.nan) for r in spec.resources}
+    # (d, U) the releases of the items issued before the loop (pre_loop_releases)
+    pre_rel = {r.name: np.full((prologue_slots(spec, r.name)[0], units), np.nan)
+               for r in spec.resources if r.kind == "ring" and any(
+                   "releases" in q.relations and q.relations["releases"].resource == r.name
+                   for q in spec.regions) and prologue_slots(spec, r.name)[0] > 0}
     clusters = {r.name: _memo(data, ("cluster", r.shared_by),
                               lambda shared_by=r.shared_by: _cluster_index(data, shared_by))
                 for r in spec.resources if r.shared_by > 1}
@@ -1067,8 +1114,11 @@ def replay(data: PipelineData, spec: PipelineSpec | None = None, *,
                     rl = r.relations["acquires"]
                     res = spec.resource(rl.resource)
                     j = k - res.depth - rl.distance
-                    if j >= 0:
-                        dep = rel[rl.resource][j]
+                    pre_items = pre_rel.get(rl.resource)
+                    if j >= 0 or pre_items is not None and j >= -pre_items.shape[0]:
+                        # j < 0: an item the kernel issued before its loop (prologue_slots)
+                        dep = (rel[rl.resource][j] if j >= 0
+                               else pre_items[j + pre_items.shape[0]])
                         if res.shared_by > 1:
                             cl = clusters[res.name]
                             gmax = np.full(cl.max() + 1, -np.inf)
@@ -1076,7 +1126,8 @@ def replay(data: PipelineData, spec: PipelineSpec | None = None, *,
                             first = np.full(cl.max() + 1, units)
                             np.minimum.at(first, cl, np.where(dep == gmax[cl], arange, units))
                             dep, peer = gmax[cl], first[cl]
-                if ("acquires" in r.relations and j >= 0
+                if ("acquires" in r.relations and (j >= 0 or pre_items is not None
+                                                   and j >= -pre_items.shape[0])
                         or "consumes" in r.relations and k - rl.distance >= 0) \
                         and (np.isnan(dep) & here).any():
                     raise ProfileBufferError(
@@ -1144,7 +1195,10 @@ def replay(data: PipelineData, spec: PipelineSpec | None = None, *,
                         group_first[made][k] = np.minimum(first_unit[cell], units - 1)
                 if "releases" in r.relations:
                     rl = r.relations["releases"]
-                    if k - rl.distance >= 0:
+                    # the loop's first releases free the items issued before it (pre_index)
+                    pre_index = k - rl.distance + (pre_rel[rl.resource].shape[0]
+                                                   if rl.resource in pre_rel else 0)
+                    if k - rl.distance >= 0 or pre_index >= 0:
                         length = end[k, i] - begin
                         after_start, before_end, overhang = release_at[i]
                         if i in jobs:  # after the job: measured from the end, and no
@@ -1166,7 +1220,10 @@ def replay(data: PipelineData, spec: PipelineSpec | None = None, *,
                             when = begin + np.minimum(after_start[k], length) + overhang[k]
                             if i in absorbed:
                                 when = when - absorbed[i]
-                        rel[rl.resource][k - rl.distance] = when
+                        if k - rl.distance >= 0:
+                            rel[rl.resource][k - rl.distance] = when
+                        else:
+                            pre_rel[rl.resource][pre_index] = when
                     if k == iters - 1:
                         lo = max(iters - rl.distance, 0)
                         rel[rl.resource][lo:] = end[k, i][None, :]

@@ -115,6 +115,10 @@ class Resource:
     kind: str = "ring"
     depth: int = 1
     shared_by: int = 1
+    # items the kernel issues before its loop (a derived trace's ``@prologue`` calls: the
+    # GEMMs' consumer waits for k-tile 0 before the loop): they hold slots that the loop's
+    # first releases (a ``releases`` distance > 0) free
+    prologue_items: int = 0
 
     def __post_init__(self):
         if self.kind not in RESOURCE_KINDS:
@@ -127,6 +131,9 @@ class Resource:
             raise ProfileBufferError(f"resource {self.name!r}: a state has depth 1")
         if not isinstance(self.shared_by, int) or self.shared_by < 1:
             raise ProfileBufferError(f"resource {self.name!r}: shared_by must be an int >= 1")
+        if not isinstance(self.prologue_items, int) or self.prologue_items < 0:
+            raise ProfileBufferError(f"resource {self.name!r}: prologue_items must be an int "
+                                     f">= 0, got {self.prologue_items!r}")
 
 
 @dataclass(frozen=True)
@@ -280,12 +287,13 @@ class PipelineSpec:
                 raise ProfileBufferError(f"a pipeline spec needs {key!r}")
         resources = []
         for r in data["resources"]:
-            extra = set(r) - {"name", "kind", "depth", "shared_by"}
+            extra = set(r) - {"name", "kind", "depth", "shared_by", "prologue_items"}
             if extra or "name" not in r:
                 raise ProfileBufferError(f"resource {r!r}: needs 'name'; unknown keys "
                                          f"{sorted(extra)}")
             resources.append(Resource(name=str(r["name"]), kind=r.get("kind", "ring"),
-                                      depth=r.get("depth", 1), shared_by=r.get("shared_by", 1)))
+                                      depth=r.get("depth", 1), shared_by=r.get("shared_by", 1),
+                                      prologue_items=r.get("prologue_items", 0)))
         regions = []
         for r in data["regions"]:
             extra = set(r) - {"tag", "role", "kind", "async", *RELATIONS}

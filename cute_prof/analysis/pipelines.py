@@ -1002,8 +1002,20 @@ def derive_pipeline(trace: Trace) -> DerivedPipeline:
     # a cluster's CTAs share a TMA ring's slots (multicast: a slot is free once every CTA
     # it was loaded into released it)
     cluster = cluster_ctas(trace)
+    # items a ring's producer issued before the loop (its commits renamed @prologue, the
+    # median over its warps): they hold slots until the loop's first releases free them
+    before_loop = iteration < lo
+    prologue_items = {}
+    for t in loop:
+        if op_of[t] == "producer_commit":
+            calls = o_tag == t
+            per_warp = np.bincount(warp_index[calls & before_loop], minlength=n_warps)
+            callers = np.unique(warp_index[calls])
+            prologue_items[pipelines[int(sites[t]["pipeline"])]["name"]] = int(
+                np.median(per_warp[callers])) if callers.size else 0
     resources = [Resource(name=p["name"], kind="ring", depth=max(int(p["stages"]), 1),
-                          shared_by=cluster if "TmaAsync" in str(p.get("cls", "")) else 1)
+                          shared_by=cluster if "TmaAsync" in str(p.get("cls", "")) else 1,
+                          prologue_items=prologue_items.get(p["name"], 0))
                  for p in sorted(pipelines.values(), key=lambda p: p["index"]) if p["name"] in used]
     roles = RoleSpec(roles={role: [int(s) for s in role_slots[role]] for role in role_tags},
                      tid_stride=stride, group_name="cta", tags={r.tag: r.kind for r in regions})
