@@ -473,8 +473,7 @@ def _dependency_times(data, spec, events, i, iters):
         else:
             owner = self_owner
         dep, peer = _shift_items(data, released, owner, shift, iters)
-        before = _memo(data, ("pre_loop_releases",),
-                       lambda: pre_loop_releases(spec, data.start, data.end)).get(rel.resource)
+        before = pre_loop_releases(spec, data.start, data.end).get(rel.resource)
         if before is not None:  # the items issued before the loop held the first slots
             p = before.shape[1]
             if res.shared_by > 1:
