@@ -252,20 +252,19 @@ def model_change(change: dict, base_cluster: int, gaps: dict[int, float] | None)
     return rest
 
 
-def model_variants(entry: Entry, raw: Trace,
+def model_variants(entry: Entry, base_cluster: int,
                    gaps: dict[int, float] | None) -> dict[str, dict | str]:
-    """``entry.variants`` as the model takes them (``model_change``) for the base launch
-    ``raw`` (its cluster from the trace's metadata) and the run's launch gaps (``gaps``:
-    ``cluster_gaps``)."""
-    base = cluster_ctas(raw)
-    return {name: model_change(change, base, gaps) if isinstance(change, dict) else change
-            for name, change in entry.variants.items()}
+    """``entry.variants`` as the model takes them (``model_change``) for a base launch of
+    ``base_cluster`` CTAs per cluster (``cluster_ctas``: the trace's metadata) and the run's
+    launch gaps (``gaps``: ``cluster_gaps``)."""
+    return {name: model_change(change, base_cluster, gaps) if isinstance(change, dict)
+            else change for name, change in entry.variants.items()}
 
 
 def run_variants(entry: Entry, raw: Trace, folder: Path) -> dict[str, dict | str]:
-    """``model_variants`` with the launch gaps of the run ``folder`` belongs to
-    (``cluster_gaps``): what the diagnosis tools replay."""
-    return model_variants(entry, raw, cluster_gaps(folder)[0])
+    """``model_variants`` for the base launch ``raw`` with the launch gaps of the run
+    ``folder`` belongs to (``cluster_gaps``): what the diagnosis tools replay."""
+    return model_variants(entry, cluster_ctas(raw), cluster_gaps(folder)[0])
 
 
 def launch_model(entry: Entry, raw: Trace, probed: Trace | None, *,
@@ -380,7 +379,7 @@ def check_entry(root: Path, entry: Entry, *, queue_rule: str = "little"
     gaps, gap_source = cluster_gaps(root)
     base_cluster = cluster_ctas(first["raw"])
     rows, first_preds = [], []
-    for name, change in model_variants(entry, first["raw"], gaps).items():
+    for name, change in model_variants(entry, base_cluster, gaps).items():
         measured = paired_change(timings, name, entry.base) if timings.get(name) else None
         # how far a measured change can sit from the model's for noise alone: half the
         # interquartile range of its rounds' own changes
@@ -567,8 +566,8 @@ def table(rows: list[dict], infos: list[dict], root: Path, *, queue_rule: str = 
              f"spread of it, {PROBED_SPAN_TIE:.1%}; one that ran much longer met a slower memory "
              "system), its interval widened to all of them. "
              "Zero-edit bases: spec derived from the kernel's pipeline objects (derive_pipeline; "
-             "ring sharing from the launch's cluster in the trace metadata); latency: where the GPU "
-             "half traced a second base launch whose producer probed one load in 7 "
+             "ring sharing from the launch's cluster in the trace metadata); latency: where the "
+             "GPU half traced a second base launch whose producer probed one load in 7 "
              "(autoprofile(load_arrivals=7)), every replayed item draws its own latency from "
              "those sampled arrivals (commit -> full barrier complete) as the loop's typical "
              "congestion (congestion: the median latency of the 64 loads issued nearest in "
@@ -587,8 +586,8 @@ def table(rows: list[dict], infos: list[dict], root: Path, *, queue_rule: str = 
              "that did not block ended after their data); level-2 bases: hand-written spec, "
              "first item of units started under load, else blocked waits. interval: the same "
              "with the latency's 25th/75th percentile (sampled arrivals: each item's queued part "
-             "moved by that quantile less the sample's median), each moved by one timer tick, with half a tick "
-             "more and less of one record's time removed, and the "
+             "moved by that quantile less the sample's median), each moved by one timer tick, "
+             "with half a tick more and less of one record's time removed, and the "
              "change predicted from each half of the SMs alone (per-CTA variation); where the "
              "recorder's cost slowed the replayed work (below), also the prediction with only "
              "its records' own time removed; a consumes wait "
@@ -663,8 +662,9 @@ def table(rows: list[dict], infos: list[dict], root: Path, *, queue_rule: str = 
                         f"{' / '.join('+'.join(str(k + 1) for k in ks) for ks in i['probed_read'])}"
                         f" of {i['probed_launches']} (those within "
                         f"{PROBED_SPAN_TIE:.1%} of the nearest in span), which ran "
-                        f"{' / '.join(', '.join(f'{c:+.1%}' for c in cs) for cs in i['probed_read_cost'])}"
-                        " against them"
+                        + " / ".join(", ".join(f"{c:+.1%}" for c in cs)
+                                     for cs in i.get("probed_read_cost", ()))
+                        + " against them"
                         if i.get("probed_launches", 0) > 1 and i.get("probed_read") else "")
                      + f"): p5 {lat[0.05]:.0f}, p25 {lat[0.25]:.0f}, median "
                      f"{lat[0.5]:.0f}, p75 {lat[0.75]:.0f} ns, timer step "
@@ -725,7 +725,8 @@ def table(rows: list[dict], infos: list[dict], root: Path, *, queue_rule: str = 
         rho_k = rank_correlation([r["predicted"] for r in sub], [r["measured"] for r in sub])
         lines.append(f"- {kind} bases: {len(sub)} rows, Spearman {rho_k:+.3f}, within 3 pp "
                      f"{sum(abs(r['error_pp']) <= 3 for r in sub)}, mean absolute error "
-                     f"{statistics.mean(abs(r['error_pp']) for r in sub):.2f} pp, inside the interval "
+                     f"{statistics.mean(abs(r['error_pp']) for r in sub):.2f} pp, inside the "
+                     "interval "
                      f"{sum(r.get('inside', False) for r in sub)} "
                      f"({sum(r.get('inside_with_noise', False) for r in sub)} +- launch noise).")
     return "\n".join(lines) + "\n", rho

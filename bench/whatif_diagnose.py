@@ -19,7 +19,8 @@ sys.path.insert(0, str(ROOT))
 sys.path.insert(0, str(ROOT / "bench"))
 
 from cute_prof.analysis import critical_path as cp  # noqa: E402
-from cute_prof.analysis.pipelines import derive_pipeline, recorded_span_ns, warpgroup_ends  # noqa: E402
+from cute_prof.analysis.pipelines import (  # noqa: E402
+    derive_pipeline, recorded_span_ns, warpgroup_ends)
 from tools.pipeline_data import matched  # noqa: E402
 from whatif_check import (  # noqa: E402
     ENTRIES, base_recorder_cost, folder_of, paired_change, point_prediction, record_chain,
@@ -71,7 +72,8 @@ def quarters(got: dict) -> str:
     for part in np.array_split(np.arange(latency.shape[1]), 4):
         b = blocked[:, part]
         lat = latency[:, part][b]
-        cells.append(f"{b.mean() * 100:3.0f}% / " + (f"{np.median(lat):4.0f}" if lat.size else "   -"))
+        median = f"{np.median(lat):4.0f}" if lat.size else "   -"
+        cells.append(f"{b.mean() * 100:3.0f}% / {median}")
     return " | ".join(cells)
 
 
@@ -117,9 +119,11 @@ def recorder_share(folder: Path, entry, trace, data, terms, record_ns: float,
     kept, shed = busy(replayed), busy(cp.replay(data, terms=terms, record_ns=record_ns))
     span = recorded_span_ns(trace)
     recorded = timings.get(f"{entry.base}:recorded")
-    timed = "" if not recorded else (
-        f" (the recording kernel's CUPTI median: "
-        f"{(statistics.median(recorded) / statistics.median(timings[entry.base]) - 1) * 100:+.1f}%)")
+    if recorded:
+        cost = statistics.median(recorded) / statistics.median(timings[entry.base]) - 1
+        timed = f" (the recording kernel's CUPTI median: {cost * 100:+.1f}%)"
+    else:
+        timed = ""
     return (f"recorder: traced span {span / 1e3:.2f} us against {cupti / 1e3:.2f} us unrecorded "
             f"(CUPTI): {(span / cupti - 1) * 100:+.1f}%{timed}; the replay without recording "
             f"takes {(1 - shed / kept) * 100:.1f}% off the units' spans")
@@ -273,7 +277,8 @@ def main(argv=None) -> int:
     ap.add_argument("gpu_out", type=Path)
     ap.add_argument("--out", type=Path, default=ROOT / "bench/results/whatif/diagnosis.txt")
     args = ap.parse_args(argv)
-    lines = [f"# {__doc__.splitlines()[0]}", f"# python bench/whatif_diagnose.py {args.gpu_out}", ""]
+    lines = [f"# {__doc__.splitlines()[0]}",
+             f"# python bench/whatif_diagnose.py {args.gpu_out}", ""]
     chain_ns, chain_source = record_chain(args.gpu_out)
     lines.append("# one record on a dependency chain: "
                  + (f"{chain_ns:.1f} ns ({chain_source})" if chain_ns is not None
@@ -291,8 +296,9 @@ def main(argv=None) -> int:
         w, iters = base["wait"], data.shape[1]
         mid = slice(iters // 4, 3 * iters // 4)
         fidelity = cp.what_if(data, terms=terms)["replay_error_median"]
+        period = np.nanmedian(np.diff(replayed.start[:, mid, w], axis=1))
         lines += [f"{entry.kernel} ({entry.folder})",
-                  f"  base replay: {np.nanmedian(np.diff(replayed.start[:, mid, w], axis=1)):.0f} ns "
+                  f"  base replay: {period:.0f} ns "
                   f"per iteration (measured {base['period']:.0f}), kernel end off by "
                   f"{fidelity * 100:+.1f}%; one record's gap estimate "
                   f"{base['derived'].record_ns:.0f} ns",

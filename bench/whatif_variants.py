@@ -74,9 +74,9 @@ def stretch_table(base, variants: dict, arrivals: dict, replays: dict) -> list[s
         iters = base.shape[1]
         stretches = np.array_split(np.arange(iters), STRETCHES)
         sample = arrivals.get(ring)
-        lines.append(f"  ring {ring}: latency by stretch of the loop (ns, median over the consumers' "
-                     "blocked waits of their end less the load's issue; the share that "
-                     "blocked); sampled: the base's probed arrivals")
+        lines.append(f"  ring {ring}: latency by stretch of the loop (ns, median over the "
+                     "consumers' blocked waits of their end less the load's issue; the share "
+                     "that blocked); sampled: the base's probed arrivals")
         modelled = {f"model {name}": s for name, s in replays.items()}
         head = f"    {'places':>9} {'sampled':>8} {'base':>12}" + "".join(
             f" {name:>16}" for name in [*variants, *modelled])
