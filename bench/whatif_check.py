@@ -160,6 +160,20 @@ ENTRIES = [
 ]
 
 
+def zero_edit_entry(folder: str, parser: argparse.ArgumentParser | None = None) -> Entry:
+    """The zero-edit entry whose part of a GPU run lives in ``folder`` (gemm_ze, quack, ...).
+    Any other folder is an error naming the others: ``parser.error`` (a tool's command
+    line), else ValueError."""
+    entry = next((e for e in ENTRIES if e.folder == folder and e.derived), None)
+    if entry is None:
+        message = (f"no zero-edit entry with folder {folder!r}: "
+                   f"{sorted(e.folder for e in ENTRIES if e.derived)}")
+        if parser is not None:
+            parser.error(message)
+        raise ValueError(message)
+    return entry
+
+
 def traced_change(folder: Path, entry: Entry, variant: str, base: Trace) -> float | str:
     """The change of the recorded kernel: the variant's own trace span against the base
     trace's (one launch each). Diagnosis only (how much of an error is the recorder's own

@@ -111,10 +111,7 @@ def main(argv=None) -> int:
     ap.add_argument("--draws", action="store_true",
                     help="also the replayed draws under each rule (slower)")
     args = ap.parse_args(argv)
-    entry = next((e for e in whatif_check.ENTRIES if e.folder == args.kernel
-                  and e.base_trace == "zero-edit"), None)
-    if entry is None:
-        ap.error(f"no zero-edit entry in folder {args.kernel!r}")
+    entry = whatif_check.zero_edit_entry(args.kernel, ap)
     for root in args.gpu_out:
         print("\n".join(report(root, entry, draws=args.draws)), flush=True)
     return 0

@@ -25,7 +25,7 @@ from cute_prof.analysis import critical_path as cp  # noqa: E402
 from tools.columns import launch_paths  # noqa: E402
 from tools.pipeline_data import matched  # noqa: E402
 from tools.report_text import emit  # noqa: E402
-from whatif_check import ENTRIES  # noqa: E402
+from whatif_check import zero_edit_entry  # noqa: E402
 
 def main(argv=None) -> int:
     ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
@@ -34,7 +34,7 @@ def main(argv=None) -> int:
                                                       "persistent_ze)")
     ap.add_argument("--out", type=Path)
     args = ap.parse_args(argv)
-    entry = next(e for e in ENTRIES if e.folder == args.kernel and e.derived)
+    entry = zero_edit_entry(args.kernel, ap)
     lines = [f"# python bench/whatif_release_after_wait.py {' '.join(map(str, args.gpu_out))} "
              f"--kernel {args.kernel}",
              "run    launch  stop-49 rule  clean: own probed  pooled mean  | variant: mean "

@@ -28,7 +28,8 @@ sys.path.insert(0, str(ROOT / "bench"))
 from cute_prof.analysis import critical_path as cp  # noqa: E402
 from tools.pipeline_data import matched  # noqa: E402
 from tools.report_text import emit  # noqa: E402
-from whatif_check import ENTRIES, launch_model, nearest_probed_launch, run_variants  # noqa: E402
+from whatif_check import (  # noqa: E402
+    launch_model, nearest_probed_launch, run_variants, zero_edit_entry)
 from whatif_variants import STRETCHES, ring_regions  # noqa: E402
 
 
@@ -91,10 +92,7 @@ def main(argv=None) -> int:
                     help="a straggler lost more than this to the median CTA in one stretch")
     ap.add_argument("--out", type=Path)
     args = ap.parse_args(argv)
-    entry = next((e for e in ENTRIES if e.folder == args.kernel and e.derived), None)
-    if entry is None:
-        ap.error(f"no zero-edit entry with folder {args.kernel!r}: "
-                 f"{sorted(e.folder for e in ENTRIES if e.derived)}")
+    entry = zero_edit_entry(args.kernel, ap)
     if args.variant not in entry.variants:
         ap.error(f"{args.kernel} has no variant {args.variant!r}: {sorted(entry.variants)}")
     lines = [f"{entry.kernel}, {args.variant}: CTA ends (ns after the first start: median / "

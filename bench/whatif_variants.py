@@ -40,8 +40,8 @@ from tools.pipeline_data import matched  # noqa: E402
 from tools.report_text import emit  # noqa: E402
 from whatif_diagnose import blocked_loads  # noqa: E402
 from whatif_check import (  # noqa: E402
-    ENTRIES, base_recorder_cost, launch_model, launch_paths, nearest_probed_launch,
-    record_chain, run_variants)
+    base_recorder_cost, launch_model, launch_paths, nearest_probed_launch,
+    record_chain, run_variants, zero_edit_entry)
 
 STRETCHES = 8
 
@@ -176,10 +176,7 @@ def main(argv=None) -> int:
                     help="also predict from every traced x probed base launch (slow)")
     ap.add_argument("--out", type=Path)
     args = ap.parse_args(argv)
-    entry = next((e for e in ENTRIES if e.folder == args.kernel and e.derived), None)
-    if entry is None:
-        ap.error(f"no zero-edit entry with folder {args.kernel!r}: "
-                 f"{sorted(e.folder for e in ENTRIES if e.derived)}")
+    entry = zero_edit_entry(args.kernel, ap)
     folder = args.gpu_out / entry.folder
     unknown = [v for v in args.variants if v not in entry.variants]
     if unknown:

@@ -153,3 +153,17 @@ def test_round_changes_per_run_say_each_runs_own_level(tmp_path, capsys):
     assert [float(x) for x in lines[1][1:]] == [6, 30, 30, 30, 30, 30]
     with pytest.raises(SystemExit, match="no check entry"):
         rounds.main([str(tmp_path / "run_a"), "--part", "nothing"])
+
+
+def test_a_zero_edit_entry_is_found_by_its_folder_and_any_other_folder_is_named():
+    import argparse
+
+    check = load("whatif_check")
+    entry = check.zero_edit_entry("persistent_ze")
+    assert entry.derived and entry.folder == "persistent_ze"
+    # the level-2 GEMM's folder holds a hand-written spec's base, not a zero-edit one
+    with pytest.raises(ValueError, match="no zero-edit entry with folder 'gemm'.*'gemm_ze'"):
+        check.zero_edit_entry("gemm")
+    parser = argparse.ArgumentParser(prog="tool")
+    with pytest.raises(SystemExit):  # a tool's command line: argparse's own error
+        check.zero_edit_entry("nope", parser)
