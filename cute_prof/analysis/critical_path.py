@@ -380,9 +380,9 @@ def _event_times(spec: PipelineSpec, start: np.ndarray, end: np.ndarray) -> dict
 
 def prologue_slots(spec: PipelineSpec, resource: str) -> tuple[int, int]:
     """(p, d): how many items the kernel issued before its loop still hold slots of
-    ``resource`` (its ``prologue_items``, at most the releasing distance d and the depth),
-    freed by the loop's releases d - p .. d - 1 (a release trails its item by d iterations,
-    so the loop's first d release items before the loop's first)."""
+    ``resource`` when the loop starts (its ``prologue_items``, at most the depth and the
+    releasing distance d), and d. The loop's release in iteration k frees item k - d, so its
+    releases d - p .. d - 1 free those p items."""
     res = spec.resource(resource)
     region = spec.regions[spec.source_region("releases", resource)]
     d = region.relations["releases"].distance
@@ -399,7 +399,7 @@ def pre_loop_releases(spec: PipelineSpec, start: np.ndarray, end: np.ndarray) ->
     out = {}
     for i, r in enumerate(spec.regions):
         rel = r.relations.get("releases")
-        if rel is None or r.kind != "work":
+        if rel is None:
             continue
         p, d = prologue_slots(spec, rel.resource)
         if p > 0 and d - p < start.shape[1]:
@@ -1078,11 +1078,12 @@ def replay(data: PipelineData, spec: PipelineSpec | None = None, *,
     blocked = np.zeros(shape, dtype=bool)
     prod = {r.name: np.full((iters, units), np.nan) for r in spec.resources}
     rel = {r.name: np.full((iters, units), np.nan) for r in spec.resources}
-    # (d, U) the releases of the items issued before the loop (pre_loop_releases)
-    pre_rel = {r.name: np.full((prologue_slots(spec, r.name)[0], units), np.nan)
-               for r in spec.resources if r.kind == "ring" and any(
-                   "releases" in q.relations and q.relations["releases"].resource == r.name
-                   for q in spec.regions) and prologue_slots(spec, r.name)[0] > 0}
+    # (p, U) the releases of the items issued before the loop (pre_loop_releases)
+    pre_rel = {}
+    for name in {q.relations["releases"].resource for q in spec.regions
+                 if "releases" in q.relations}:
+        if prologue_slots(spec, name)[0] > 0:
+            pre_rel[name] = np.full((prologue_slots(spec, name)[0], units), np.nan)
     clusters = {r.name: _memo(data, ("cluster", r.shared_by),
                               lambda shared_by=r.shared_by: _cluster_index(data, shared_by))
                 for r in spec.resources if r.shared_by > 1}
@@ -1114,8 +1115,9 @@ def replay(data: PipelineData, spec: PipelineSpec | None = None, *,
                     res = spec.resource(rl.resource)
                     j = k - res.depth - rl.distance
                     pre_items = pre_rel.get(rl.resource)
-                    if j >= 0 or pre_items is not None and j >= -pre_items.shape[0]:
-                        # j < 0: an item the kernel issued before its loop (prologue_slots)
+                    # j < 0: an item the kernel issued before its loop, or none
+                    has_item = j >= 0 or pre_items is not None and j >= -pre_items.shape[0]
+                    if has_item:
                         dep = (rel[rl.resource][j] if j >= 0
                                else pre_items[j + pre_items.shape[0]])
                         if res.shared_by > 1:
@@ -1125,8 +1127,7 @@ def replay(data: PipelineData, spec: PipelineSpec | None = None, *,
                             first = np.full(cl.max() + 1, units)
                             np.minimum.at(first, cl, np.where(dep == gmax[cl], arange, units))
                             dep, peer = gmax[cl], first[cl]
-                if ("acquires" in r.relations and (j >= 0 or pre_items is not None
-                                                   and j >= -pre_items.shape[0])
+                if ("acquires" in r.relations and has_item
                         or "consumes" in r.relations and k - rl.distance >= 0) \
                         and (np.isnan(dep) & here).any():
                     raise ProfileBufferError(
