@@ -677,7 +677,7 @@ def table(rows: list[dict], infos: list[dict], root: Path, *, queue_rule: str = 
                         f" of {i['probed_launches']} (those within "
                         f"{PROBED_SPAN_TIE:.1%} of the nearest in span), which ran "
                         + " / ".join(", ".join(f"{c:+.1%}" for c in cs)
-                                     for cs in i.get("probed_read_cost", ()))
+                                     for cs in i["probed_read_cost"])
                         + " against them"
                         if i.get("probed_launches", 0) > 1 and i.get("probed_read") else "")
                      + f"): p5 {lat[0.05]:.0f}, p25 {lat[0.25]:.0f}, median "

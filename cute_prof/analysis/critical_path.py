@@ -461,29 +461,27 @@ def _dependency_times(data, spec, events, i, iters):
         rel = r.relations["acquires"]
         res = spec.resource(rel.resource)
         shift = res.depth + rel.distance
-        released = events[rel.resource][1]
+        # by item, the p items the kernel issued before its loop first (pre_loop_releases)
+        before = pre_loop_releases(spec, data.start, data.end).get(rel.resource)
+        p = 0 if before is None else before.shape[1]
+        released = events[rel.resource][1] if before is None else np.concatenate(
+            [before, events[rel.resource][1]], 1)
         if res.shared_by > 1:
             cluster = _cluster_index(data, res.shared_by)
-            gmax = np.full((cluster.max() + 1, iters), -np.inf)
+            gmax = np.full((cluster.max() + 1, p + iters), -np.inf)
             np.maximum.at(gmax, cluster, released)
             hit = released == gmax[cluster]
-            first = np.full((cluster.max() + 1, iters), units)
+            first = np.full((cluster.max() + 1, p + iters), units)
             np.minimum.at(first, cluster, np.where(hit, np.arange(units)[:, None], units))
-            released, owner = gmax[cluster], first[cluster]
+            released, owner = gmax[cluster], first[cluster][:, p:]
         else:
             owner = self_owner
-        dep, peer = _shift_items(data, released, owner, shift, iters)
-        before = pre_loop_releases(spec, data.start, data.end).get(rel.resource)
-        if before is not None:  # the items issued before the loop held the first slots
-            p = before.shape[1]
-            if res.shared_by > 1:
-                gmax = np.full((cluster.max() + 1, p), -np.inf)
-                np.maximum.at(gmax, cluster, before)
-                before = gmax[cluster]
-            first_unit = data.unit_prev < 0 if data.unit_prev is not None \
-                else np.ones(units, dtype=bool)
-            for k in range(max(shift - p, 0), min(shift, iters)):
-                dep[first_unit, k] = before[first_unit, k - shift + p]
+        dep, peer = _shift_items(data, released[:, p:], owner, shift, iters)
+        # a CTA's first unit acquires the slots the items before its loop held
+        first_unit = data.unit_prev < 0 if data.unit_prev is not None \
+            else np.ones(units, dtype=bool)
+        for k in range(max(shift - p, 0), min(shift, iters)):
+            dep[first_unit, k] = released[first_unit, k - shift + p]
         return dep, peer
 
 
@@ -1077,13 +1075,13 @@ def replay(data: PipelineData, spec: PipelineSpec | None = None, *,
     peer_all = np.zeros(shape, dtype=np.int64)
     blocked = np.zeros(shape, dtype=bool)
     prod = {r.name: np.full((iters, units), np.nan) for r in spec.resources}
-    rel = {r.name: np.full((iters, units), np.nan) for r in spec.resources}
-    # (p, U) the releases of the items issued before the loop (pre_loop_releases)
-    pre_rel = {}
-    for name in {q.relations["releases"].resource for q in spec.regions
-                 if "releases" in q.relations}:
-        if prologue_slots(spec, name)[0] > 0:
-            pre_rel[name] = np.full((prologue_slots(spec, name)[0], units), np.nan)
+    # each ring's releases by item, its first rows the p items the kernel issued before its
+    # loop (prologue_slots): item j's release is row j + p
+    released_rings = [q.relations["releases"].resource for q in spec.regions
+                      if "releases" in q.relations]
+    pre_loop = {name: prologue_slots(spec, name)[0] for name in released_rings}
+    rel = {r.name: np.full((pre_loop.get(r.name, 0) + iters, units), np.nan)
+           for r in spec.resources}
     clusters = {r.name: _memo(data, ("cluster", r.shared_by),
                               lambda shared_by=r.shared_by: _cluster_index(data, shared_by))
                 for r in spec.resources if r.shared_by > 1}
@@ -1113,13 +1111,10 @@ def replay(data: PipelineData, spec: PipelineSpec | None = None, *,
                 else:
                     rl = r.relations["acquires"]
                     res = spec.resource(rl.resource)
-                    j = k - res.depth - rl.distance
-                    pre_items = pre_rel.get(rl.resource)
-                    # j < 0: an item the kernel issued before its loop, or none
-                    has_item = j >= 0 or pre_items is not None and j >= -pre_items.shape[0]
-                    if has_item:
-                        dep = (rel[rl.resource][j] if j >= 0
-                               else pre_items[j + pre_items.shape[0]])
+                    # the item acquired back: < 0 where none (nor one from before the loop)
+                    j = k - res.depth - rl.distance + pre_loop.get(rl.resource, 0)
+                    if j >= 0:
+                        dep = rel[rl.resource][j]
                         if res.shared_by > 1:
                             cl = clusters[res.name]
                             gmax = np.full(cl.max() + 1, -np.inf)
@@ -1127,7 +1122,7 @@ def replay(data: PipelineData, spec: PipelineSpec | None = None, *,
                             first = np.full(cl.max() + 1, units)
                             np.minimum.at(first, cl, np.where(dep == gmax[cl], arange, units))
                             dep, peer = gmax[cl], first[cl]
-                if ("acquires" in r.relations and has_item
+                if ("acquires" in r.relations and j >= 0
                         or "consumes" in r.relations and k - rl.distance >= 0) \
                         and (np.isnan(dep) & here).any():
                     raise ProfileBufferError(
@@ -1195,10 +1190,9 @@ def replay(data: PipelineData, spec: PipelineSpec | None = None, *,
                         group_first[made][k] = np.minimum(first_unit[cell], units - 1)
                 if "releases" in r.relations:
                     rl = r.relations["releases"]
-                    # the loop's first releases free the items issued before it (pre_index)
-                    pre_index = k - rl.distance + (pre_rel[rl.resource].shape[0]
-                                                   if rl.resource in pre_rel else 0)
-                    if k - rl.distance >= 0 or pre_index >= 0:
+                    # the item released (the loop's first releases: those from before it)
+                    released_item = k - rl.distance + pre_loop[rl.resource]
+                    if released_item >= 0:
                         length = end[k, i] - begin
                         after_start, before_end, overhang = release_at[i]
                         if i in jobs:  # after the job: measured from the end, and no
@@ -1220,12 +1214,9 @@ def replay(data: PipelineData, spec: PipelineSpec | None = None, *,
                             when = begin + np.minimum(after_start[k], length) + overhang[k]
                             if i in absorbed:
                                 when = when - absorbed[i]
-                        if k - rl.distance >= 0:
-                            rel[rl.resource][k - rl.distance] = when
-                        else:
-                            pre_rel[rl.resource][pre_index] = when
+                        rel[rl.resource][released_item] = when
                     if k == iters - 1:
-                        lo = max(iters - rl.distance, 0)
+                        lo = max(iters - rl.distance, 0) + pre_loop[rl.resource]
                         rel[rl.resource][lo:] = end[k, i][None, :]
     return Schedule(start=_by_unit(start), end=_by_unit(end), latency=latency, cost=cost,
                     dep_time=_by_unit(dep_all), dep_peer=_by_unit(peer_all),
