@@ -30,7 +30,7 @@ from tools.pipeline_data import matched  # noqa: E402
 from tools.report_text import emit  # noqa: E402
 from whatif_check import (  # noqa: E402
     launch_model, nearest_probed_launch, run_variants, zero_edit_entry)
-from whatif_variants import STRETCHES, ring_regions  # noqa: E402
+from whatif_variants import loop_stretches, ring_regions  # noqa: E402
 
 
 def unit_ends(start: np.ndarray, end: np.ndarray) -> np.ndarray:
@@ -42,7 +42,7 @@ def stretch_times(data, wait: int) -> np.ndarray:
     """(units, stretches) each unit's time from a stretch's first consumes-wait end to the
     next stretch's (the last: to its own last one)."""
     ends = data.end[:, :, wait]
-    bounds = [p[0] for p in np.array_split(np.arange(ends.shape[1]), STRETCHES)]
+    bounds = [p[0] for p in loop_stretches(ends.shape[1])]
     bounds.append(ends.shape[1] - 1)
     return np.stack([ends[:, b] - ends[:, a] for a, b in zip(bounds[:-1], bounds[1:])], 1)
 

@@ -46,6 +46,12 @@ from whatif_check import (  # noqa: E402
 STRETCHES = 8
 
 
+def loop_stretches(iterations: int) -> list[np.ndarray]:
+    """The loop's iterations in ``STRETCHES`` consecutive stretches; a loop of fewer
+    iterations (FA4 b1 s1024: 7 in its loop) gets one stretch per iteration."""
+    return [p for p in np.array_split(np.arange(iterations), STRETCHES) if p.size]
+
+
 def ring_regions(data) -> list[tuple[str, int, int, int]]:
     """(ring, its consumes wait, its produce, the consumer's work after the wait)."""
     regions = data.spec.regions
@@ -72,7 +78,7 @@ def stretch_table(base, variants: dict, arrivals: dict, replays: dict) -> list[s
     lines = []
     for ring, wait, made, after in ring_regions(base):
         iters = base.shape[1]
-        stretches = np.array_split(np.arange(iters), STRETCHES)
+        stretches = loop_stretches(iters)
         sample = arrivals.get(ring)
         lines.append(f"  ring {ring}: latency by stretch of the loop (ns, median over the "
                      "consumers' blocked waits of their end less the load's issue; the share "
