@@ -34,7 +34,7 @@ __all__ = ["PipelineData", "Schedule", "match_records", "replay", "critical_path
            "blockers", "ring_occupancy", "initiation_interval", "what_if", "latency_sample",
            "timer_step", "launch_gaps", "load_congestion", "unchanged_span", "queued_under_load",
            "predict_what_if", "pool_predictions", "never_blocked", "recorder_slowdown",
-           "slowed_by_recorder",
+           "slowed_by_recorder", "blocked_as_base", "busy_share",
            "analyze_pipeline", "perfetto_outputs", "format_pipeline_report"]
 
 # loaded latency: at least this many observations of one kind before it is used
@@ -934,6 +934,7 @@ def replay(data: PipelineData, spec: PipelineSpec | None = None, *,
            own_scale: dict[str, float] | None = None,
            leaders: dict | None = None, unit_shift: np.ndarray | None = None,
            load_share: np.ndarray | None = None,
+           departure_kept: np.ndarray | None = None,
            release_sample: dict | None = None) -> Schedule:
     """Re-schedule the measured work durations under ``spec`` (default: the data's own);
     ``scale``: tag -> factor on that work region's durations (0.8 = 20% faster), its async
@@ -964,7 +965,9 @@ def replay(data: PipelineData, spec: PipelineSpec | None = None, *,
     the units (a 1-deep FA4 b1 s1024: the consumers' work per SM spread 45 ns in the base,
     13 in the variant; the producer's V commit came 288 ns after its acquire mid-loop in
     the base, 160 in the variant; the GEMMs' 2-deep rings committed and released 32 ns
-    sooner than 1 / ratio gave).
+    sooner than 1 / ratio gave). ``departure_kept``: (units, iterations) 1 where that
+    departure stays, 0 where the iteration runs the median's work (``what_if`` keeps it
+    only where the change blocks the roles' waits as the base did: ``blocked_as_base``).
     ``release_sample``: region tag -> another launch's releases that did not wait for their
     job (``clean_releases``), pooled with the trace's own for the unwaited release's time."""
     base = data.spec
@@ -982,7 +985,8 @@ def replay(data: PipelineData, spec: PipelineSpec | None = None, *,
     ran = data.valid  # (U, K): the iterations each unit ran (the others pass through, empty)
     dur = np.maximum(measured_dur - 2.0 * record_ns, 0.0)
     # where in its region each release happens: its record's stamp, as far from the region's
-    # start (from its end, for a release that waits for an async job) as measured
+    # start (from its end, for a release that waits for an async job) as measured; a stamp
+    # at the region's end stays at its end
     releasing = tuple((i, r.relations["releases"].at) for i, r in enumerate(spec.regions)
                       if "releases" in r.relations and r.kind == "work")
     producing = tuple((i, "start") for i, r in enumerate(spec.regions)
@@ -1034,8 +1038,10 @@ def replay(data: PipelineData, spec: PipelineSpec | None = None, *,
                     return np.nan_to_num(np.nanmedian(np.where(ran, dur[:, :, i], np.nan), 0))
             # the unscaled durations' medians: the same for every replay of one record time
             typical = _memo(data, ("iteration_medians", record_ns, i), medians)
+            kept = load_share[:, None] if departure_kept is None \
+                else load_share[:, None] * departure_kept
             dur[:, :, i] = np.where(ran, typical[None, :] + (dur[:, :, i] - typical[None, :])
-                                    * load_share[:, None], dur[:, :, i])
+                                    * kept, dur[:, :, i])
     tags = [r.tag for r in spec.regions]
     for own, factors in ((False, scale), (True, own_scale)):
         for tag, factor in (factors or {}).items():
@@ -1211,7 +1217,11 @@ def replay(data: PipelineData, spec: PipelineSpec | None = None, *,
                                 grows = here & ~drain
                             end[k, i] = np.where(grows, np.maximum(end[k, i], when), end[k, i])
                         else:
-                            when = begin + np.minimum(after_start[k], length) + overhang[k]
+                            # a release at the region's end (its record's stamp there) stays
+                            # at the end when the work runs longer than measured
+                            when = np.where(before_end[k] > 0,
+                                            begin + np.minimum(after_start[k], length),
+                                            end[k, i]) + overhang[k]
                             if i in absorbed:
                                 when = when - absorbed[i]
                         rel[rl.resource][released_item] = when
@@ -1925,8 +1935,11 @@ def what_if(data: PipelineData, *, depth: dict | None = None, shared_by: dict | 
     unit's busy share of it (the recorder's schedule costs where the warps work: FA4's
     1-deep variants paid 0.41-0.50 of the base's cost on an H100, causal's 0.65), so both
     replay the kernel unrecorded. The change's replay runs at each unit's busy share
-    (``replay(load_share=)``, ``busy_share``), to a fixed point; ``slowdown``: that factor
-    as an earlier call fitted it (its ``recorder_slowdown``), not fitted again.
+    (``replay(load_share=)``, ``busy_share``), to a fixed point, and keeps a unit's own
+    work's departure from the iteration's median only in the iterations whose waits
+    block as the base's did (``replay(departure_kept=)``, ``blocked_as_base``; once
+    dropped in the fixed point, dropped); ``slowdown``: that factor as an earlier call
+    fitted it (its ``recorder_slowdown``), not fitted again.
     ``schedules``: also return the base's and the change's replays (``base_schedule``,
     ``changed_schedule``: each CTA's replayed spans, to set against a variant's own trace)
     and how much later than measured each unit started in them (``base_unit_shift``,
@@ -2040,6 +2053,7 @@ def what_if(data: PipelineData, *, depth: dict | None = None, shared_by: dict | 
     # blocked) in the change against the base, a fixed point with the replay
     base_busy = busy_share(data, base, terms[2])
     share, changed_own = np.ones(data.shape[0]), unslowed
+    kept = None  # every departure, until a replay of the change shows where it blocks
     for _ in range(8):
         if unslowed:  # the recorder's schedule costs where the warps work
             changed_own = {t: 1.0 / (1.0 + (1.0 / f - 1.0) * share) for t, f in unslowed.items()}
@@ -2054,14 +2068,19 @@ def what_if(data: PipelineData, *, depth: dict | None = None, shared_by: dict | 
         changed, new_end, changed_shift = dispatched(
             changed_spec, changed_shift, scale=scale, terms=changed_terms,
             item_latency=changed_draws, own_scale=changed_own, load_share=share,
-            gap_change_ns=gap_change_ns)
+            departure_kept=kept, gap_change_ns=gap_change_ns)
         predicted = kernel_ns(new_end, gap_change_ns=gap_change_ns)
         previous_ratio, ratio = ratio, predicted / base_ns
         previous_share, share = share, np.minimum(
             busy_share(data, changed, terms[2]) / np.maximum(base_busy, 1e-9), 1.0)
+        # an iteration once replayed in a changed schedule stays changed: the fixed point
+        # only drops departures, so it settles
+        now_kept = blocked_as_base(data, base, changed)
+        previous_kept, kept = kept, now_kept if kept is None else np.minimum(kept, now_kept)
         # the ratio moves only the loads' queueing: without loaded latencies it settles nothing
         if (not loaded or abs(ratio - previous_ratio) < 1e-4) \
-                and np.abs(share - previous_share).max() < BUSY_TOLERANCE:
+                and np.abs(share - previous_share).max() < BUSY_TOLERANCE \
+                and previous_kept is not None and np.array_equal(kept, previous_kept):
             break
     delta = new_end - base_end
     # per-CTA variation: the same change carried through each half of the SMs alone
@@ -2092,6 +2111,23 @@ def what_if(data: PipelineData, *, depth: dict | None = None, shared_by: dict | 
             # the ring's loads were sampled, else the one loaded latency
             "latency_ns": {tags[i]: float(np.mean(changed_draws[i])) if i in changed_draws
                            else float(changed_terms[1][0, i]) for i in loaded}}
+
+
+def blocked_as_base(data: PipelineData, base: Schedule, changed: Schedule) -> np.ndarray:
+    """(units, iterations) 1.0 where each wait of the non-producing roles blocked in the
+    ``changed`` replay as in the ``base`` one (the iteration ran in the schedule its work's
+    departure from the iteration's median was measured in), else 0.0: there the departure
+    is the base's situation, not the unit's work. FA4 b1 s1024 on an H100 (gpu68): each
+    CTA's consumer work over its loop spread 258-267 ns (sd) in three traced launches of
+    the base and correlated 0.05-0.25 between them; in the 1-deep variant, whose V waits
+    block, it spread 75 ns and correlated 0.12-0.18 with the base's."""
+    own_work = set(slowed_by_recorder(data.spec))
+    roles = {r.role for r in data.spec.regions if r.tag in own_work}
+    waits = [i for i, r in enumerate(data.spec.regions) if r.role in roles and r.kind == "wait"]
+    if not waits:
+        return np.ones(data.shape[:2])
+    same = (changed.blocked[:, :, waits] == base.blocked[:, :, waits]).all(axis=2)
+    return same.astype(np.float64)
 
 
 # the busy shares' fixed point stops once no unit's share moves by this much
