@@ -36,9 +36,10 @@ def consumer_bound(work, depth=2):
     return {"w_e": w_e, "p": p, "w_f": w_f, "c": c}
 
 
-def three_units(depth=2):
+def three_units():
+    """The three units on SMs 0-2, a 2-deep ring."""
     return match_records(make_trace([(sm, consumer_bound(work)) for sm, work in enumerate(WORKS)]),
-                         load_pipeline(spec_dict(depth)))
+                         load_pipeline(spec_dict(2)))
 
 
 def consumer_work(schedule) -> np.ndarray:
@@ -81,7 +82,8 @@ def test_a_ring_that_starves_runs_the_median_work_where_its_waits_now_block():
     # the starved consumer waits for part of its time)
     assert work[0, 0] < np.median(WORKS) < work[2, 0]
     # past it every unit runs the same recurrence: the median work, then the next item's
-    # load (its copy stamped as the release frees the slot)
+    # load (its copy stamped as the release frees the slot). The 900 ns unit's release,
+    # stamped at its work's end, stays at the end of the longer median work
     steps = np.diff(got["changed_schedule"].end[:, :, 3], axis=1)[:, 1:]
     np.testing.assert_allclose(steps, np.median(WORKS) + LATENCY)
 
