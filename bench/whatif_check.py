@@ -509,15 +509,21 @@ def recorded_changes(timings: dict, base: str, variant: str) -> dict:
             "recorder_cost_variant": base_recorder_cost(timings, variant)}
 
 
+def measured_inputs(inputs: dict) -> dict:
+    """``what_if``'s keywords for a launch model's measured inputs (``launch_model``'s
+    ``inputs``, from ``DerivedPipeline.what_if_terms``): its loads' latencies as its probed
+    launch sampled them and that launch's clean releases."""
+    return {"loaded_latency": True, "first_load": inputs["first_load"],
+            "arrivals": inputs["arrivals"], "release_sample": inputs["release_sample"]}
+
+
 def point_prediction(data, inputs: dict, change: dict, *, record_ns: float,
                      recorder_cost: float = 0.0, queue_rule: str = "little") -> float:
     """The model's change (the middle of ``predict_what_if``'s interval) with ``record_ns``
     of each work region's recording removed and ``recorder_cost`` taken off the work as a
     slowdown (0: the recorded kernel's own model); ``inputs``: the ``first_load``,
     ``arrivals`` and ``release_sample`` of ``DerivedPipeline.what_if_terms``."""
-    return what_if(data, loaded_latency=True, first_load=inputs["first_load"],
-                   record_ns=record_ns, arrivals=inputs["arrivals"],
-                   release_sample=inputs["release_sample"],
+    return what_if(data, **measured_inputs(inputs), record_ns=record_ns,
                    recorder_cost=recorder_cost, queue_rule=queue_rule,
                    **change)["predicted_change"]
 
@@ -613,7 +619,8 @@ def table(rows: list[dict], infos: list[dict], root: Path, *, queue_rule: str = 
              "in the change's replay against the base's; a fixed point), as do each CTA's "
              "own work's departure from the iteration's median over the CTAs (kept only in "
              "the iterations whose waits block as in the base's replay: elsewhere the "
-             "iteration's median work) and the recorder's slowdown below. A wait that blocks runs the async job its role's leading "
+             "iteration's median work) and the recorder's slowdown below. A wait that "
+             "blocks runs the async job its role's leading "
              "warpgroup issued before it (FA4's QK GEMM): that group's release, the trailing "
              "group's after it and the region's end come that much sooner (at most the base's "
              "leading release after the wait, less the role's least time from one wait's end "

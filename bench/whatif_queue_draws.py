@@ -50,11 +50,9 @@ def spread(values) -> str:
 def replayed_draws(run: dict, change: dict, rule: str) -> tuple[np.ndarray, np.ndarray]:
     """The base's and the change's replayed load latencies (every item's draw) of one
     traced launch's model under ``rule`` (``what_if(schedules=True)``)."""
-    got = cp.what_if(run["data"], loaded_latency=True, first_load=run["inputs"]["first_load"],
-                     record_ns=run["record_ns"], arrivals=run["inputs"]["arrivals"],
-                     release_sample=run["inputs"]["release_sample"],
-                     recorder_cost=run["inputs"]["recorder_cost"], queue_rule=rule,
-                     schedules=True, **change)
+    got = cp.what_if(run["data"], **whatif_check.measured_inputs(run["inputs"]),
+                     record_ns=run["record_ns"], recorder_cost=run["inputs"]["recorder_cost"],
+                     queue_rule=rule, schedules=True, **change)
     if not got["base_latency_draws"]:
         raise SystemExit("this kernel's latency is not drawn from sampled arrivals: no draws")
     return tuple(np.concatenate([np.ravel(x) for x in got[key].values()])

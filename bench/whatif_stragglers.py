@@ -29,7 +29,7 @@ from cute_prof.analysis import critical_path as cp  # noqa: E402
 from tools.pipeline_data import matched  # noqa: E402
 from tools.report_text import emit  # noqa: E402
 from whatif_check import (  # noqa: E402
-    launch_model, nearest_probed_launch, run_variants, zero_edit_entry)
+    launch_model, measured_inputs, nearest_probed_launch, run_variants, zero_edit_entry)
 from whatif_variants import loop_stretches, ring_regions  # noqa: E402
 
 
@@ -51,9 +51,8 @@ def run_lines(entry, folder: Path, variant: str, lost_ns: float) -> list[str]:
     raw = entry.load(folder / entry.trace)
     model = launch_model(entry, raw, nearest_probed_launch(entry, folder, raw))
     data, inputs = model["data"], model["inputs"]
-    got = cp.what_if(data, loaded_latency=True, first_load=inputs["first_load"],
-                     arrivals=inputs["arrivals"], release_sample=inputs["release_sample"],
-                     schedules=True, **run_variants(entry, raw, folder)[variant])
+    got = cp.what_if(data, **measured_inputs(inputs), schedules=True,
+                     **run_variants(entry, raw, folder)[variant])
     own = matched(entry.load(folder / entry.variant_trace.format(variant=variant)))[1]
     if not np.array_equal(own.unit_group, data.unit_group):
         return [f"  {folder.parent.name}: the variant's CTAs do not match the base's"]

@@ -42,9 +42,7 @@ def spans(starts: np.ndarray, ends: np.ndarray) -> tuple[np.ndarray, float]:
 def replayed_variant(data, inputs: dict, change: dict):
     """The base's replay and the variant's, as ``what_if`` runs them for the recorded
     kernel (no record time removed, no recorder cost)."""
-    result = cp.what_if(data, loaded_latency=True, first_load=inputs["first_load"],
-                        arrivals=inputs["arrivals"], release_sample=inputs["release_sample"],
-                        schedules=True, **change)
+    result = cp.what_if(data, **check.measured_inputs(inputs), schedules=True, **change)
     return result["base_schedule"], result["changed_schedule"]
 
 

@@ -40,7 +40,7 @@ from tools.pipeline_data import matched  # noqa: E402
 from tools.report_text import emit  # noqa: E402
 from whatif_diagnose import blocked_loads  # noqa: E402
 from whatif_check import (  # noqa: E402
-    base_recorder_cost, launch_model, launch_paths, nearest_probed_launch,
+    base_recorder_cost, launch_model, launch_paths, measured_inputs, nearest_probed_launch,
     record_chain, run_variants, zero_edit_entry)
 
 STRETCHES = 8
@@ -155,19 +155,15 @@ def launch_table(root: Path, entry, folder: Path, change: dict) -> list[str]:
                                recorder_cost=recorder_cost) for probe in probes]
         row = []
         for model in models:
-            got = cp.what_if(model["data"], loaded_latency=True,
-                             first_load=model["inputs"]["first_load"],
-                             record_ns=model["record_ns"], arrivals=model["inputs"]["arrivals"],
-                             release_sample=model["inputs"]["release_sample"],
+            got = cp.what_if(model["data"], **measured_inputs(model["inputs"]),
+                             record_ns=model["record_ns"],
                              recorder_cost=model["inputs"]["recorder_cost"], **change)
             row.append(f"{got['predicted_change'] * 100:+7.2f}")
         # the recorded kernel's replay against its own trace, with its own probed launch
         # (median over the CTAs)
         own = models[t % len(models)]
-        fidelity = cp.what_if(own["data"], loaded_latency=True,
-                              first_load=own["inputs"]["first_load"],
-                              arrivals=own["inputs"]["arrivals"],
-                              release_sample=own["inputs"]["release_sample"])["replay_error_median"]
+        fidelity = cp.what_if(own["data"],
+                              **measured_inputs(own["inputs"]))["replay_error_median"]
         lines.append(f"    launch {t}: " + " ".join(row) + " | " + ", ".join(shortest)
                      + f" ns, {fidelity * 100:+.2f}%")
     return lines
@@ -193,9 +189,8 @@ def main(argv=None) -> int:
                 for v in args.variants}
     inputs = model["inputs"]
     changes = run_variants(entry, raw, folder)
-    replays = {v: cp.what_if(model["data"], loaded_latency=True, first_load=inputs["first_load"],
-                             arrivals=inputs["arrivals"], release_sample=inputs["release_sample"],
-                             schedules=True, **changes[v])["changed_schedule"]
+    replays = {v: cp.what_if(model["data"], **measured_inputs(inputs), schedules=True,
+                             **changes[v])["changed_schedule"]
                for v in args.variants}
     lines = [f"{entry.kernel}, {folder}"]
     lines += stretch_table(model["data"], variants, inputs["arrivals"], replays)
