@@ -34,7 +34,7 @@ __all__ = ["PipelineData", "Schedule", "match_records", "replay", "critical_path
            "blockers", "ring_occupancy", "initiation_interval", "what_if", "latency_sample",
            "timer_step", "launch_gaps", "load_congestion", "unchanged_span", "queued_under_load",
            "predict_what_if", "pool_predictions", "never_blocked", "recorder_slowdown",
-           "slowed_by_recorder", "blocked_as_base", "busy_share",
+           "slowed_by_recorder", "worker_regions", "blocked_as_base", "busy_share",
            "analyze_pipeline", "perfetto_outputs", "format_pipeline_report"]
 
 # loaded latency: at least this many observations of one kind before it is used
@@ -1826,6 +1826,14 @@ def _unit_ends(end: np.ndarray) -> np.ndarray:
     return np.nanmax(end.reshape(end.shape[0], -1), 1)
 
 
+def worker_regions(spec: PipelineSpec) -> list[int]:
+    """The regions of the roles whose work a recorder slows (``slowed_by_recorder``): the
+    warps that do not produce, whose busy share and blocking the what-if follows."""
+    own_work = set(slowed_by_recorder(spec))
+    roles = {r.role for r in spec.regions if r.tag in own_work}
+    return [i for i, r in enumerate(spec.regions) if r.role in roles]
+
+
 def slowed_by_recorder(spec: PipelineSpec) -> list[str]:
     """The work regions a recorder's schedule slows: those of every role that does not
     produce (a producer's work is issuing copies, not the compiled loop ptxas reorders)."""
@@ -2053,7 +2061,7 @@ def what_if(data: PipelineData, *, depth: dict | None = None, shared_by: dict | 
     # blocked) in the change against the base, a fixed point with the replay
     base_busy = busy_share(data, base, terms[2])
     share, changed_own = np.ones(data.shape[0]), unslowed
-    kept = None  # every departure, until a replay of the change shows where it blocks
+    kept = np.ones(data.shape[:2])  # every departure, until the change blocks otherwise
     for _ in range(8):
         if unslowed:  # the recorder's schedule costs where the warps work
             changed_own = {t: 1.0 / (1.0 + (1.0 / f - 1.0) * share) for t, f in unslowed.items()}
@@ -2075,12 +2083,11 @@ def what_if(data: PipelineData, *, depth: dict | None = None, shared_by: dict | 
             busy_share(data, changed, terms[2]) / np.maximum(base_busy, 1e-9), 1.0)
         # an iteration once replayed in a changed schedule stays changed: the fixed point
         # only drops departures, so it settles
-        now_kept = blocked_as_base(data, base, changed)
-        previous_kept, kept = kept, now_kept if kept is None else np.minimum(kept, now_kept)
+        previous_kept, kept = kept, np.minimum(kept, blocked_as_base(data, base, changed))
         # the ratio moves only the loads' queueing: without loaded latencies it settles nothing
         if (not loaded or abs(ratio - previous_ratio) < 1e-4) \
                 and np.abs(share - previous_share).max() < BUSY_TOLERANCE \
-                and previous_kept is not None and np.array_equal(kept, previous_kept):
+                and np.array_equal(kept, previous_kept):
             break
     delta = new_end - base_end
     # per-CTA variation: the same change carried through each half of the SMs alone
@@ -2121,9 +2128,7 @@ def blocked_as_base(data: PipelineData, base: Schedule, changed: Schedule) -> np
     CTA's consumer work over its loop spread 258-267 ns (sd) in three traced launches of
     the base and correlated 0.05-0.25 between them; in the 1-deep variant, whose V waits
     block, it spread 75 ns and correlated 0.12-0.18 with the base's."""
-    own_work = set(slowed_by_recorder(data.spec))
-    roles = {r.role for r in data.spec.regions if r.tag in own_work}
-    waits = [i for i, r in enumerate(data.spec.regions) if r.role in roles and r.kind == "wait"]
+    waits = [i for i in worker_regions(data.spec) if data.spec.regions[i].kind == "wait"]
     if not waits:
         return np.ones(data.shape[:2])
     same = (changed.blocked[:, :, waits] == base.blocked[:, :, waits]).all(axis=2)
@@ -2139,9 +2144,7 @@ def busy_share(data: PipelineData, sched: Schedule, cost) -> np.ndarray:
     unit's first start to last end of their regions) not spent blocked in a wait beyond its
     own cost (``cost``: each region's unblocked cost, ``infer_terms``): how much the SM's
     warps load each other."""
-    own_work = set(slowed_by_recorder(data.spec))
-    roles = {r.role for r in data.spec.regions if r.tag in own_work}
-    idx = [i for i, r in enumerate(data.spec.regions) if r.role in roles]
+    idx = worker_regions(data.spec)
     if not idx:
         return np.ones(data.shape[0])
     start, end = sched.start[:, :, idx], sched.end[:, :, idx]
