@@ -41,7 +41,7 @@ from tools.report_text import emit  # noqa: E402
 from whatif_diagnose import blocked_loads  # noqa: E402
 from whatif_check import (  # noqa: E402
     base_recorder_cost, launch_model, launch_paths, measured_inputs, nearest_probed_launch,
-    record_chain, run_variants, zero_edit_entry)
+    point_prediction, record_chain, run_variants, zero_edit_entry)
 
 STRETCHES = 8
 
@@ -155,10 +155,10 @@ def launch_table(root: Path, entry, folder: Path, change: dict) -> list[str]:
                                recorder_cost=recorder_cost) for probe in probes]
         row = []
         for model in models:
-            got = cp.what_if(model["data"], **measured_inputs(model["inputs"]),
-                             record_ns=model["record_ns"],
-                             recorder_cost=model["inputs"]["recorder_cost"], **change)
-            row.append(f"{got['predicted_change'] * 100:+7.2f}")
+            got = point_prediction(model["data"], model["inputs"], change,
+                                   record_ns=model["record_ns"],
+                                   recorder_cost=model["inputs"]["recorder_cost"])
+            row.append(f"{got * 100:+7.2f}")
         # the recorded kernel's replay against its own trace, with its own probed launch
         # (median over the CTAs)
         own = models[t % len(models)]

@@ -427,23 +427,30 @@ def _cluster_index(data: PipelineData, shared_by: int) -> np.ndarray:
                      return_inverse=True)[1].reshape(-1)
 
 
-def _shift_items(data, times, owner, shift, iters):
+def _shift_items(data, times, owner, shift, iters, first_items=None):
     """times[u, k - shift] (U, K) and the unit it belongs to; k - shift < 0 reaches into
-    the previous tile of the unit's CTA (a carried ring) where there is one, else nan."""
+    the previous tile of the unit's CTA (a carried ring) where there is one, else into
+    ``first_items`` (U, p): the p items the CTA's first unit issued before its loop, the
+    last of them just before item 0 (its own unit's); nan where neither holds one."""
     units = times.shape[0]
     prev = data.unit_prev if data.unit_prev is not None else np.full(units, -1)
     has_prev = prev >= 0
-    before = np.full((units, iters), np.nan)
-    before[has_prev] = times[prev[has_prev]]
-    before_owner = np.where(has_prev[:, None], owner[np.maximum(prev, 0)], -1)
+    p = 0 if first_items is None else first_items.shape[1]
+    width = max(iters, p)  # the one previous tile, or the items before the loop
+    before = np.full((units, width), np.nan)
+    before[has_prev, width - iters:] = times[prev[has_prev]]
+    if p:
+        before[~has_prev, width - p:] = first_items[~has_prev]
+    before_owner = np.full((units, width), -1)
+    before_owner[has_prev, width - iters:] = owner[prev[has_prev]]
     ext = np.concatenate([before, times], 1)
     ext_owner = np.concatenate([before_owner, owner], 1)
-    lo = max(shift - iters, 0)  # only the one previous tile
+    lo = max(shift - width, 0)
     dep = np.full((units, iters), np.nan)
     peer = np.repeat(np.arange(units)[:, None], iters, 1)
     if lo < iters:
-        dep[:, lo:] = ext[:, iters - shift + lo:2 * iters - shift]
-        got = ext_owner[:, iters - shift + lo:2 * iters - shift]
+        dep[:, lo:] = ext[:, width - shift + lo:width + iters - shift]
+        got = ext_owner[:, width - shift + lo:width + iters - shift]
         peer[:, lo:] = np.where(got >= 0, got, peer[:, lo:])
     return dep, peer
 
@@ -476,13 +483,9 @@ def _dependency_times(data, spec, events, i, iters):
             released, owner = gmax[cluster], first[cluster][:, p:]
         else:
             owner = self_owner
-        dep, peer = _shift_items(data, released[:, p:], owner, shift, iters)
         # a CTA's first unit acquires the slots the items before its loop held
-        first_unit = data.unit_prev < 0 if data.unit_prev is not None \
-            else np.ones(units, dtype=bool)
-        for k in range(max(shift - p, 0), min(shift, iters)):
-            dep[first_unit, k] = released[first_unit, k - shift + p]
-        return dep, peer
+        return _shift_items(data, released[:, p:], owner, shift, iters,
+                            first_items=released[:, :p] if p else None)
 
 
 @dataclass
