@@ -76,6 +76,19 @@ def ab_stages(offset: int, chosen: dict | None = None):
         GemmSm90._compute_stages = classmethod(original)
 
 
+def on_fewer_clusters(plan, fraction: float):
+    """quack's launch plan with ``fraction`` of its persistent clusters (at least one): the
+    same compiled kernel, whose grid is its scheduler argument ``max_active_clusters``."""
+    from quack.gemm_tvm_ffi_utils import make_scheduler_args
+
+    if plan.scheduler_static is None or not plan.max_active_clusters:
+        raise RuntimeError("quack's plan has no static persistent scheduler to shrink "
+                           "(quack changed?)")
+    clusters = max(1, int(plan.max_active_clusters * fraction))
+    return plan._replace(max_active_clusters=clusters, scheduler_static=make_scheduler_args(
+        clusters, plan.max_swizzle_size, None, None))
+
+
 def main(argv=None) -> int:
     ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     ap.add_argument("--mnk", default="4096,4096,4096")
@@ -93,6 +106,12 @@ def main(argv=None) -> int:
                          "each one draw of the memory's state: with three, one alone on three "
                          "runs of eleven, its 4 -> 2 row at -6.71 .. +7.33; with nine, seven "
                          "to nine (stop 58: bench/results/whatif/README.md)")
+    ap.add_argument("--lighter-load", type=int, default=0, metavar="K",
+                    help="K more probed launches of the base kernel at half its persistent "
+                         "clusters (trace_base_lighter_arrivals.npz; quack's launch plan "
+                         "asks for half its max_active_clusters, the kernel unchanged): the "
+                         "model reads a slower change's load latency between its base's and "
+                         "these")
     ap.add_argument("--probe-variants", default="", metavar="NAMES",
                     help="variants also traced with the same probes (trace_<name>_arrivals.npz, "
                          "one launch each): diagnosis of their loads "
@@ -168,6 +187,21 @@ def main(argv=None) -> int:
             trace.metadata["cluster"] = list(cluster)
             trace.metadata["quack_ab_stages"] = chosen["base"] + offset
             save_columns(launch_path(out_dir / f"trace_{name}.npz", index), trace)
+        if name == "base_arrivals" and args.lighter_load:
+            # the same probed kernel on half its clusters: half the memory load
+            full = dict(plans)
+            plans.update({key: on_fewer_clusters(plan, 0.5) for key, plan in full.items()})
+            for index, light in enumerate(traced_launches(prof, launch, args.lighter_load)):
+                light.metadata["cluster"] = list(cluster)
+                light.metadata["quack_ab_stages"] = chosen["base"]
+                light.metadata["max_active_clusters"] = next(iter(plans.values())).max_active_clusters
+                save_columns(launch_path(out_dir / "trace_base_lighter_arrivals.npz", index), light)
+            plans.clear()
+            plans.update(full)
+            lines.append(f"base_lighter_arrivals: {args.lighter_load} probed launches on "
+                         f"{light.metadata['max_active_clusters']} clusters, "
+                         f"{len(light.events):,} records, overflow {light.overflow}")
+            print(lines[-1], flush=True)
         error = float((out.float() - a.float() @ b.float()).abs().max() / k ** 0.5)
         lines.append(f"{name}: {chosen['base'] + offset} A/B stages, max |out - torch| / sqrt(k) "
                      f"{error:.2e}, {len(trace.events):,} zero-edit records, overflow "

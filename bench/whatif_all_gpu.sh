@@ -17,7 +17,8 @@
 # PARTS="chain cluster_gap quack gemm_ze persistent_ze fa4_b1s4096" and
 # PARTS="fa4 fa4_causal fa4_small", and the check on the CPU box (python bench/whatif_check.py
 # GPU_OUT).
-# TRACES: traced launches per zero-edit base, default 3; NO_BARRIERS=1: FA4's recordings without
+# TRACES: traced launches per zero-edit base, default 3; LIGHTER: probed launches of the GEMMs'
+# bases at half the memory load (the model's second point on the loads' latency), default 3; NO_BARRIERS=1: FA4's recordings without
 # their named barriers; quack's QUACK_PROBED probed launches (default 9: its 2- and 3-stage rows
 # move with the probed launch's memory state and the traced launches read those like them in
 # span: of three, one alone on three runs of eleven, gpu54/56/59, errors -6.71/-1.80/+7.33;
@@ -51,13 +52,13 @@ for p in $RUN_PARTS; do
     fa4_small) part fa4_small python bench/fa4_whatif_gpu.py ${NO_BARRIERS:+--no-barriers} --traces ${TRACES:-3} --shape 1,1024,16,128 --variants base,stages1,stages3 --rounds ${ROUNDS:-30} --sms ${SMS:-132} --block-rounds ${BLOCK_ROUNDS:-10} ;;
     fa4_b1s4096) part fa4_b1s4096 python bench/fa4_whatif_gpu.py ${NO_BARRIERS:+--no-barriers} --traces ${TRACES:-3} --shape 1,4096,16,128 --variants base,stages1,stages3 --rounds ${ROUNDS:-20} --sms ${SMS:-132} --block-rounds ${BLOCK_ROUNDS:-10} ;;
     fa4_causal) part fa4_causal python bench/fa4_whatif_gpu.py ${NO_BARRIERS:+--no-barriers} --traces ${TRACES:-3} --causal --rounds ${ROUNDS:-20} --sms ${SMS:-12} --block-rounds ${BLOCK_ROUNDS:-10} ;;
-    quack) part quack python bench/quack_whatif_gpu.py --traces ${TRACES:-3} --probed ${QUACK_PROBED:-9} ${QUACK_PROBE_EVERY:+--load-arrivals $QUACK_PROBE_EVERY} ${QUACK_PROBE_VARIANTS:+--probe-variants $QUACK_PROBE_VARIANTS} --rounds ${QUACK_ROUNDS:-${ROUNDS:-40}} ;;
+    quack) part quack python bench/quack_whatif_gpu.py --traces ${TRACES:-3} --probed ${QUACK_PROBED:-9} ${QUACK_PROBE_EVERY:+--load-arrivals $QUACK_PROBE_EVERY} ${QUACK_PROBE_VARIANTS:+--probe-variants $QUACK_PROBE_VARIANTS} --lighter-load ${LIGHTER:-3} --rounds ${QUACK_ROUNDS:-${ROUNDS:-40}} ;;
     gemm) part gemm python bench/whatif_gpu.py --rounds ${ROUNDS:-30} ;;
     persistent) part persistent python bench/persistent_gpu.py --rounds ${ROUNDS:-20} ;;
-    gemm_ze) part gemm_ze python bench/whatif_gpu.py --zero-edit --no-level2 --traces ${TRACES:-3} --rounds ${ROUNDS:-30} ;;
+    gemm_ze) part gemm_ze python bench/whatif_gpu.py --zero-edit --no-level2 --traces ${TRACES:-3} --lighter-load ${LIGHTER:-3} --rounds ${ROUNDS:-30} ;;
     chain) part chain python bench/record_cost.py chain --iters 5000 --rounds 10 ;;  # one record's cost on a dependency chain: the time the model removes per record
     cluster_gap) part cluster_gap python bench/cluster_launch_gap.py --sizes 1,2 ;;  # a cluster launch's own gap between CTAs on an SM: a change of the cluster moves the model's by it
-    persistent_ze) part persistent_ze python bench/whatif_gpu.py --zero-edit --no-level2 --traces ${TRACES:-3} --persistent --mnk 4096,4096,1024 --rounds ${ROUNDS:-30} ;;
+    persistent_ze) part persistent_ze python bench/whatif_gpu.py --zero-edit --no-level2 --traces ${TRACES:-3} --persistent --mnk 4096,4096,1024 --lighter-load ${LIGHTER:-3} --rounds ${ROUNDS:-30} ;;
   esac
 done
 ls -la "$FINAL"

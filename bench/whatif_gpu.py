@@ -40,6 +40,27 @@ VARIANTS = {  # name -> GemmConfig overrides; "base" is the default (4 stages, 2
 }
 
 
+def lighter_load_problem(gemm, m: int, n: int, k: int, sms: int) -> tuple[int, int, int]:
+    """(m, n, k) of a problem whose whole clusters of output tiles fill at most half of the
+    ``sms`` in one partial wave, its tile grid as near the (m, n) one's shape as that allows:
+    the non-persistent kernel's loads at half its memory load (each CTA's own loop as in
+    the full problem: the same k)."""
+    cm, cn = gemm.cluster_mn
+    gm, gn = gemm.padded_grid_shape(m, n)
+    target = sms // 2
+    best = None
+    for cols in range(cn, gn + 1, cn):
+        rows = min(gm, cm * (target // (cols * cm)))
+        if rows < cm:
+            continue
+        key = (rows * cols, -abs(np.log((rows / cols) / (gm / gn))))
+        if best is None or key > best[0]:
+            best = (key, rows, cols)
+    if best is None:
+        raise ValueError(f"no cluster of {cm}x{cn} CTAs fits half of {sms} SMs")
+    return best[1] * gemm.cfg.tile_m, best[2] * gemm.cfg.tile_n, k
+
+
 def main(argv=None) -> int:
     ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     ap.add_argument("--mnk", default="4096,4096,4096")
@@ -54,6 +75,13 @@ def main(argv=None) -> int:
     ap.add_argument("--traces", type=int, default=3, metavar="K",
                     help="with --zero-edit: traced launches of the base (and of the probed "
                          "base): trace_ze_base.npz, trace_ze_base.launch1.npz, ...")
+    ap.add_argument("--lighter-load", type=int, default=0, metavar="K",
+                    help="with --zero-edit and --load-arrivals: K more probed launches of the "
+                         "base kernel at half the memory load (trace_ze_base_lighter_arrivals"
+                         ".npz): the persistent kernel on half the SMs, the non-persistent one on "
+                         "a problem of half as many tiles as SMs (lighter_load_problem); the "
+                         "model reads a slower change's load latency between its base's and "
+                         "these")
     ap.add_argument("--no-level2", action="store_true",
                     help="skip the level-2 traces (the zero-edit check does not read them)")
     ap.add_argument("--zero-edit", action="store_true",
@@ -119,24 +147,36 @@ def main(argv=None) -> int:
         traced = dict(VARIANTS)
         if args.load_arrivals:  # the base again, its producer probing sampled loads
             traced["base_arrivals"] = VARIANTS["base"]
+            if args.lighter_load:  # the base kernel again at half the memory load
+                traced["base_lighter_arrivals"] = VARIANTS["base"]
+        sms = torch.cuda.get_device_properties(0).multi_processor_count
         for name, over in traced.items():
             t0 = time.time()
-            runner = W.CompiledWsGemm(W.GemmConfig(**over, persistent=args.persistent))
-            c = torch.empty(m, n, device="cuda", dtype=torch.bfloat16)
-            warps = runner.gemm.num_ctas(m, n) * (runner.gemm.threads_per_cta // 32)
-            probes = args.load_arrivals if name == "base_arrivals" else 0
+            lighter = name == "base_lighter_arrivals"
+            config = W.GemmConfig(**over, persistent=args.persistent)
+            shape, operands = (m, n, k), (a, b)
+            if lighter and args.persistent:  # the same problem on half the SMs
+                config = W.GemmConfig(**over, persistent=True, persistent_ctas=sms // 2)
+            elif lighter:  # one partial wave: half as many tiles as SMs
+                shape = lighter_load_problem(W.WsGemm(config), m, n, k, sms)
+                operands = (a[:shape[0]].contiguous(), b[:shape[1]].contiguous())
+            runner = W.CompiledWsGemm(config)
+            c = torch.empty(shape[0], shape[1], device="cuda", dtype=torch.bfloat16)
+            warps = runner.gemm.num_ctas(*shape[:2]) * (runner.gemm.threads_per_cta // 32)
+            probes = args.load_arrivals if name.endswith("_arrivals") else 0
             with cute_prof.autoprofile(per_warp=4096, max_warps=warps,
                                        load_arrivals=probes) as zprof:
-                launch = runner.prepare(a, b, c, dummy, 0, 0)
+                launch = runner.prepare(*operands, c, dummy, 0, 0)
                 launch()
             # the base (with and without probes): several launches, predicted from each
-            for index, ztrace in enumerate(traced_launches(
-                    zprof, launch, args.traces if name.startswith("base") else 1)):
+            count = (args.lighter_load if lighter
+                     else args.traces if name.startswith("base") else 1)
+            for index, ztrace in enumerate(traced_launches(zprof, launch, count)):
                 save_columns(launch_path(out / f"trace_ze_{name}.npz", index), ztrace,
-                             mnk=[m, n, k], device=dev, stages=runner.gemm.num_stages,
-                             persistent=args.persistent,
+                             mnk=list(shape), device=dev, stages=runner.gemm.num_stages,
+                             persistent=args.persistent, ctas=runner.gemm.num_ctas(*shape[:2]),
                              cluster=[runner.gemm.cfg.cluster_m, runner.gemm.cfg.cluster_n])
-            if name != "base_arrivals":  # timed next to the plain kernels: the recorder's cost
+            if not name.endswith("_arrivals"):  # timed next to the plain kernels: the recorder's cost
                 launches[f"{name}:recorded"] = launch  # each launch rewrites its slices
                 recordings.append(zprof)
             log(f"{name}: zero-edit trace {len(ztrace)} records, overflow {ztrace.overflow}, "
