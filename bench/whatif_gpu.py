@@ -40,27 +40,6 @@ VARIANTS = {  # name -> GemmConfig overrides; "base" is the default (4 stages, 2
 }
 
 
-def lighter_load_problem(gemm, m: int, n: int, k: int, sms: int) -> tuple[int, int, int]:
-    """(m, n, k) of a problem whose whole clusters of output tiles fill at most half of the
-    ``sms`` in one partial wave, its tile grid as near the (m, n) one's shape as that allows:
-    the non-persistent kernel's loads at half its memory load (each CTA's own loop as in
-    the full problem: the same k)."""
-    cm, cn = gemm.cluster_mn
-    gm, gn = gemm.padded_grid_shape(m, n)
-    target = sms // 2
-    best = None
-    for cols in range(cn, gn + 1, cn):
-        rows = min(gm, cm * (target // (cols * cm)))
-        if rows < cm:
-            continue
-        key = (rows * cols, -abs(np.log((rows / cols) / (gm / gn))))
-        if best is None or key > best[0]:
-            best = (key, rows, cols)
-    if best is None:
-        raise ValueError(f"no cluster of {cm}x{cn} CTAs fits half of {sms} SMs")
-    return best[1] * gemm.cfg.tile_m, best[2] * gemm.cfg.tile_n, k
-
-
 def main(argv=None) -> int:
     ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     ap.add_argument("--mnk", default="4096,4096,4096")
@@ -78,8 +57,8 @@ def main(argv=None) -> int:
     ap.add_argument("--lighter-load", type=int, default=0, metavar="K",
                     help="with --zero-edit and --load-arrivals: K more probed launches of the "
                          "base kernel at half the memory load (trace_ze_base_lighter_arrivals"
-                         ".npz): the persistent kernel on half the SMs, the non-persistent one on "
-                         "a problem of half as many tiles as SMs (lighter_load_problem); the "
+                         ".npz): the persistent kernel on half the SMs, the non-persistent one "
+                         "with the other half held (cute_prof.device.hold.HeldSMs); the "
                          "model reads a slower change's load latency between its base's and "
                          "these")
     ap.add_argument("--no-level2", action="store_true",
@@ -154,33 +133,37 @@ def main(argv=None) -> int:
             t0 = time.time()
             lighter = name == "base_lighter_arrivals"
             config = W.GemmConfig(**over, persistent=args.persistent)
-            shape, operands = (m, n, k), (a, b)
             if lighter and args.persistent:  # the same problem on half the SMs
                 config = W.GemmConfig(**over, persistent=True, persistent_ctas=sms // 2)
-            elif lighter:  # one partial wave: half as many tiles as SMs
-                shape = lighter_load_problem(W.WsGemm(config), m, n, k, sms)
-                operands = (a[:shape[0]].contiguous(), b[:shape[1]].contiguous())
             runner = W.CompiledWsGemm(config)
-            c = torch.empty(shape[0], shape[1], device="cuda", dtype=torch.bfloat16)
-            warps = runner.gemm.num_ctas(*shape[:2]) * (runner.gemm.threads_per_cta // 32)
+            c = torch.empty(m, n, device="cuda", dtype=torch.bfloat16)
+            warps = runner.gemm.num_ctas(m, n) * (runner.gemm.threads_per_cta // 32)
             probes = args.load_arrivals if name.endswith("_arrivals") else 0
             with cute_prof.autoprofile(per_warp=4096, max_warps=warps,
                                        load_arrivals=probes) as zprof:
-                launch = runner.prepare(*operands, c, dummy, 0, 0)
+                launch = runner.prepare(a, b, c, dummy, 0, 0)
                 launch()
+            if lighter and not args.persistent:  # the same launch, half the SMs held
+                from cute_prof.device.hold import HeldSMs
+
+                launch = HeldSMs(sms // 2).wrap(launch)
             # the base (with and without probes): several launches, predicted from each
             count = (args.lighter_load if lighter
                      else args.traces if name.startswith("base") else 1)
             for index, ztrace in enumerate(traced_launches(zprof, launch, count)):
                 save_columns(launch_path(out / f"trace_ze_{name}.npz", index), ztrace,
-                             mnk=list(shape), device=dev, stages=runner.gemm.num_stages,
-                             persistent=args.persistent, ctas=runner.gemm.num_ctas(*shape[:2]),
-                             cluster=[runner.gemm.cfg.cluster_m, runner.gemm.cfg.cluster_n])
+                             mnk=[m, n, k], device=dev, stages=runner.gemm.num_stages,
+                             persistent=args.persistent,
+                             cluster=[runner.gemm.cfg.cluster_m, runner.gemm.cfg.cluster_n],
+                             **({"lighter_load_sms": int(np.unique(ztrace.events["sm"]).size)}
+                                if lighter else {}))
             if not name.endswith("_arrivals"):  # timed next to the plain kernels: the recorder's cost
                 launches[f"{name}:recorded"] = launch  # each launch rewrites its slices
                 recordings.append(zprof)
             log(f"{name}: zero-edit trace {len(ztrace)} records, overflow {ztrace.overflow}, "
-                f"{time.time() - t0:.1f}s")
+                f"{time.time() - t0:.1f}s"
+                + (f", ran on {np.unique(ztrace.events['sm']).size} of {sms} SMs, span "
+                   f"{np.ptp(ztrace.events['start_ns']) / 1e3:.1f} us" if lighter else ""))
 
     # timing: CUPTI kernel durations, shuffled variant order per round
     from torch.profiler import ProfilerActivity, profile

@@ -1,0 +1,161 @@
+"""Hold some of the GPU's SMs while a kernel runs, so that the same launch of the same kernel
+runs on the rest: a lighter load on the memory system with nothing else changed (the what-if
+model's second point on its loads' latency, ``critical_path.queued_under_load(lighter=)``).
+
+A persistent kernel takes its grid from the SMs it may use (quack's ``max_active_clusters``,
+ws_gemm's ``persistent_ctas``), so half its grid is half its load. A non-persistent kernel
+launches one CTA per tile: its load halves only where half the SMs are taken. Each call of
+:meth:`HeldSMs.run` does, in stream order:
+
+1. on a side stream, after the caller's stream: ``held`` CTAs, each taking all the shared
+   memory one CTA may have (no other kernel's CTA that needs shared memory fits beside it);
+   each adds one to an arrival counter and spins, sleeping, until released;
+2. on the caller's stream: one thread waits until all of them arrived (they are resident);
+3. the caller's launch, which now finds only the other SMs free;
+4. one thread releases the held CTAs.
+
+The held CTAs spin on one flag (``nanosleep`` between reads) and touch no other memory.
+"""
+
+from __future__ import annotations
+
+import cutlass
+import cutlass.cute as cute
+from cutlass import Int64
+
+from .ptx import Asm
+
+# the holding CTAs sleep this long between reads of the release flag
+HOLD_SLEEP_NS = 512
+# arrival counter, release flag: two int64 words of one device tensor
+ARRIVED, RELEASED = 0, 1
+
+
+def _state_address(state: cute.Tensor):
+    return state.iterator.toint()
+
+
+@cute.kernel
+def hold_kernel(state: cute.Tensor, launch: Int64):
+    """Arrive, then hold the SM until the release flag reaches ``launch``."""
+    tidx, _, _ = cute.arch.thread_idx()
+    if tidx == 0:
+        asm = Asm()
+        base = asm.operand(_state_address(state), 64)
+        target = asm.operand(launch, 64)
+        asm.emit(".reg .pred p;", ".reg .b64 v;",
+                 f"red.release.gpu.global.add.u64 [{base}], 1;",
+                 "HOLD_WAIT:",
+                 f"ld.acquire.gpu.global.u64 v, [{base}+{8 * RELEASED}];",
+                 f"setp.lt.s64 p, v, {target};",
+                 f"@p nanosleep.u32 {HOLD_SLEEP_NS};",
+                 "@p bra HOLD_WAIT;")
+        asm.build()
+
+
+@cute.kernel
+def arrived_kernel(state: cute.Tensor, expected: Int64):
+    """Return once the arrival counter reaches ``expected``."""
+    tidx, _, _ = cute.arch.thread_idx()
+    if tidx == 0:
+        asm = Asm()
+        base = asm.operand(_state_address(state), 64)
+        target = asm.operand(expected, 64)
+        asm.emit(".reg .pred p;", ".reg .b64 v;",
+                 "ARRIVED_WAIT:",
+                 f"ld.acquire.gpu.global.u64 v, [{base}+{8 * ARRIVED}];",
+                 f"setp.lt.s64 p, v, {target};",
+                 "@p bra ARRIVED_WAIT;")
+        asm.build()
+
+
+@cute.kernel
+def release_kernel(state: cute.Tensor, launch: Int64):
+    """Set the release flag to ``launch``: that launch's held CTAs return."""
+    tidx, _, _ = cute.arch.thread_idx()
+    if tidx == 0:
+        asm = Asm()
+        base = asm.operand(_state_address(state), 64)
+        value = asm.operand(launch, 64)
+        asm.emit(f"st.release.gpu.global.u64 [{base}+{8 * RELEASED}], {value};")
+        asm.build()
+
+
+@cute.jit
+def launch_hold(state: cute.Tensor, launch: Int64, ctas: cutlass.Constexpr,
+                smem: cutlass.Constexpr, stream):
+    hold_kernel(state, launch).launch(grid=(ctas, 1, 1), block=(32, 1, 1), smem=smem,
+                                      stream=stream)
+
+
+@cute.jit
+def launch_arrived(state: cute.Tensor, expected: Int64, stream):
+    arrived_kernel(state, expected).launch(grid=(1, 1, 1), block=(32, 1, 1), stream=stream)
+
+
+@cute.jit
+def launch_release(state: cute.Tensor, launch: Int64, stream):
+    release_kernel(state, launch).launch(grid=(1, 1, 1), block=(32, 1, 1), stream=stream)
+
+
+class HeldSMs:
+    """``run(launch)`` calls ``launch()`` (one launch of a kernel on the current torch
+    stream) while ``held`` of the GPU's SMs are held: the kernel runs on the others.
+    ``held`` must leave two SMs or more free. Every call holds them afresh (a CUDA graph
+    of the caller's launch is not supported: the counter's target moves each call)."""
+
+    def __init__(self, held: int, *, device=None):
+        import torch
+        from cutlass.cute.runtime import from_dlpack
+
+        device = torch.device("cuda", torch.cuda.current_device() if device is None
+                              else torch.device(device).index or 0)
+        props = torch.cuda.get_device_properties(device)
+        if isinstance(held, bool) or not isinstance(held, int) or not 1 <= held <= (
+                props.multi_processor_count - 2):
+            raise ValueError(f"held must be an int in [1, {props.multi_processor_count - 2}] "
+                             f"(the SMs to hold, two or more left free), got {held!r}")
+        self.held = held
+        # all the shared memory one CTA may ask for: nothing that needs some fits beside it
+        self.smem = int(getattr(props, "shared_memory_per_block_optin", 0)) or 227 * 1024
+        self.state = torch.zeros(2, dtype=torch.int64, device=device)
+        self._cute_state = from_dlpack(self.state)
+        self.side = torch.cuda.Stream(device=self.state.device)
+        self.launches = 0
+        self._compiled = None
+
+    def _stream(self, stream):
+        from cuda.bindings.driver import CUstream
+
+        return CUstream(stream.cuda_stream)
+
+    def _compile(self, current):
+        hold = cute.compile(launch_hold, self._cute_state, Int64(0), self.held, self.smem,
+                            self._stream(self.side))
+        arrived = cute.compile(launch_arrived, self._cute_state, Int64(0),
+                               self._stream(current))
+        release = cute.compile(launch_release, self._cute_state, Int64(0),
+                               self._stream(current))
+        return hold, arrived, release
+
+    def run(self, launch):
+        """One call of ``launch()`` on the SMs left free; returns what it returns."""
+        import torch
+
+        current = torch.cuda.current_stream(self.state.device)
+        if self._compiled is None:
+            self._compiled = self._compile(current)
+        hold, arrived, release = self._compiled
+        self.launches += 1
+        n = Int64(self.launches)
+        self.side.wait_stream(current)  # the last call's kernel and release come first
+        hold(self._cute_state, n, self._stream(self.side))
+        arrived(self._cute_state, Int64(self.launches * self.held), self._stream(current))
+        try:
+            return launch()
+        finally:
+            release(self._cute_state, n, self._stream(current))
+
+    def wrap(self, launch):
+        """``launch`` as a callable that runs it with the SMs held (``run``)."""
+        return lambda: self.run(launch)
