@@ -27,6 +27,12 @@ from .ptx import Asm
 
 # the holding CTAs sleep this long between reads of the release flag
 HOLD_SLEEP_NS = 512
+# no CTA holds, and no launch waits for the holders, longer than this: a launch that never
+# comes (or holders that never all fit) cannot hang the GPU (``HeldSMs.check`` tells)
+HOLD_LIMIT_NS = 50_000_000
+# the shared memory each holder takes: with the 1 KB the SM keeps per CTA, 27 KB of an
+# H100's 228 KB stay free, less than any TMA / wgmma kernel's CTA asks for
+HOLD_SMEM_BYTES = 200 * 1024
 # arrival counter, release flag: two int64 words of one device tensor
 ARRIVED, RELEASED = 0, 1
 
@@ -43,11 +49,15 @@ def hold_kernel(state: cute.Tensor, launch: Int64):
         asm = Asm()
         base = asm.operand(_state_address(state), 64)
         target = asm.operand(launch, 64)
-        asm.emit(".reg .pred p;", ".reg .b64 v;",
+        asm.emit(".reg .pred p, q;", ".reg .b64 v, t0, t;",
+                 "mov.u64 t0, %globaltimer;",
                  f"red.release.gpu.global.add.u64 [{base}], 1;",
                  "HOLD_WAIT:",
                  f"ld.acquire.gpu.global.u64 v, [{base}+{8 * RELEASED}];",
                  f"setp.lt.s64 p, v, {target};",
+                 "mov.u64 t, %globaltimer;",
+                 "sub.s64 t, t, t0;",
+                 f"setp.lt.s64.and p, t, {HOLD_LIMIT_NS}, p;",
                  f"@p nanosleep.u32 {HOLD_SLEEP_NS};",
                  "@p bra HOLD_WAIT;")
         asm.build()
@@ -61,10 +71,14 @@ def arrived_kernel(state: cute.Tensor, expected: Int64):
         asm = Asm()
         base = asm.operand(_state_address(state), 64)
         target = asm.operand(expected, 64)
-        asm.emit(".reg .pred p;", ".reg .b64 v;",
+        asm.emit(".reg .pred p;", ".reg .b64 v, t0, t;",
+                 "mov.u64 t0, %globaltimer;",
                  "ARRIVED_WAIT:",
                  f"ld.acquire.gpu.global.u64 v, [{base}+{8 * ARRIVED}];",
                  f"setp.lt.s64 p, v, {target};",
+                 "mov.u64 t, %globaltimer;",
+                 "sub.s64 t, t, t0;",
+                 f"setp.lt.s64.and p, t, {HOLD_LIMIT_NS}, p;",
                  "@p bra ARRIVED_WAIT;")
         asm.build()
 
@@ -101,37 +115,43 @@ def launch_release(state: cute.Tensor, launch: Int64, stream):
 class HeldSMs:
     """``run(launch)`` calls ``launch()`` (one launch of a kernel on the current torch
     stream) while ``held`` of the GPU's SMs are held: the kernel runs on the others.
-    ``held`` must leave two SMs or more free. Every call holds them afresh (a CUDA graph
-    of the caller's launch is not supported: the counter's target moves each call)."""
+    ``held`` must leave two SMs or more free. Only a kernel whose CTAs need shared memory
+    (``HOLD_SMEM_BYTES`` leaves 27 KB on an H100) is kept off the held SMs. Every call
+    holds them afresh (not for CUDA graphs: the counter's target moves each call); the
+    holders run on a stream of their own that never waits on the default stream."""
 
     def __init__(self, held: int, *, device=None):
         import torch
+        from cuda.bindings import driver
         from cutlass.cute.runtime import from_dlpack
 
         device = torch.device("cuda", torch.cuda.current_device() if device is None
                               else torch.device(device).index or 0)
-        props = torch.cuda.get_device_properties(device)
-        if isinstance(held, bool) or not isinstance(held, int) or not 1 <= held <= (
-                props.multi_processor_count - 2):
-            raise ValueError(f"held must be an int in [1, {props.multi_processor_count - 2}] "
-                             f"(the SMs to hold, two or more left free), got {held!r}")
+        sms = torch.cuda.get_device_properties(device).multi_processor_count
+        if isinstance(held, bool) or not isinstance(held, int) or not 1 <= held <= sms - 2:
+            raise ValueError(f"held must be an int in [1, {sms - 2}] (the SMs to hold, two "
+                             f"or more left free), got {held!r}")
         self.held = held
-        # all the shared memory one CTA may ask for: nothing that needs some fits beside it
-        self.smem = int(getattr(props, "shared_memory_per_block_optin", 0)) or 227 * 1024
         self.state = torch.zeros(2, dtype=torch.int64, device=device)
         self._cute_state = from_dlpack(self.state)
-        self.side = torch.cuda.Stream(device=self.state.device)
+        with torch.cuda.device(device):
+            err, handle = driver.cuStreamCreate(driver.CUstream_flags.CU_STREAM_NON_BLOCKING)
+        if err != driver.CUresult.CUDA_SUCCESS:
+            raise RuntimeError(f"cuStreamCreate failed: {err}")
+        self._handle = handle
+        self.side = torch.cuda.ExternalStream(int(handle), device=device)
         self.launches = 0
         self._compiled = None
 
-    def _stream(self, stream):
+    @staticmethod
+    def _stream(stream):
         from cuda.bindings.driver import CUstream
 
         return CUstream(stream.cuda_stream)
 
     def _compile(self, current):
-        hold = cute.compile(launch_hold, self._cute_state, Int64(0), self.held, self.smem,
-                            self._stream(self.side))
+        hold = cute.compile(launch_hold, self._cute_state, Int64(0), self.held,
+                            HOLD_SMEM_BYTES, self._stream(self.side))
         arrived = cute.compile(launch_arrived, self._cute_state, Int64(0),
                                self._stream(current))
         release = cute.compile(launch_release, self._cute_state, Int64(0),
@@ -159,3 +179,16 @@ class HeldSMs:
     def wrap(self, launch):
         """``launch`` as a callable that runs it with the SMs held (``run``)."""
         return lambda: self.run(launch)
+
+    def check(self) -> None:
+        """Wait for the GPU and raise where some launch did not find every holder in place
+        (they never all fitted beside other work within ``HOLD_LIMIT_NS``: that launch ran
+        on more SMs than asked) or some release is missing."""
+        import torch
+
+        torch.cuda.synchronize(self.state.device)
+        arrived, released = self.state.tolist()
+        if arrived != self.launches * self.held or released != self.launches:
+            raise RuntimeError(
+                f"held SMs: {arrived} holder arrivals and release {released} after "
+                f"{self.launches} launches of {self.held} holders each")

@@ -38,5 +38,5 @@ def test_a_launch_with_half_the_sms_held_runs_on_the_other_half():
     span = {name: np.ptp(t.events["start_ns"]) for name, t in (("free", free), ("light", light))}
     assert 1.5 < span["light"] / span["free"] < 2.6
     # every held CTA arrived each time and was released after its launch
-    state = held.state.cpu().tolist()
-    assert state == [4 * (sms // 2), 4] and held.launches == 4
+    held.check()
+    assert held.state.tolist() == [4 * (sms // 2), 4] and held.launches == 4
