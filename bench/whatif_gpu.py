@@ -61,12 +61,20 @@ def main(argv=None) -> int:
                          "with the other half held (cute_prof.device.hold.HeldSMs); the "
                          "model reads a slower change's load latency between its base's and "
                          "these")
+    ap.add_argument("--probe-variants", default="", metavar="NAMES",
+                    help="with --zero-edit and --load-arrivals: variants also traced with the "
+                         "same probes (trace_ze_<name>_arrivals.npz, one launch each): "
+                         "diagnosis of their loads, never a model input")
     ap.add_argument("--no-level2", action="store_true",
                     help="skip the level-2 traces (the zero-edit check does not read them)")
     ap.add_argument("--zero-edit", action="store_true",
                     help="also record every variant at level 0 in zero-edit mode "
                     "(trace_ze_<variant>.npz: the derived model's input)")
     args = ap.parse_args(argv)
+    for name in filter(None, args.probe_variants.split(",")):
+        if name not in VARIANTS or name == "base":
+            ap.error(f"--probe-variants: {name!r} is not one of "
+                     f"{', '.join(v for v in VARIANTS if v != 'base')}")
     m, n, k = (int(x) for x in args.mnk.split(","))
     out = Path(os.environ.get("OUT", "whatif_out"))
     out.mkdir(parents=True, exist_ok=True)
@@ -128,6 +136,8 @@ def main(argv=None) -> int:
             traced["base_arrivals"] = VARIANTS["base"]
             if args.lighter_load:  # the base kernel again at half the memory load
                 traced["base_lighter_arrivals"] = VARIANTS["base"]
+            for name in filter(None, args.probe_variants.split(",")):  # diagnosis
+                traced[f"{name}_arrivals"] = VARIANTS[name]
         sms = torch.cuda.get_device_properties(0).multi_processor_count
         for name, over in traced.items():
             t0 = time.time()
