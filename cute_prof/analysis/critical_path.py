@@ -1240,10 +1240,16 @@ def replay(data: PipelineData, spec: PipelineSpec | None = None, *,
 QUEUE_RULES = ("little", "open", "none")
 
 
-def queued_under_load(queued, unqueued: float, ratio: float, *, rule: str = "little"):
+def queued_under_load(queued, unqueued: float, ratio: float, *, rule: str = "little",
+                      lighter: tuple[float, float] | None = None):
     """A load's queued time (its latency above the least congested ``unqueued`` one) when the
     kernel's throughput changes by 1 / ``ratio`` (the change's time against the base's), by
-    ``rule`` (one of ``QUEUE_RULES``):
+    ``rule`` (one of ``QUEUE_RULES``), or where the base kernel was also run at a lighter
+    load (``lighter``: (f, h), its queued part f times the base's at h of the base's
+    throughput, ``lighter_load_point``), a slower change's by that curve instead: the
+    queued part's factor runs straight from 1 at the base's throughput to f at h, and
+    from there to 0 at none (Little's law, the queued part's factor equal to the
+    throughput's, is that curve through (h, h)):
 
     - ``"little"`` (the model's): Little's law at a fixed occupancy, queued / ratio;
     - ``"open"``: one open queue, W = W0 / (1 - rho), the base's utilisation rho = queued /
@@ -1266,6 +1272,15 @@ def queued_under_load(queued, unqueued: float, ratio: float, *, rule: str = "lit
         raise ValueError(f"unknown queue rule {rule!r}: one of {sorted(QUEUE_RULES)}")
     r = max(float(ratio), 1e-6)
     q = np.maximum(queued, 0.0)
+    if lighter is not None and r > 1.0:
+        factor, at = float(lighter[0]), float(lighter[1])
+        if not (0.0 < at < 1.0 and factor >= 0.0):
+            raise ValueError(f"a lighter load's point is (factor >= 0, throughput in (0, 1)), "
+                             f"got {lighter!r}")
+        throughput = 1.0 / r
+        if throughput >= at:
+            return q * (1.0 + (factor - 1.0) * (1.0 - throughput) / (1.0 - at))
+        return q * factor * throughput / at
     if rule == "none":
         return q
     if rule == "little" or r <= 1.0:
@@ -1743,10 +1758,9 @@ def _draw_latencies(rng, sample, shape: tuple[int, int]
         pick = _place_picks(rng, position[order], shape)
         if issued is not None and np.ptp(issued) > 0:
             congestion = load_congestion(latency, issued)
-            floor = np.quantile(congestion, UNQUEUED_QUANTILE)
-            by_place = _place_medians(congestion[order], position[order], np.arange(shape[1]))
+            floor, typical = loop_queueing(sample, shape[1], congestion=congestion)
             # the loop's queued part, the same for every item (not its place's)
-            queued = np.full(shape, np.maximum(by_place - floor, 0.0).mean())
+            queued = np.full(shape, typical)
             own = latency - congestion
             classes = miss_and_hit(sample)
             if classes is None:
@@ -1758,6 +1772,45 @@ def _draw_latencies(rng, sample, shape: tuple[int, int]
         drawn = latency[order][pick]  # no issue times to tell congestion by
     floor = np.quantile(latency, UNQUEUED_QUANTILE)
     return np.maximum(drawn - floor, 0.0), np.minimum(drawn, floor), float(floor)
+
+
+def loop_queueing(sample, places: int, *, floor: float | None = None,
+                  congestion: np.ndarray | None = None) -> tuple[float, float]:
+    """(floor, queued) of a ring's sampled loads (with their places and issue times): the
+    least congested times' congestion (``UNQUEUED_QUANTILE`` of ``load_congestion``) unless
+    ``floor`` is given, and the loop's typical queueing above it: the mean over its first
+    ``places`` places of the median congestion sampled at each (``_place_windows``) less
+    the floor, none below it."""
+    latency, position = arrival_latencies(sample), arrival_positions(sample)
+    issued = arrival_issue_times(sample)
+    if position is None or issued is None or latency.size <= NEAREST_ARRIVALS:
+        raise ValueError("the loop's queueing needs more than "
+                         f"{NEAREST_ARRIVALS} sampled loads with their places and issue times")
+    congestion = load_congestion(latency, issued) if congestion is None else congestion
+    floor = float(np.quantile(congestion, UNQUEUED_QUANTILE)) if floor is None else float(floor)
+    order = np.argsort(position, kind="stable")
+    by_place = _place_medians(congestion[order], position[order], np.arange(places))
+    return floor, float(np.maximum(by_place - floor, 0.0).mean())
+
+
+def lighter_load_point(base_sample, places: int, lighter: list) -> tuple[float, float] | None:
+    """The base kernel's loads at a lighter memory load, as ``queued_under_load`` takes it:
+    (f, h), the loop's queued part (``loop_queueing``, above the base sample's floor) in
+    the lighter launches against the base's, and their throughput against the base's (each
+    the median over ``lighter``: (sample, throughput) per lighter launch, ``pipelines.
+    lighter_load_samples``). None where the base's loads met no queue (nothing to scale)
+    or no lighter launch sampled enough loads."""
+    floor, queued = loop_queueing(base_sample, places)
+    points = []
+    for sample, throughput in lighter:
+        if arrival_latencies(sample).size > NEAREST_ARRIVALS and 0.0 < throughput < 1.0:
+            position = arrival_positions(sample)
+            points.append((loop_queueing(sample, int(position.max()) + 1, floor=floor)[1],
+                           float(throughput)))
+    if queued <= 0.0 or not points:
+        return None
+    factors, throughputs = zip(*points)
+    return float(np.median(factors)) / queued, float(np.median(throughputs))
 
 
 # a sampled load issued less than this many of the sample's median latency after its
@@ -1916,7 +1969,8 @@ def what_if(data: PipelineData, *, depth: dict | None = None, shared_by: dict | 
             record_ns: float = 0.0, arrivals: dict | None = None,
             recorder_cost: float = 0.0, slowdown: float | None = None,
             schedules: bool = False, release_sample: dict | None = None,
-            queue_rule: str = "little", gap_change_ns: float = 0.0) -> dict:
+            queue_rule: str = "little", gap_change_ns: float = 0.0,
+            lighter_load: dict | None = None) -> dict:
     """Predicted kernel-time change of a changed pipeline (ring depths, sharing, a region
     faster), from the replay of the change against the replay of the base. ``latency``:
     wait tag -> ns, replacing the inferred latency of that wait's event (when the trace
@@ -1967,7 +2021,13 @@ def what_if(data: PipelineData, *, depth: dict | None = None, shared_by: dict | 
     change that holds CTAs in step makes all of them wait for the first one's miss.
 
     ``release_sample``: another launch's releases that did not wait for their job
-    (``clean_releases``), for every replay (``replay(release_sample=)``)."""
+    (``clean_releases``), for every replay (``replay(release_sample=)``).
+
+    ``lighter_load``: ring -> [(sample, throughput), ...], the base kernel's loads sampled
+    as they arrived in launches at a lighter memory load (``pipelines.
+    lighter_load_samples``): a slower change's drawn loads on that ring queue as the
+    curve through the base's and their point says (``lighter_load_point``,
+    ``queued_under_load(lighter=)``), not by ``queue_rule``."""
     if queue_rule not in QUEUE_RULES:
         raise ValueError(f"unknown queue rule {queue_rule!r}: one of {sorted(QUEUE_RULES)}")
     terms = terms if terms is not None else infer_terms(data)
@@ -1976,7 +2036,7 @@ def what_if(data: PipelineData, *, depth: dict | None = None, shared_by: dict | 
         if tag not in tags:
             raise ProfileBufferError(f"latency names an unknown region {tag!r}")
         terms = with_latency(terms, tags.index(tag), value)
-    loaded, draws, leaders = {}, {}, {}
+    loaded, draws, leaders, lighter = {}, {}, {}, {}
     if loaded_latency:
         for i, r in enumerate(data.spec.regions):
             if "consumes" in r.relations and r.tag not in (latency or {}):
@@ -1992,6 +2052,11 @@ def what_if(data: PipelineData, *, depth: dict | None = None, shared_by: dict | 
                     queued, fixed, unqueued = _draw_latencies(rng, sample, data.shape[:2])
                     if fixed.ndim == 3:
                         leaders[i] = arrival_leader_gaps(sample)[1]
+                    ring = r.relations["consumes"].resource
+                    if (lighter_load or {}).get(ring) and arrival_issue_times(sample) is not None:
+                        point = lighter_load_point(sample, data.shape[1], lighter_load[ring])
+                        if point is not None:
+                            lighter[i] = point
                     draws[i] = (queued + (at - np.median(probed)) + latency_shift_ns, fixed,
                                 unqueued)
                 elif first_load is not None and len(first_load) >= MIN_LATENCY_SAMPLE:
@@ -2074,7 +2139,8 @@ def what_if(data: PipelineData, *, depth: dict | None = None, shared_by: dict | 
             changed_terms = with_latency(changed_terms, i, value)
         # each drawn load's queueing scales the same way
         changed_draws = _one_draw_per_cluster(data, changed_spec, {
-            i: fixed + queued_under_load(queued, unqueued, ratio, rule=queue_rule)
+            i: fixed + queued_under_load(queued, unqueued, ratio, rule=queue_rule,
+                                         lighter=lighter.get(i))
             for i, (queued, fixed, unqueued) in draws.items()})
         changed, new_end, changed_shift = dispatched(
             changed_spec, changed_shift, scale=scale, terms=changed_terms,
@@ -2120,7 +2186,9 @@ def what_if(data: PipelineData, *, depth: dict | None = None, shared_by: dict | 
             # the latency the change's replay waited on: the mean of its items' draws where
             # the ring's loads were sampled, else the one loaded latency
             "latency_ns": {tags[i]: float(np.mean(changed_draws[i])) if i in changed_draws
-                           else float(changed_terms[1][0, i]) for i in loaded}}
+                           else float(changed_terms[1][0, i]) for i in loaded},
+            # the lighter load's point each drawn wait's queueing followed: (f, h)
+            "lighter_load_point": {tags[i]: x for i, x in lighter.items()}}
 
 
 def blocked_as_base(data: PipelineData, base: Schedule, changed: Schedule) -> np.ndarray:
@@ -2166,7 +2234,8 @@ def predict_what_if(data: PipelineData, change: dict, *, terms=None,
                     interval: tuple[float, float] = (0.25, 0.75),
                     first_load: np.ndarray | None = None, record_ns: float = 0.0,
                     arrivals: dict | None = None, recorder_cost: float = 0.0,
-                    release_sample: dict | None = None, queue_rule: str = "little") -> dict:
+                    release_sample: dict | None = None, queue_rule: str = "little",
+                    lighter_load: dict | None = None) -> dict:
     """One what-if with its uncertainty from the base trace's own spread: the prediction
     at the median loaded latency, and the interval spanned by the latency quantiles
     ``interval`` (per-unit and per-load variation of the base), each widened by one tick
@@ -2179,7 +2248,7 @@ def predict_what_if(data: PipelineData, change: dict, *, terms=None,
     ``{"modelled": False, "reason": ...}`` instead of a number; so does one that hangs on
     a load latency the base never showed (its consumer never waited: with ``bounds``, the
     change at latency 0 and at the unblocked waits' bound). ``release_sample``,
-    ``queue_rule``: as :func:`what_if` takes them."""
+    ``queue_rule``, ``lighter_load``: as :func:`what_if` takes them."""
     unknown = set(change) - {"depth", "shared_by", "scale", "latency", "gap_change_ns"}
     if unknown:
         return {"modelled": False, "reason": f"no model term for {sorted(unknown)}"}
@@ -2222,7 +2291,7 @@ def predict_what_if(data: PipelineData, change: dict, *, terms=None,
                                     latency_shift_ns=shift, first_load=first_load,
                                     record_ns=max(record_ns + removed, 0.0), arrivals=arrivals,
                                     recorder_cost=recorder_cost, release_sample=release_sample,
-                                    queue_rule=queue_rule, **moved,
+                                    queue_rule=queue_rule, lighter_load=lighter_load, **moved,
                                     slowdown=runs[0]["recorder_slowdown"] if runs else None))
             if runs[0]["recorder_slowdown"] != 1.0:
                 # how much of the recorder's cost slows the work is the model's reading:
@@ -2230,7 +2299,7 @@ def predict_what_if(data: PipelineData, change: dict, *, terms=None,
                 runs.append(what_if(data, terms=terms, loaded_latency=True,
                                     first_load=first_load, record_ns=record_ns,
                                     arrivals=arrivals, release_sample=release_sample,
-                                    queue_rule=queue_rule, **change))
+                                    queue_rule=queue_rule, lighter_load=lighter_load, **change))
             if unobserved:
                 upper = {**change, "latency": {**(change.get("latency") or {}), **unobserved}}
                 runs.append(what_if(data, terms=terms, loaded_latency=True,
@@ -2238,7 +2307,8 @@ def predict_what_if(data: PipelineData, change: dict, *, terms=None,
                                     first_load=first_load,
                                     record_ns=max(record_ns - record_spread, 0.0),
                                     arrivals=arrivals, recorder_cost=recorder_cost,
-                                    release_sample=release_sample, queue_rule=queue_rule, **upper,
+                                    release_sample=release_sample, queue_rule=queue_rule,
+                                    lighter_load=lighter_load, **upper,
                                     slowdown=runs[0]["recorder_slowdown"]))
     except ProfileBufferError as err:
         return {"modelled": False, "reason": str(err)}

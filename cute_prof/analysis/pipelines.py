@@ -12,6 +12,7 @@ be, so that the critical path, blockers, ring occupancy and what-ifs need no spe
 from __future__ import annotations
 
 import dataclasses
+from collections.abc import Sequence
 from typing import Any
 
 import numpy as np
@@ -20,7 +21,7 @@ from ..errors import ProfileBufferError
 from ..trace import Trace
 from .critical_path import clean_releases, job_regions, match_records
 from .grouping import rows_by_value, tags_in, unique_ints, warp_order
-from .model import ARRIVAL_SAMPLE_DTYPE
+from .model import ARRIVAL_SAMPLE_DTYPE, arrival_issue_rate
 from .roles import RoleSpec
 
 __all__ = ["finish_zero_edit_trace", "wait_breakdown", "format_wait_breakdown",
@@ -709,13 +710,38 @@ class DerivedPipeline:
         """The terms of :meth:`what_if_terms` that come from the probed launch: its sampled
         loads (``arrivals``) and clean releases (``release_sample``); what
         ``analyze_pipeline(alike=)`` takes for each other probed launch that ran alike."""
-        probed = load_arrival_sample(arrivals_from if arrivals_from is not None else self.trace)
+        probed = self._arrival_sample(arrivals_from if arrivals_from is not None else self.trace)
+        return {"arrivals": probed, "release_sample": self._probed_releases(arrivals_from)}
+
+    def _arrival_sample(self, probed: Trace) -> dict[str, np.ndarray]:
+        """``load_arrival_sample`` of a probed launch of this kernel, each latency from the
+        copies' issue (``copy_issue_delay_ns``) and each place the loop iteration's
+        (``commits_before_loop``)."""
+        sample = load_arrival_sample(probed)
         late = self.copy_issue_delay_ns()
         before_loop = self.commits_before_loop()
-        for ring, sample in probed.items():
-            sample["latency_ns"] -= late.get(ring, 0.0)
-            sample["position"] -= before_loop.get(ring, 0)
-        return {"arrivals": probed, "release_sample": self._probed_releases(arrivals_from)}
+        for ring, loads in sample.items():
+            loads["latency_ns"] -= late.get(ring, 0.0)
+            loads["position"] -= before_loop.get(ring, 0)
+        return sample
+
+    def lighter_load_terms(self, lighter_from: Sequence[Trace], arrivals: dict) -> dict:
+        """``what_if(lighter_load=)``: per ring, each of ``lighter_from``'s sampled loads
+        and throughput against ``arrivals`` (the base's sampled loads, ``probed_terms``).
+        ``lighter_from``: launches of this kernel with the same probes
+        (``autoprofile(load_arrivals=N)``, the same N) at a lighter memory load, such as the
+        persistent kernel on half the SMs or a problem of half as many tiles as SMs; the
+        rates of their sampled loads' issue (``arrival_issue_rate``) stand as the loads'
+        throughputs. A ring the base did not sample gets nothing."""
+        out: dict[str, list] = {}
+        for trace in lighter_from:
+            for ring, loads in self._arrival_sample(trace).items():
+                base = arrivals.get(ring)
+                if base is None or len(base) < 2 or loads.size < 2:
+                    continue
+                out.setdefault(ring, []).append(
+                    (loads, arrival_issue_rate(loads) / arrival_issue_rate(base)))
+        return out
 
     def _probed_releases(self, probed: Trace | None) -> dict[str, np.ndarray]:
         """The probed launch's releases that did not wait for their async job
