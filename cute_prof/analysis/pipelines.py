@@ -710,10 +710,10 @@ class DerivedPipeline:
         """The terms of :meth:`what_if_terms` that come from the probed launch: its sampled
         loads (``arrivals``) and clean releases (``release_sample``); what
         ``analyze_pipeline(alike=)`` takes for each other probed launch that ran alike."""
-        probed = self._arrival_sample(arrivals_from if arrivals_from is not None else self.trace)
+        probed = self.arrival_sample(arrivals_from if arrivals_from is not None else self.trace)
         return {"arrivals": probed, "release_sample": self._probed_releases(arrivals_from)}
 
-    def _arrival_sample(self, probed: Trace) -> dict[str, np.ndarray]:
+    def arrival_sample(self, probed: Trace) -> dict[str, np.ndarray]:
         """``load_arrival_sample`` of a probed launch of this kernel, each latency from the
         copies' issue (``copy_issue_delay_ns``) and each place the loop iteration's
         (``commits_before_loop``)."""
@@ -735,7 +735,7 @@ class DerivedPipeline:
         throughputs. A ring the base did not sample gets nothing."""
         out: dict[str, list] = {}
         for trace in lighter_from:
-            for ring, loads in self._arrival_sample(trace).items():
+            for ring, loads in self.arrival_sample(trace).items():
                 base = arrivals.get(ring)
                 if base is None or len(base) < 2 or loads.size < 2:
                     continue
