@@ -61,6 +61,10 @@ def main(argv=None) -> int:
                          "with the other half held (cute_prof.device.hold.HeldSMs); the "
                          "model reads a slower change's load latency between its base's and "
                          "these")
+    ap.add_argument("--hold-cluster", type=int, default=1, choices=(1, 2),
+                    help="the non-persistent kernel's lighter launches: hold the SMs with "
+                         "single CTAs (1: one SM of each TPC on an H100) or in clusters of "
+                         "two (2: SM pairs)")
     ap.add_argument("--probe-variants", default="", metavar="NAMES",
                     help="with --zero-edit and --load-arrivals: variants also traced with the "
                          "same probes (trace_ze_<name>_arrivals.npz, one launch each): "
@@ -156,7 +160,7 @@ def main(argv=None) -> int:
             if lighter and not args.persistent:  # the same launch, half the SMs held
                 from cute_prof.device.hold import HeldSMs
 
-                launch = HeldSMs(sms // 2).wrap(launch)
+                launch = HeldSMs(sms // 2, cluster=args.hold_cluster).wrap(launch)
             # the base (with and without probes): several launches, predicted from each
             count = (args.lighter_load if lighter
                      else args.traces if name.startswith("base") else 1)

@@ -49,3 +49,11 @@ def test_held_sms_takes_a_count_that_leaves_sms_free():
     for bad in (0, sms - 1, True, 2.0):
         with pytest.raises(ValueError, match="held must be"):
             hold.HeldSMs(bad)
+
+
+def test_holders_launch_in_pairs_as_a_cluster_of_two():
+    """(Compiles: the holder's code is the same in pairs.)"""
+    ptx = compile_ptx(hold.launch_hold, state(), Int64(1), 66, 200 * 1024, cuda.CUstream(0), 2)
+    # the cluster is the launch's (the GPU test checks where the pairs went)
+    assert [b.count("red.release.gpu.global.add.u64") for b in asm_blocks(ptx)
+            if "HOLD_WAIT" in b] == [1]

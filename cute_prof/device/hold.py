@@ -97,9 +97,13 @@ def release_kernel(state: cute.Tensor, launch: Int64):
 
 @cute.jit
 def launch_hold(state: cute.Tensor, launch: Int64, ctas: cutlass.Constexpr,
-                smem: cutlass.Constexpr, stream):
-    hold_kernel(state, launch).launch(grid=(ctas, 1, 1), block=(32, 1, 1), smem=smem,
-                                      stream=stream)
+                smem: cutlass.Constexpr, stream, cluster: cutlass.Constexpr = 1):
+    if cutlass.const_expr(cluster > 1):
+        hold_kernel(state, launch).launch(grid=(ctas, 1, 1), block=(32, 1, 1),
+                                          cluster=(cluster, 1, 1), smem=smem, stream=stream)
+    else:
+        hold_kernel(state, launch).launch(grid=(ctas, 1, 1), block=(32, 1, 1), smem=smem,
+                                          stream=stream)
 
 
 @cute.jit
@@ -115,12 +119,14 @@ def launch_release(state: cute.Tensor, launch: Int64, stream):
 class HeldSMs:
     """``run(launch)`` calls ``launch()`` (one launch of a kernel on the current torch
     stream) while ``held`` of the GPU's SMs are held: the kernel runs on the others.
-    ``held`` must leave two SMs or more free. Only a kernel whose CTAs need shared memory
+    ``held`` must leave two SMs or more free; ``cluster=2`` launches the holders in
+    clusters of two, which the block scheduler places on SM pairs (one SM of each TPC is
+    held by single holders on an H100, both by pairs). Only a kernel whose CTAs need shared memory
     (``HOLD_SMEM_BYTES`` leaves 27 KB on an H100) is kept off the held SMs. Every call
     holds them afresh (not for CUDA graphs: the counter's target moves each call); the
     holders run on a stream of their own that never waits on the default stream."""
 
-    def __init__(self, held: int, *, device=None):
+    def __init__(self, held: int, *, cluster: int = 1, device=None):
         import torch
         from cuda.bindings import driver
         from cutlass.cute.runtime import from_dlpack
@@ -131,7 +137,9 @@ class HeldSMs:
         if isinstance(held, bool) or not isinstance(held, int) or not 1 <= held <= sms - 2:
             raise ValueError(f"held must be an int in [1, {sms - 2}] (the SMs to hold, two "
                              f"or more left free), got {held!r}")
-        self.held = held
+        if cluster not in (1, 2) or held % cluster:
+            raise ValueError(f"cluster must be 1 or 2 dividing held ({held}), got {cluster!r}")
+        self.held, self.cluster = held, cluster
         self.state = torch.zeros(2, dtype=torch.int64, device=device)
         self._cute_state = from_dlpack(self.state)
         with torch.cuda.device(device):
@@ -151,7 +159,7 @@ class HeldSMs:
 
     def _compile(self, current):
         hold = cute.compile(launch_hold, self._cute_state, Int64(0), self.held,
-                            HOLD_SMEM_BYTES, self._stream(self.side))
+                            HOLD_SMEM_BYTES, self._stream(self.side), self.cluster)
         arrived = cute.compile(launch_arrived, self._cute_state, Int64(0),
                                self._stream(current))
         release = cute.compile(launch_release, self._cute_state, Int64(0),
