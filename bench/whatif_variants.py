@@ -176,6 +176,9 @@ def main(argv=None) -> int:
     ap.add_argument("--variants", nargs="+", required=True)
     ap.add_argument("--launches", action="store_true",
                     help="also predict from every traced x probed base launch (slow)")
+    ap.add_argument("--lighter", action="store_true",
+                    help="the model reads the base's probed launches at a lighter load "
+                         "(whatif_check.py --lighter)")
     ap.add_argument("--out", type=Path)
     args = ap.parse_args(argv)
     entry = zero_edit_entry(args.kernel, ap)
@@ -184,7 +187,9 @@ def main(argv=None) -> int:
     if unknown:
         ap.error(f"{args.kernel} has no variants {unknown}: {sorted(entry.variants)}")
     raw = entry.load(folder / entry.trace)
-    model = launch_model(entry, raw, nearest_probed_launch(entry, folder, raw))
+    lighter = ([entry.load(path) for path in launch_paths(folder / entry.lighter_trace)]
+               if args.lighter and entry.lighter_trace else [])
+    model = launch_model(entry, raw, nearest_probed_launch(entry, folder, raw), lighter=lighter)
     variants = {v: matched(entry.load(folder / entry.variant_trace.format(variant=v)))[1]
                 for v in args.variants}
     inputs = model["inputs"]
