@@ -1265,7 +1265,8 @@ def queued_under_load(queued, unqueued: float, ratio: float, *, rule: str = "lit
     80 full-run rows within 3 points (0.89 points mean error) against the open queue's 77
     (0.96), quack's 4 -> 2 2.71 points off on average against 3.58, no row more than 0.07
     point worse on average; held out on stop 54's three runs, 45 of 48 within (the open
-    queue's, read after: 46; bench/results/whatif/queue_rules.txt). A faster change
+    queue's, read after: 46; queue_rules.txt, stop62/moved_from_results/ in
+    bench/results/whatif/history/stops_31-62.tar.xz). A faster change
     (``ratio`` < 1) loads memory more: every rule but ``"none"`` takes Little's law there
     (the open queue has no steady state once rho reaches 1)."""
     if rule not in QUEUE_RULES:
