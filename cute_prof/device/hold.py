@@ -41,6 +41,21 @@ def _state_address(state: cute.Tensor):
     return state.iterator.toint()
 
 
+def _bounded_wait_lines(label: str, base: str, word: int, target: str,
+                        sleep_ns: int = 0) -> list[str]:
+    """PTX polling the int64 ``word`` of the state at ``base`` (acquire loads) until it
+    reaches ``target`` or ``HOLD_LIMIT_NS`` have passed since the timer read ``t0``,
+    sleeping ``sleep_ns`` between reads (none: 0)."""
+    return [f"{label}:",
+            f"ld.acquire.gpu.global.u64 v, [{base}+{8 * word}];",
+            f"setp.lt.s64 p, v, {target};",
+            "mov.u64 t, %globaltimer;",
+            "sub.s64 t, t, t0;",
+            f"setp.lt.s64.and p, t, {HOLD_LIMIT_NS}, p;",
+            *([f"@p nanosleep.u32 {sleep_ns};"] if sleep_ns else []),
+            f"@p bra {label};"]
+
+
 @cute.kernel
 def hold_kernel(state: cute.Tensor, launch: Int64):
     """Arrive, then hold the SM until the release flag reaches ``launch``."""
@@ -49,17 +64,10 @@ def hold_kernel(state: cute.Tensor, launch: Int64):
         asm = Asm()
         base = asm.operand(_state_address(state), 64)
         target = asm.operand(launch, 64)
-        asm.emit(".reg .pred p, q;", ".reg .b64 v, t0, t;",
+        asm.emit(".reg .pred p;", ".reg .b64 v, t0, t;",
                  "mov.u64 t0, %globaltimer;",
-                 f"red.release.gpu.global.add.u64 [{base}], 1;",
-                 "HOLD_WAIT:",
-                 f"ld.acquire.gpu.global.u64 v, [{base}+{8 * RELEASED}];",
-                 f"setp.lt.s64 p, v, {target};",
-                 "mov.u64 t, %globaltimer;",
-                 "sub.s64 t, t, t0;",
-                 f"setp.lt.s64.and p, t, {HOLD_LIMIT_NS}, p;",
-                 f"@p nanosleep.u32 {HOLD_SLEEP_NS};",
-                 "@p bra HOLD_WAIT;")
+                 f"red.release.gpu.global.add.u64 [{base}+{8 * ARRIVED}], 1;",
+                 *_bounded_wait_lines("HOLD_WAIT", base, RELEASED, target, HOLD_SLEEP_NS))
         asm.build()
 
 
@@ -73,13 +81,7 @@ def arrived_kernel(state: cute.Tensor, expected: Int64):
         target = asm.operand(expected, 64)
         asm.emit(".reg .pred p;", ".reg .b64 v, t0, t;",
                  "mov.u64 t0, %globaltimer;",
-                 "ARRIVED_WAIT:",
-                 f"ld.acquire.gpu.global.u64 v, [{base}+{8 * ARRIVED}];",
-                 f"setp.lt.s64 p, v, {target};",
-                 "mov.u64 t, %globaltimer;",
-                 "sub.s64 t, t, t0;",
-                 f"setp.lt.s64.and p, t, {HOLD_LIMIT_NS}, p;",
-                 "@p bra ARRIVED_WAIT;")
+                 *_bounded_wait_lines("ARRIVED_WAIT", base, ARRIVED, target))
         asm.build()
 
 
