@@ -32,7 +32,8 @@ _FLOAT_MAX = np.finfo(np.float64).max
 
 __all__ = ["PipelineData", "Schedule", "match_records", "replay", "critical_path",
            "blockers", "ring_occupancy", "initiation_interval", "what_if", "latency_sample",
-           "timer_step", "launch_gaps", "load_congestion", "unchanged_span", "queued_under_load",
+           "timer_step", "launch_gaps", "load_congestion", "loop_queueing", "lighter_load_point",
+           "unchanged_span", "queued_under_load",
            "predict_what_if", "pool_predictions", "never_blocked", "recorder_slowdown",
            "slowed_by_recorder", "worker_regions", "blocked_as_base", "busy_share",
            "analyze_pipeline", "perfetto_outputs", "format_pipeline_report"]
@@ -1798,20 +1799,20 @@ def lighter_load_point(base_sample, places: int, lighter: list) -> tuple[float, 
     """The base kernel's loads at a lighter memory load, as ``queued_under_load`` takes it:
     (f, h), the loop's queued part (``loop_queueing``, above the base sample's floor) in
     the lighter launches against the base's, and their throughput against the base's (each
-    the median over ``lighter``: (sample, throughput) per lighter launch, ``pipelines.
-    lighter_load_samples``). None where the base's loads met no queue (nothing to scale)
+    the median over ``lighter``: (sample, throughput) per lighter launch, ``DerivedPipeline.
+    lighter_load_terms``). None where the base's loads met no queue (nothing to scale)
     or no lighter launch sampled enough loads."""
     floor, queued = loop_queueing(base_sample, places)
-    points = []
+    points = []  # each lighter launch's (queued part above the base's floor, throughput)
     for sample, throughput in lighter:
         if arrival_latencies(sample).size > NEAREST_ARRIVALS and 0.0 < throughput < 1.0:
-            position = arrival_positions(sample)
-            points.append((loop_queueing(sample, int(position.max()) + 1, floor=floor)[1],
+            own_places = int(arrival_positions(sample).max()) + 1  # its own loop's length
+            points.append((loop_queueing(sample, own_places, floor=floor)[1],
                            float(throughput)))
     if queued <= 0.0 or not points:
         return None
-    factors, throughputs = zip(*points)
-    return float(np.median(factors)) / queued, float(np.median(throughputs))
+    lighter_queued, throughputs = zip(*points)
+    return float(np.median(lighter_queued)) / queued, float(np.median(throughputs))
 
 
 # a sampled load issued less than this many of the sample's median latency after its
@@ -2025,8 +2026,8 @@ def what_if(data: PipelineData, *, depth: dict | None = None, shared_by: dict | 
     (``clean_releases``), for every replay (``replay(release_sample=)``).
 
     ``lighter_load``: ring -> [(sample, throughput), ...], the base kernel's loads sampled
-    as they arrived in launches at a lighter memory load (``pipelines.
-    lighter_load_samples``): a slower change's drawn loads on that ring queue as the
+    as they arrived in launches at a lighter memory load (``DerivedPipeline.
+    lighter_load_terms``): a slower change's drawn loads on that ring queue as the
     curve through the base's and their point says (``lighter_load_point``,
     ``queued_under_load(lighter=)``), not by ``queue_rule``."""
     if queue_rule not in QUEUE_RULES:
