@@ -7,6 +7,9 @@ Importing this package imports the CUTLASS DSL. The files, from the bottom up:
 * ``phases.py``   back-to-back phases and the sampling ``Profiler`` handle
 * ``recorder.py`` the staged per-warp write path (``WarpRecorder``) and per-role recorders
 * ``slices.py``   the per-warp slice write path (``SliceRecorder``, layout format 2)
+
+Beside them, ``hold.py`` (``HeldSMs``): a launch run while other CTAs hold some of the SMs
+(the what-if check's lighter-load launches); import it from ``cute_prof.device.hold``.
 """
 
 from .ops import (
