@@ -34,11 +34,11 @@ def test_the_holder_arrives_once_then_sleeps_until_released():
 
 
 def test_the_launch_waits_for_every_arrival_and_the_release_is_a_release_store():
-    arrived = compile_ptx(hold.launch_arrived, state(), Int64(66), cuda.CUstream(0))
+    arrived = compile_ptx(hold.launch_one_thread, state(), Int64(66), "arrived", cuda.CUstream(0))
     block = next(b for b in asm_blocks(arrived) if "ARRIVED_WAIT" in b)
     assert re.search(r"ld\.acquire\.gpu\.global\.u64 v, \[%rd\d+\+0\]", block)
     assert "nanosleep" not in block  # the launch it gates starts as soon as they are there
-    release = compile_ptx(hold.launch_release, state(), Int64(1), cuda.CUstream(0))
+    release = compile_ptx(hold.launch_one_thread, state(), Int64(1), "release", cuda.CUstream(0))
     assert any("st.release.gpu.global.u64 [" in b and "+8]" in b for b in asm_blocks(release))
 
 

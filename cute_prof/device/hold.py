@@ -56,66 +56,60 @@ def _bounded_wait_lines(label: str, base: str, word: int, target: str,
             f"@p bra {label};"]
 
 
-@cute.kernel
-def hold_kernel(state: cute.Tensor, launch: Int64):
-    """Arrive, then hold the SM until the release flag reaches ``launch``."""
-    tidx, _, _ = cute.arch.thread_idx()
-    if tidx == 0:
-        asm = Asm()
-        base = asm.operand(_state_address(state), 64)
-        target = asm.operand(launch, 64)
-        asm.emit(".reg .pred p;", ".reg .b64 v, t0, t;",
-                 "mov.u64 t0, %globaltimer;",
-                 f"red.release.gpu.global.add.u64 [{base}+{8 * ARRIVED}], 1;",
-                 *_bounded_wait_lines("HOLD_WAIT", base, RELEASED, target, HOLD_SLEEP_NS))
-        asm.build()
+def _hold_lines(base: str, target: str) -> list[str]:
+    return [".reg .pred p;", ".reg .b64 v, t0, t;", "mov.u64 t0, %globaltimer;",
+            f"red.release.gpu.global.add.u64 [{base}+{8 * ARRIVED}], 1;",
+            *_bounded_wait_lines("HOLD_WAIT", base, RELEASED, target, HOLD_SLEEP_NS)]
+
+
+def _arrived_lines(base: str, target: str) -> list[str]:
+    return [".reg .pred p;", ".reg .b64 v, t0, t;", "mov.u64 t0, %globaltimer;",
+            *_bounded_wait_lines("ARRIVED_WAIT", base, ARRIVED, target)]
+
+
+def _release_lines(base: str, value: str) -> list[str]:
+    return [f"st.release.gpu.global.u64 [{base}+{8 * RELEASED}], {value};"]
+
+
+def _state_asm(state: cute.Tensor, value: Int64, lines) -> None:
+    """One inline-PTX block of ``lines(base, value)``: the state's address and ``value`` as
+    its 64-bit operands."""
+    asm = Asm()
+    base = asm.operand(_state_address(state), 64)
+    asm.emit(*lines(base, asm.operand(value, 64)))
+    asm.build()
+
+
+# what thread 0 of each kernel does: hold its SM, wait for every holder, release them
+STATE_LINES = {"hold": _hold_lines, "arrived": _arrived_lines, "release": _release_lines}
 
 
 @cute.kernel
-def arrived_kernel(state: cute.Tensor, expected: Int64):
-    """Return once the arrival counter reaches ``expected``."""
+def state_kernel(state: cute.Tensor, value: Int64, role: cutlass.Constexpr):
+    """Thread 0 runs ``role``'s PTX (``STATE_LINES``) on the state: ``hold`` arrives, then
+    holds the SM until the release flag reaches ``value``; ``arrived`` returns once the
+    arrival counter reaches ``value``; ``release`` sets the release flag to ``value``."""
     tidx, _, _ = cute.arch.thread_idx()
     if tidx == 0:
-        asm = Asm()
-        base = asm.operand(_state_address(state), 64)
-        target = asm.operand(expected, 64)
-        asm.emit(".reg .pred p;", ".reg .b64 v, t0, t;",
-                 "mov.u64 t0, %globaltimer;",
-                 *_bounded_wait_lines("ARRIVED_WAIT", base, ARRIVED, target))
-        asm.build()
-
-
-@cute.kernel
-def release_kernel(state: cute.Tensor, launch: Int64):
-    """Set the release flag to ``launch``: that launch's held CTAs return."""
-    tidx, _, _ = cute.arch.thread_idx()
-    if tidx == 0:
-        asm = Asm()
-        base = asm.operand(_state_address(state), 64)
-        value = asm.operand(launch, 64)
-        asm.emit(f"st.release.gpu.global.u64 [{base}+{8 * RELEASED}], {value};")
-        asm.build()
+        _state_asm(state, value, STATE_LINES[role])
 
 
 @cute.jit
 def launch_hold(state: cute.Tensor, launch: Int64, ctas: cutlass.Constexpr,
                 smem: cutlass.Constexpr, stream, cluster: cutlass.Constexpr = 1):
     if cutlass.const_expr(cluster > 1):
-        hold_kernel(state, launch).launch(grid=(ctas, 1, 1), block=(32, 1, 1),
-                                          cluster=(cluster, 1, 1), smem=smem, stream=stream)
+        state_kernel(state, launch, "hold").launch(
+            grid=(ctas, 1, 1), block=(32, 1, 1), cluster=(cluster, 1, 1), smem=smem,
+            stream=stream)
     else:
-        hold_kernel(state, launch).launch(grid=(ctas, 1, 1), block=(32, 1, 1), smem=smem,
-                                          stream=stream)
+        state_kernel(state, launch, "hold").launch(grid=(ctas, 1, 1), block=(32, 1, 1),
+                                                   smem=smem, stream=stream)
 
 
 @cute.jit
-def launch_arrived(state: cute.Tensor, expected: Int64, stream):
-    arrived_kernel(state, expected).launch(grid=(1, 1, 1), block=(32, 1, 1), stream=stream)
-
-
-@cute.jit
-def launch_release(state: cute.Tensor, launch: Int64, stream):
-    release_kernel(state, launch).launch(grid=(1, 1, 1), block=(32, 1, 1), stream=stream)
+def launch_one_thread(state: cute.Tensor, value: Int64, role: cutlass.Constexpr, stream):
+    """``arrived`` or ``release`` (``state_kernel``), one CTA."""
+    state_kernel(state, value, role).launch(grid=(1, 1, 1), block=(32, 1, 1), stream=stream)
 
 
 class HeldSMs:
@@ -123,8 +117,8 @@ class HeldSMs:
     stream) while ``held`` of the GPU's SMs are held: the kernel runs on the others.
     ``held`` must leave two SMs or more free; ``cluster=2`` launches the holders in
     clusters of two, which the block scheduler places on SM pairs (one SM of each TPC is
-    held by single holders on an H100, both by pairs). Only a kernel whose CTAs need shared memory
-    (``HOLD_SMEM_BYTES`` leaves 27 KB on an H100) is kept off the held SMs. Every call
+    held by single holders on an H100, both by pairs). Only a kernel whose CTAs need
+    shared memory (``HOLD_SMEM_BYTES`` leaves 27 KB on an H100) is kept off the held SMs. Every call
     holds them afresh (not for CUDA graphs: the counter's target moves each call); the
     holders run on a stream of their own that never waits on the default stream."""
 
@@ -162,10 +156,9 @@ class HeldSMs:
     def _compile(self, current):
         hold = cute.compile(launch_hold, self._cute_state, Int64(0), self.held,
                             HOLD_SMEM_BYTES, self._stream(self.side), self.cluster)
-        arrived = cute.compile(launch_arrived, self._cute_state, Int64(0),
-                               self._stream(current))
-        release = cute.compile(launch_release, self._cute_state, Int64(0),
-                               self._stream(current))
+        arrived, release = (cute.compile(launch_one_thread, self._cute_state, Int64(0), role,
+                                         self._stream(current))
+                            for role in ("arrived", "release"))
         return hold, arrived, release
 
     def run(self, launch):
