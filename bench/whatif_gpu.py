@@ -157,10 +157,12 @@ def main(argv=None) -> int:
                                        load_arrivals=probes) as zprof:
                 launch = runner.prepare(a, b, c, dummy, 0, 0)
                 launch()
+            held = None
             if lighter and not args.persistent:  # the same launch, half the SMs held
                 from cute_prof.device.hold import HeldSMs
 
-                launch = HeldSMs(sms // 2, cluster=args.hold_cluster).wrap(launch)
+                held = HeldSMs(sms // 2, cluster=args.hold_cluster)
+                launch = held.wrap(launch)
             # the base (with and without probes): several launches, predicted from each
             count = (args.lighter_load if lighter
                      else args.traces if name.startswith("base") else 1)
@@ -171,6 +173,11 @@ def main(argv=None) -> int:
                              cluster=[runner.gemm.cfg.cluster_m, runner.gemm.cfg.cluster_n],
                              **({"lighter_load_sms": int(np.unique(ztrace.events["sm"]).size)}
                                 if lighter else {}))
+            if held is not None:
+                try:  # a launch that found the holders missing ran on more SMs than asked
+                    held.check()
+                except RuntimeError as err:
+                    log(f"{name}: {err}")
             if not name.endswith("_arrivals"):  # timed next to the plain kernels: the recorder's cost
                 launches[f"{name}:recorded"] = launch  # each launch rewrites its slices
                 recordings.append(zprof)
