@@ -167,12 +167,12 @@ def main(argv=None) -> int:
             count = (args.lighter_load if lighter
                      else args.traces if name.startswith("base") else 1)
             for index, ztrace in enumerate(traced_launches(zprof, launch, count)):
+                ran_on = int(np.unique(ztrace.events["sm"]).size)  # SMs the launch used
                 save_columns(launch_path(out / f"trace_ze_{name}.npz", index), ztrace,
                              mnk=[m, n, k], device=dev, stages=runner.gemm.num_stages,
                              persistent=args.persistent,
                              cluster=[runner.gemm.cfg.cluster_m, runner.gemm.cfg.cluster_n],
-                             **({"lighter_load_sms": int(np.unique(ztrace.events["sm"]).size)}
-                                if lighter else {}))
+                             **({"lighter_load_sms": ran_on} if lighter else {}))
             if held is not None:
                 try:  # a launch that found the holders missing ran on more SMs than asked
                     held.check()
@@ -183,7 +183,7 @@ def main(argv=None) -> int:
                 recordings.append(zprof)
             log(f"{name}: zero-edit trace {len(ztrace)} records, overflow {ztrace.overflow}, "
                 f"{time.time() - t0:.1f}s"
-                + (f", ran on {np.unique(ztrace.events['sm']).size} of {sms} SMs, span "
+                + (f", ran on {ran_on} of {sms} SMs, span "
                    f"{np.ptp(ztrace.events['start_ns']) / 1e3:.1f} us" if lighter else ""))
 
     # timing: CUPTI kernel durations, shuffled variant order per round

@@ -87,7 +87,7 @@ def part_rows(root: Path, part: str) -> list[str]:
     for p in points["base"]:
         queued = p["congestion"] - p["floor"]
         little.append(p["floor"] + float(queued_under_load(queued, p["floor"], 1 / measured)))
-        point = lighter_load_point(p["loads"], iters, lighter)
+        point = lighter_load_point(p["floor"], queued, lighter)
         curve.append(p["floor"] + float(queued_under_load(queued, p["floor"], 1 / measured,
                                                           lighter=point)))
     own = med(variant, "congestion")

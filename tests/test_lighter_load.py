@@ -74,12 +74,13 @@ def test_the_lighter_point_is_its_loops_queueing_above_the_bases_floor():
     assert 800 <= floor < 850 and queued > 100
     # a lighter launch that queued half as much above the base's floor
     lighter = sample(lambda t: floor + queued / 2 + 0 * t, step_ns=100.0)
-    factor, at = lighter_load_point(base, ITERS, [(lighter, 0.5), (lighter, 0.6)])
+    factor, at = lighter_load_point(floor, queued, [(lighter, 0.5), (lighter, 0.6)])
     assert factor == pytest.approx(0.5, abs=0.02) and at == pytest.approx(0.55)
     # a base that met no queue has nothing to scale; a lighter launch of too few loads
     # gives no point
-    assert lighter_load_point(sample(congested(800, 0)), ITERS, [(lighter, 0.5)]) is None
-    assert lighter_load_point(base, ITERS, [(lighter[:10], 0.5)]) is None
+    assert lighter_load_point(*loop_queueing(sample(congested(800, 0)), ITERS),
+                              [(lighter, 0.5)]) is None
+    assert lighter_load_point(floor, queued, [(lighter[:10], 0.5)]) is None
     with pytest.raises(ValueError, match="sampled loads"):
         loop_queueing(base[:10], ITERS)
 
@@ -120,6 +121,10 @@ def test_a_slower_change_meets_the_lighter_launchs_queue():
         < as_much["latency_ns"]["w_f"]
     assert idle["predicted_change"] < as_little["predicted_change"] \
         < as_much["predicted_change"]
+    # a base sample too small to tell the loop's congestion gives no point, and no error
+    few = what_if(data, depth={"ring": 1}, loaded_latency=True, arrivals={"ring": base[:40]},
+                  lighter_load={"ring": [(sample(lambda t: floor + 0 * t), 0.5)]})
+    assert few["lighter_load_point"] == {}
     # the base itself (no change) does not move with the lighter launch
     assert what_if(data, loaded_latency=True, arrivals={"ring": base},
                    lighter_load={"ring": [(sample(congested(800, 0)), 0.5)]}

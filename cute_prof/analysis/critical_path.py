@@ -1722,11 +1722,13 @@ def load_congestion(latency: np.ndarray, issued: np.ndarray) -> np.ndarray:
 
 
 def _draw_latencies(rng, sample, shape: tuple[int, int]
-                    ) -> tuple[np.ndarray, np.ndarray, float]:
+                    ) -> tuple[np.ndarray, np.ndarray, float, tuple[float, float] | None]:
     """(units, iterations) one latency per replayed item from a ring's sampled loads, as
-    (queued, fixed, unqueued): the part that scales with the memory's load
+    (queued, fixed, unqueued, loop): the part that scales with the memory's load
     (``queued_under_load``), the part that does not, and the least congested latency the
-    queued part lies above; the item's latency is queued + fixed.
+    queued part lies above; the item's latency is queued + fixed. ``loop``: the
+    ``loop_queueing`` the items' queued part is, where the sample's issue times told the
+    congestion (else None).
 
     With the loads' issue times (``ARRIVAL_SAMPLE_DTYPE``) a load's latency splits in two.
     Its congestion, the median latency of the ``NEAREST_ARRIVALS`` loads issued nearest it
@@ -1770,10 +1772,10 @@ def _draw_latencies(rng, sample, shape: tuple[int, int]
             else:  # (2, U, K): as a group's first load of the place (a miss), as an L2 hit
                 drawn = np.stack([_draw_in_class(rng, own[order], c[order], shape,
                                                  position[order]) for c in classes])
-            return queued, floor + drawn, float(floor)
+            return queued, floor + drawn, float(floor), (floor, typical)
         drawn = latency[order][pick]  # no issue times to tell congestion by
     floor = np.quantile(latency, UNQUEUED_QUANTILE)
-    return np.maximum(drawn - floor, 0.0), np.minimum(drawn, floor), float(floor)
+    return np.maximum(drawn - floor, 0.0), np.minimum(drawn, floor), float(floor), None
 
 
 def loop_queueing(sample, places: int, *, floor: float | None = None,
@@ -1795,14 +1797,14 @@ def loop_queueing(sample, places: int, *, floor: float | None = None,
     return floor, float(np.maximum(by_place - floor, 0.0).mean())
 
 
-def lighter_load_point(base_sample, places: int, lighter: list) -> tuple[float, float] | None:
+def lighter_load_point(floor: float, queued: float,
+                       lighter: list) -> tuple[float, float] | None:
     """The base kernel's loads at a lighter memory load, as ``queued_under_load`` takes it:
-    (f, h), the loop's queued part (``loop_queueing``, above the base sample's floor) in
-    the lighter launches against the base's, and their throughput against the base's (each
-    the median over ``lighter``: (sample, throughput) per lighter launch, ``DerivedPipeline.
-    lighter_load_terms``). None where the base's loads met no queue (nothing to scale)
-    or no lighter launch sampled enough loads."""
-    floor, queued = loop_queueing(base_sample, places)
+    (f, h), the loop's queued part (``loop_queueing``, above the base sample's ``floor``) in
+    the lighter launches against the base's (``queued``), and their throughput against the
+    base's (each the median over ``lighter``: (sample, throughput) per lighter launch,
+    ``DerivedPipeline.lighter_load_terms``). None where the base's loads met no queue
+    (nothing to scale) or no lighter launch sampled enough loads."""
     points = []  # each lighter launch's (queued part above the base's floor, throughput)
     for sample, throughput in lighter:
         if arrival_latencies(sample).size > NEAREST_ARRIVALS and 0.0 < throughput < 1.0:
@@ -2051,14 +2053,14 @@ def what_if(data: PipelineData, *, depth: dict | None = None, shared_by: dict | 
                     # the base and the change see the same draws), its queued part moved
                     # by the quantile asked for less the sample's median
                     rng = np.random.default_rng(LATENCY_DRAW_SEED + i)
-                    queued, fixed, unqueued = _draw_latencies(rng, sample, data.shape[:2])
+                    queued, fixed, unqueued, loop = _draw_latencies(rng, sample,
+                                                                    data.shape[:2])
                     if fixed.ndim == 3:
                         leaders[i] = arrival_leader_gaps(sample)[1]
-                    ring = r.relations["consumes"].resource
-                    if (lighter_load or {}).get(ring) and arrival_issue_times(sample) is not None:
-                        point = lighter_load_point(sample, data.shape[1], lighter_load[ring])
-                        if point is not None:
-                            lighter[i] = point
+                    light = (lighter_load or {}).get(r.relations["consumes"].resource)
+                    point = lighter_load_point(*loop, light) if light and loop else None
+                    if point is not None:
+                        lighter[i] = point
                     draws[i] = (queued + (at - np.median(probed)) + latency_shift_ns, fixed,
                                 unqueued)
                 elif first_load is not None and len(first_load) >= MIN_LATENCY_SAMPLE:
