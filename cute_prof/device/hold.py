@@ -120,7 +120,8 @@ class HeldSMs:
     held by single holders on an H100, both by pairs). Only a kernel whose CTAs need
     shared memory (``HOLD_SMEM_BYTES`` leaves 27 KB on an H100) is kept off the held SMs. Every call
     holds them afresh (not for CUDA graphs: the counter's target moves each call); the
-    holders run on a stream of their own that never waits on the default stream."""
+    holders run on a stream of their own that never waits on the default stream; ``close()``
+    (or leaving a ``with HeldSMs(...)`` block) destroys it."""
 
     def __init__(self, held: int, *, cluster: int = 1, device=None):
         import torch
@@ -165,6 +166,8 @@ class HeldSMs:
         """One call of ``launch()`` on the SMs left free; returns what it returns."""
         import torch
 
+        if self._handle is None:
+            raise RuntimeError("HeldSMs.run after close(): make a new HeldSMs")
         current = torch.cuda.current_stream(self.state.device)
         if self._compiled is None:
             self._compiled = self._compile(current)
@@ -195,3 +198,22 @@ class HeldSMs:
             raise RuntimeError(
                 f"held SMs: {arrived} holder arrivals and release {released} after "
                 f"{self.launches} launches of {self.held} holders each")
+
+    def close(self) -> None:
+        """Wait for the GPU, then destroy the holders' stream (a second call does nothing)."""
+        if self._handle is None:
+            return
+        import torch
+        from cuda.bindings import driver
+
+        torch.cuda.synchronize(self.state.device)
+        (err,) = driver.cuStreamDestroy(self._handle)
+        self._handle, self.side = None, None
+        if err != driver.CUresult.CUDA_SUCCESS:
+            raise RuntimeError(f"cuStreamDestroy failed: {err}")
+
+    def __enter__(self) -> "HeldSMs":
+        return self
+
+    def __exit__(self, *exc) -> None:
+        self.close()

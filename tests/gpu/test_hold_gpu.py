@@ -48,3 +48,7 @@ def test_a_launch_with_half_the_sms_held_runs_on_the_other_half(cluster):
     # every held CTA arrived each time and was released after its launch
     held.check()
     assert held.state.tolist() == [4 * (sms // 2), 4] and held.launches == 4
+    held.close()
+    held.close()  # a second close does nothing
+    with pytest.raises(RuntimeError, match="after close"):
+        held.run(launch)
