@@ -24,21 +24,13 @@ CTAS, WARPS, ITERS, SPIN_NS = 8, 4, 4, 5000
 TAGS = ("kernel1", "kernel2")
 
 
-@cute.jit
-def _spin(ns: Int64):
-    t0 = cp.read_globaltimer()
-    now = cp.read_globaltimer()
-    while now - t0 < ns:
-        now = cp.read_globaltimer()
-
-
 @cute.kernel
 def work_kernel(buf: cute.Tensor, max_events: Int32, tag: Int32):
     bidx, _, _ = cute.arch.block_idx()
     rec = cp.WarpRecorder(buf, max_events, bidx * WARPS + cute.arch.warp_idx())
     for i in cutlass.range(ITERS):
         t = rec.start()
-        _spin(Int64(SPIN_NS))
+        cp.spin_ns(Int64(SPIN_NS))
         rec.stop(t, tag, payload=i)
     rec.flush()
 

@@ -122,14 +122,6 @@ SPIN_TAG_PHASE_A = 4
 SPIN_TAG_PHASE_B = 6
 
 
-@cute.jit
-def _spin(ns: Int64):
-    t0 = cp.read_globaltimer()
-    now = cp.read_globaltimer()
-    while now - t0 < ns:
-        now = cp.read_globaltimer()
-
-
 @cute.kernel
 def timing_kernel(buf: cute.Tensor, max_events: Int32, spin_ns: Int64, inner: Int32):
     """Thread 0's view: an outer region holding ``inner`` spins of ``spin_ns`` each, timed
@@ -139,16 +131,16 @@ def timing_kernel(buf: cute.Tensor, max_events: Int32, spin_ns: Int64, inner: In
     with cp.profile_region(buf, max_events, SPIN_TAG_OUTER, bidx):
         for i in cutlass.range(inner):
             with cp.profile_region(buf, max_events, SPIN_TAG_INNER, bidx, payload=i):
-                _spin(spin_ns)
+                cp.spin_ns(spin_ns)
     for i in cutlass.range(inner):
         with cp.profile_region(buf, max_events, SPIN_TAG_CLOCK, bidx, payload=i, clock=True):
-            _spin(spin_ns)
+            cp.spin_ns(spin_ns)
     seq = cp.PhaseSequence(buf, max_events, bidx)
     for i in cutlass.range(inner):
         seq.next(SPIN_TAG_PHASE_A, payload=i)
-        _spin(spin_ns)
+        cp.spin_ns(spin_ns)
         seq.next(SPIN_TAG_PHASE_B, payload=i)
-        _spin(spin_ns)
+        cp.spin_ns(spin_ns)
     seq.end()
     cp.clock_sync(buf, max_events, tid=bidx)
 
@@ -172,7 +164,7 @@ def barrier_kernel(buf: cute.Tensor, max_events: Int32, step_ns: Int64, fence: c
     reference) or "staged" (the stamp after the barrier comes from a WarpRecorder)."""
     bidx, _, _ = cute.arch.block_idx()
     warp = cute.arch.warp_idx()
-    _spin(step_ns * Int64(warp + 1))
+    cp.spin_ns(step_ns * Int64(warp + 1))
     cp.instant(buf, max_events, TAG_BEFORE_BARRIER, bidx, guard="lane0", payload=warp)
     cute.arch.sync_threads()
     if cutlass.const_expr(fence == "membar"):
@@ -190,3 +182,13 @@ def launch_barrier(buf: cute.Tensor, max_events: Int32, step_ns: Int64, fence: c
                    ctas: cutlass.Constexpr):
     barrier_kernel(buf, max_events, step_ns, fence).launch(
         grid=(ctas, 1, 1), block=(32 * BARRIER_WARPS, 1, 1))
+
+
+@cute.kernel
+def spin_kernel(spin: Int64):
+    cp.spin_ns(spin)
+
+
+@cute.jit
+def launch_spin(spin: Int64):
+    spin_kernel(spin).launch(grid=(1, 1, 1), block=(32, 1, 1))

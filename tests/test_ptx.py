@@ -196,3 +196,17 @@ def test_staged_recorder_one_atomic_per_chunk_and_wide_stores():
     assert stage.index("@dv bra DIV_") < stage.index("@m mov.")
     assert "@l0 atom.global.add.u64 s, [g], 1;" in stage.split("DIV_")[-1]
     assert "setp.eq.u32 f, n, 0;" in flush  # nothing staged: nothing claimed
+
+
+def test_spin_ns_rereads_the_timer_until_its_time_is_up():
+    """``spin_ns`` is a loop: one read before it, one inside it, and a branch back while
+    the timer has not moved ``ns`` past the first read."""
+    ptx = compile_ptx(K.launch_spin, Int64(1000))
+    body = ptx[ptx.index(".entry"):]
+    assert body.count("%globaltimer") >= 2
+    # a conditional branch back to a label above it, taken while now - start < ns
+    backward = [label for label in re.findall(r"@%p\d+ bra\s+(\$L__\w+);", body)
+                if body.index(f"{label}:") < body.index(f"bra \t{label};")]
+    assert backward and "setp.lt.s64" in body
+    loop = body[body.index(f"{backward[0]}:"):body.index(f"bra \t{backward[0]};")]
+    assert "%globaltimer" in loop

@@ -27,7 +27,7 @@ from .ops import (
     warp_stop,
 )
 from .phases import PhaseSequence, Profiler
-from .ptx import GUARDS, is_enabled, read_clock64, read_globaltimer, set_enabled
+from .ptx import GUARDS, is_enabled, read_clock64, read_globaltimer, set_enabled, spin_ns
 from .recorder import WRITE_PATHS, RoleRecorder, WarpRecorder
 from .slices import SliceRecorder, prefetch_header
 
@@ -54,6 +54,7 @@ __all__ = [
     "read_clock64",
     "read_globaltimer",
     "set_enabled",
+    "spin_ns",
     "warp_start",
     "warp_stop",
 ]

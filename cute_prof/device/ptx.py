@@ -11,6 +11,7 @@ from __future__ import annotations
 import os
 from typing import Union
 
+import cutlass.cute as cute
 from cutlass import Int32, Int64
 from cutlass._mlir.dialects import llvm
 from cutlass.cutlass_dsl import T, dsl_user_op
@@ -108,6 +109,17 @@ def read_globaltimer(*, loc=None, ip=None) -> Int64:
 def read_clock64(*, loc=None, ip=None) -> Int64:
     """The SM's ``clock64`` cycle counter, for durations shorter than the 32 ns timer step."""
     return read_special_u64("%clock64", loc=loc, ip=ip)
+
+
+@cute.jit
+def spin_ns(ns: Int64):
+    """Busy-wait ``ns`` nanoseconds on ``%globaltimer``: work of a known length, for demo
+    and test kernels whose records must show it (the wait ends on the first timer step past
+    ``ns``: 32 ns steps on an H100 or H200)."""
+    start = read_globaltimer()
+    now = read_globaltimer()
+    while now - start < ns:
+        now = read_globaltimer()
 
 
 LINEAR_TID_LINES = (

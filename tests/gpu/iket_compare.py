@@ -32,14 +32,6 @@ TAGS = ("short", "long", "iter_done")  # cute_prof tag ids 0, 1, 2 = IKET names
 LAUNCHES = 2  # plain launches per run; --mode iket adds one graph replay
 
 
-@cute.jit
-def _spin(ns: Int64):
-    t0 = cp.read_globaltimer()
-    now = cp.read_globaltimer()
-    while now - t0 < ns:
-        now = cp.read_globaltimer()
-
-
 @cute.kernel
 def compare_kernel(buf: cute.Tensor, max_events: Int32, iters: Int32, mode: cutlass.Constexpr):
     bidx, _, _ = cute.arch.block_idx()
@@ -48,29 +40,29 @@ def compare_kernel(buf: cute.Tensor, max_events: Int32, iters: Int32, mode: cutl
     if cutlass.const_expr(mode == "iket_plain"):  # no payloads (older IKET dump methods)
         for i in cutlass.range(iters):
             token = iket.range_start("short")
-            _spin(Int64(SPIN_SHORT_NS))
+            cp.spin_ns(Int64(SPIN_SHORT_NS))
             iket.range_end(token)
             token = iket.range_start("long")
-            _spin(Int64(SPIN_LONG_NS))
+            cp.spin_ns(Int64(SPIN_LONG_NS))
             iket.range_end(token)
             iket.mark("iter_done")
     elif cutlass.const_expr(mode == "iket"):
         for i in cutlass.range(iters):
             token = iket.range_start("short", Int32(i))
-            _spin(Int64(SPIN_SHORT_NS))
+            cp.spin_ns(Int64(SPIN_SHORT_NS))
             iket.range_end(token, Int32(i))
             token = iket.range_start("long")
-            _spin(Int64(SPIN_LONG_NS))
+            cp.spin_ns(Int64(SPIN_LONG_NS))
             iket.range_end(token)
             iket.mark("iter_done", Int32(i))
     else:
         rec = cp.WarpRecorder(buf, max_events, track)
         for i in cutlass.range(iters):
             t = rec.start()
-            _spin(Int64(SPIN_SHORT_NS))
+            cp.spin_ns(Int64(SPIN_SHORT_NS))
             rec.stop(t, 0, payload=i)
             t = rec.start()
-            _spin(Int64(SPIN_LONG_NS))
+            cp.spin_ns(Int64(SPIN_LONG_NS))
             rec.stop(t, 1)
             rec.instant(2, payload=i)
         rec.flush()
