@@ -553,6 +553,37 @@ class WsGemm:
             return cp.prefetch_header(prof_buf)
         return None
 
+    def cta_place(self, bidx):
+        """The CTA's place in its cluster and its cluster's in launch order: (the cluster's
+        CTA layout, the CTA's coordinate in it (None for 1 x 1), rank_m, rank_n, the
+        cluster's index, the CTA's linear index: whole clusters in launch order, for the
+        records' tids). 1 x 1: rank 0 and cluster index = blockIdx.x."""
+        cm, cn = self.cluster_mn
+        cta_layout_mnk = cute.make_layout((cm, cn, 1))
+        if self.cluster_size == 1:
+            return cta_layout_mnk, None, 0, 0, bidx, bidx
+        cta_rank = cute.arch.make_warp_uniform(cute.arch.block_idx_in_cluster())
+        cluster_coord = cta_layout_mnk.get_flat_coord(cta_rank)
+        cluster = bidx // cm
+        return (cta_layout_mnk, cluster_coord, cluster_coord[0], cluster_coord[1], cluster,
+                cluster * self.cluster_size + cta_rank)
+
+    def stage_buffers(self, a_smem_staged, b_smem_staged, epi_smem_staged, prof_buf,
+                      profile_level):
+        """Shared memory, the recorders' header loads (``prefetch_prof_header``), the A/B
+        ring's pipeline (see the comment at the call in ``kernel``) and the staged A, B and
+        C tiles: (ab_pipe, prof_header, sA, sB, sC)."""
+        smem = _SmemAllocator()
+        storage = smem.allocate(self.shared_storage)
+        a_bytes = cute.size_in_bytes(self.ab_dtype, cute.slice_(a_smem_staged, (None, None, 0)))
+        b_bytes = cute.size_in_bytes(self.ab_dtype, cute.slice_(b_smem_staged, (None, None, 0)))
+        prof_header = self.prefetch_prof_header(prof_buf, profile_level)
+        ab_pipe = self.make_ab_pipeline(storage, a_bytes + b_bytes)
+        sA = storage.sA.get_tensor(a_smem_staged.outer, swizzle=a_smem_staged.inner)
+        sB = storage.sB.get_tensor(b_smem_staged.outer, swizzle=b_smem_staged.inner)
+        sC = storage.sC.get_tensor(epi_smem_staged.outer, swizzle=epi_smem_staged.inner)
+        return ab_pipe, prof_header, sA, sB, sC
+
     def issue_mma(self, tiled_mma, acc, tCrA, tCrB, stage, num_k_blocks):
         """One k-tile's wgmma from smem stage ``stage``, committed as one group: it runs on
         while the warp goes on (``warpgroup.wait_group`` waits for it)."""
@@ -641,28 +672,12 @@ class WsGemm:
         # ---- grouped rasterisation over clusters: cluster id -> (cl_m, cl_n), then the
         # CTA's place in its cluster -> (pid_m, pid_n). 1 x 1: cluster id = blockIdx.x.
         cm, cn = self.cluster_mn
-        cta_layout_mnk = cute.make_layout((cm, cn, 1))
-        cluster_id = bidx
-        rank_m = 0
-        rank_n = 0
-        cta_linear = bidx
-        if cutlass.const_expr(self.cluster_size > 1):
-            cta_rank = cute.arch.make_warp_uniform(cute.arch.block_idx_in_cluster())
-            cluster_coord = cta_layout_mnk.get_flat_coord(cta_rank)
-            rank_m = cluster_coord[0]
-            rank_n = cluster_coord[1]
-            cluster_id = bidx // cm
-            # linear CTA index for the tids: whole clusters in launch order
-            cta_linear = cluster_id * self.cluster_size + cta_rank
+        cta_layout_mnk, cluster_coord, rank_m, rank_n, cluster_id, cta_linear = \
+            self.cta_place(bidx)
         pid_m, pid_n = self.tile_of_cluster(cluster_id, self.raster_groups(num_n_clusters),
                                             num_m_clusters, rank_m, rank_n)
 
         # ---- shared memory and the mainloop pipeline
-        smem = _SmemAllocator()
-        storage = smem.allocate(self.shared_storage)
-
-        a_bytes = cute.size_in_bytes(self.ab_dtype, cute.slice_(a_smem_staged, (None, None, 0)))
-        b_bytes = cute.size_in_bytes(self.ab_dtype, cute.slice_(b_smem_staged, (None, None, 0)))
         # full barrier: 1 arrive (the local producer's expect_tx of the whole stage,
         # a_bytes + b_bytes, whichever CTA's TMA writes them); empty barrier: lane 0 of
         # every consumer warp of this CTA and of each CTA that multicasts into it (same
@@ -670,12 +685,8 @@ class WsGemm:
         # PipelineTmaAsync picks the signalling lanes (lane r arrives on cluster rank r when
         # r shares a row or column with this CTA) and, for a cluster, ends with
         # fence.mbarrier_init + a cluster barrier so no peer arrives before init.
-        prof_header = self.prefetch_prof_header(prof_buf, profile_level)
-        ab_pipe = self.make_ab_pipeline(storage, a_bytes + b_bytes)
-
-        sA = storage.sA.get_tensor(a_smem_staged.outer, swizzle=a_smem_staged.inner)
-        sB = storage.sB.get_tensor(b_smem_staged.outer, swizzle=b_smem_staged.inner)
-        sC = storage.sC.get_tensor(epi_smem_staged.outer, swizzle=epi_smem_staged.inner)
+        ab_pipe, prof_header, sA, sB, sC = self.stage_buffers(
+            a_smem_staged, b_smem_staged, epi_smem_staged, prof_buf, profile_level)
 
         # (bM, bK, k_tiles), (bN, bK, k_tiles), (bM, bN)
         gA = cute.local_tile(
@@ -886,35 +897,18 @@ class WsGemm:
             cute.nvgpu.cpasync.prefetch_descriptor(tma_atom_c)
 
         cm, cn = self.cluster_mn
-        cta_layout_mnk = cute.make_layout((cm, cn, 1))
-        first_cluster = bidx
-        rank_m = 0
-        rank_n = 0
-        cta_rank = 0
-        cta_linear = bidx
+        cta_layout_mnk, cluster_coord, rank_m, rank_n, first_cluster, cta_linear = \
+            self.cta_place(bidx)
         launched = gdimx
         if cutlass.const_expr(self.cluster_size > 1):
-            cta_rank = cute.arch.make_warp_uniform(cute.arch.block_idx_in_cluster())
-            cluster_coord = cta_layout_mnk.get_flat_coord(cta_rank)
-            rank_m = cluster_coord[0]
-            rank_n = cluster_coord[1]
-            first_cluster = bidx // cm
-            cta_linear = first_cluster * self.cluster_size + cta_rank
             launched = gdimx // cm
         total_clusters = num_m_clusters * num_n_clusters
         my_tiles = (total_clusters - first_cluster + launched - 1) // launched
         groups = self.raster_groups(num_n_clusters)
 
         # ---- shared memory and the mainloop pipeline (as the non-persistent kernel)
-        smem = _SmemAllocator()
-        storage = smem.allocate(self.shared_storage)
-        a_bytes = cute.size_in_bytes(self.ab_dtype, cute.slice_(a_smem_staged, (None, None, 0)))
-        b_bytes = cute.size_in_bytes(self.ab_dtype, cute.slice_(b_smem_staged, (None, None, 0)))
-        prof_header = self.prefetch_prof_header(prof_buf, profile_level)
-        ab_pipe = self.make_ab_pipeline(storage, a_bytes + b_bytes)
-        sA = storage.sA.get_tensor(a_smem_staged.outer, swizzle=a_smem_staged.inner)
-        sB = storage.sB.get_tensor(b_smem_staged.outer, swizzle=b_smem_staged.inner)
-        sC = storage.sC.get_tensor(epi_smem_staged.outer, swizzle=epi_smem_staged.inner)
+        ab_pipe, prof_header, sA, sB, sC = self.stage_buffers(
+            a_smem_staged, b_smem_staged, epi_smem_staged, prof_buf, profile_level)
 
         # every tile of the matrices: (bM, bK, m_tiles, k_tiles), (bN, bK, n_tiles, k_tiles),
         # (bM, bN, m_tiles, n_tiles); a tile's slice is taken inside the tile loop
