@@ -146,10 +146,9 @@ def main(argv=None) -> int:
         for name, over in traced.items():
             t0 = time.time()
             lighter = name == "base_lighter_arrivals"
-            config = W.GemmConfig(**over, persistent=args.persistent)
-            if lighter and args.persistent:  # the same problem on half the SMs
-                config = W.GemmConfig(**over, persistent=True, persistent_ctas=sms // 2)
-            runner = W.CompiledWsGemm(config)
+            # the lighter persistent launch: the same problem on half the SMs
+            half = {"persistent_ctas": sms // 2} if lighter and args.persistent else {}
+            runner = W.CompiledWsGemm(W.GemmConfig(**over, persistent=args.persistent, **half))
             c = torch.empty(m, n, device="cuda", dtype=torch.bfloat16)
             warps = runner.gemm.num_ctas(m, n) * (runner.gemm.threads_per_cta // 32)
             probes = args.load_arrivals if name.endswith("_arrivals") else 0

@@ -40,8 +40,8 @@ from tools.pipeline_data import matched  # noqa: E402
 from tools.report_text import emit  # noqa: E402
 from whatif_diagnose import blocked_loads  # noqa: E402
 from whatif_check import (  # noqa: E402
-    base_recorder_cost, launch_model, launch_paths, measured_inputs, nearest_probed_launch,
-    point_prediction, record_chain, run_variants, zero_edit_entry)
+    base_recorder_cost, launch_model, launch_paths, lighter_launches, measured_inputs,
+    nearest_probed_launch, point_prediction, record_chain, run_variants, zero_edit_entry)
 
 STRETCHES = 8
 
@@ -187,8 +187,7 @@ def main(argv=None) -> int:
     if unknown:
         ap.error(f"{args.kernel} has no variants {unknown}: {sorted(entry.variants)}")
     raw = entry.load(folder / entry.trace)
-    lighter = ([entry.load(path) for path in launch_paths(folder / entry.lighter_trace)]
-               if args.lighter and entry.lighter_trace else [])
+    lighter = lighter_launches(entry, folder) if args.lighter else []
     model = launch_model(entry, raw, nearest_probed_launch(entry, folder, raw), lighter=lighter)
     variants = {v: matched(entry.load(folder / entry.variant_trace.format(variant=v)))[1]
                 for v in args.variants}

@@ -1805,13 +1805,15 @@ def lighter_load_point(floor: float, queued: float,
     base's (each the median over ``lighter``: (sample, throughput) per lighter launch,
     ``DerivedPipeline.lighter_load_terms``). None where the base's loads met no queue
     (nothing to scale) or no lighter launch sampled enough loads."""
+    if queued <= 0.0:
+        return None
     points = []  # each lighter launch's (queued part above the base's floor, throughput)
     for sample, throughput in lighter:
         if arrival_latencies(sample).size > NEAREST_ARRIVALS and 0.0 < throughput < 1.0:
             own_places = int(arrival_positions(sample).max()) + 1  # its own loop's length
             points.append((loop_queueing(sample, own_places, floor=floor)[1],
                            float(throughput)))
-    if queued <= 0.0 or not points:
+    if not points:
         return None
     lighter_queued, throughputs = zip(*points)
     return float(np.median(lighter_queued)) / queued, float(np.median(throughputs))

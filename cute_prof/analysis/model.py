@@ -105,6 +105,7 @@ def arrival_issue_rate(sample) -> float:
         raise ValueError("the sampled loads were all issued at one time: no rate")
     return 0.9 * issued.size / float(high - low)
 
+
 RESOURCE_KINDS = ("ring", "state")
 REGION_KINDS = ("wait", "work")
 RELEASE_POINTS = ("end", "start", "next")

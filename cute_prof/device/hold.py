@@ -56,15 +56,17 @@ def _bounded_wait_lines(label: str, base: str, word: int, target: str,
             f"@p bra {label};"]
 
 
+# a bounded wait's registers and its start time (``_bounded_wait_lines`` reads them)
+_WAIT_PROLOGUE = [".reg .pred p;", ".reg .b64 v, t0, t;", "mov.u64 t0, %globaltimer;"]
+
+
 def _hold_lines(base: str, target: str) -> list[str]:
-    return [".reg .pred p;", ".reg .b64 v, t0, t;", "mov.u64 t0, %globaltimer;",
-            f"red.release.gpu.global.add.u64 [{base}+{8 * ARRIVED}], 1;",
+    return [*_WAIT_PROLOGUE, f"red.release.gpu.global.add.u64 [{base}+{8 * ARRIVED}], 1;",
             *_bounded_wait_lines("HOLD_WAIT", base, RELEASED, target, HOLD_SLEEP_NS)]
 
 
 def _arrived_lines(base: str, target: str) -> list[str]:
-    return [".reg .pred p;", ".reg .b64 v, t0, t;", "mov.u64 t0, %globaltimer;",
-            *_bounded_wait_lines("ARRIVED_WAIT", base, ARRIVED, target)]
+    return [*_WAIT_PROLOGUE, *_bounded_wait_lines("ARRIVED_WAIT", base, ARRIVED, target)]
 
 
 def _release_lines(base: str, value: str) -> list[str]:
