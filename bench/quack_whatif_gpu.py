@@ -38,6 +38,7 @@ import cute_prof  # noqa: E402
 from cute_prof.calibration import paired_change  # noqa: E402
 from tools.columns import launch_path, save_columns  # noqa: E402
 from tools.cupti import time_shuffled, traced_launches  # noqa: E402
+from tools.slowed import SLOWED_HELP, slowed_delay, slowed_delays, slowed_name  # noqa: E402
 
 QUACK_VERSION = "0.6.5"
 # quack takes as many A/B stages as shared memory holds (one more fails to launch, and a
@@ -116,7 +117,10 @@ def main(argv=None) -> int:
                     help="variants also traced with the same probes (trace_<name>_arrivals.npz, "
                          "one launch each): diagnosis of their loads "
                          "(bench/whatif_variant_probe.py), never a model input")
+    ap.add_argument("--slowed", default="", metavar="NS",
+                    help=SLOWED_HELP.format(file="trace_base_slowed<D>_arrivals.npz"))
     args = ap.parse_args(argv)
+    slowed = slowed_delays(args.slowed, ap)
     probed_launches = args.traces if args.probed is None else args.probed
     if args.traces < 1 or probed_launches < 1:
         ap.error("--traces and --probed take one launch or more")
@@ -167,14 +171,18 @@ def main(argv=None) -> int:
         traced["base_arrivals"] = 0  # the base again, its producer probing sampled loads
         for name in probe_variants:
             traced[f"{name}_arrivals"] = variants[name]
+        for delay in slowed:
+            traced[slowed_name(delay)] = 0
     for name, offset in list(traced.items()):
         probes = args.load_arrivals if name.endswith("_arrivals") else 0
         try:
-            with cute_prof.autoprofile(per_warp=4096, load_arrivals=probes) as prof:
+            delay = slowed_delay(name)
+            with cute_prof.autoprofile(per_warp=4096, load_arrivals=probes,
+                                       consumer_delay_ns=delay) as prof:
                 build(offset)
             # the base (with and without probes): several launches, the model predicts from each
             count = (probed_launches if name == "base_arrivals"
-                     else args.traces if name == "base" else 1)
+                     else args.traces if name == "base" or delay else 1)
             traces = list(traced_launches(prof, launch, count))
         except Exception as err:  # e.g. one stage more than shared memory holds
             if name == "base":
@@ -186,6 +194,8 @@ def main(argv=None) -> int:
         for index, trace in enumerate(traces):
             trace.metadata["cluster"] = list(cluster)
             trace.metadata["quack_ab_stages"] = chosen["base"] + offset
+            if delay:
+                trace.metadata["consumer_delay_ns"] = delay
             save_columns(launch_path(out_dir / f"trace_{name}.npz", index), trace)
         if name == "base_arrivals" and args.lighter_load:
             # the same probed kernel on half its clusters: half the memory load

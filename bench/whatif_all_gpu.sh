@@ -26,7 +26,9 @@
 # points), QUACK_PROBE_EVERY (probe one load in N, default 7), QUACK_PROBE_VARIANTS (variants
 # traced with the probes too: diagnosis), GEMM_PROBE_VARIANTS (the same for ws_gemm's and the
 # persistent GEMM's variants), HOLD_CLUSTER (2: ws_gemm's lighter launches with the SMs held
-# in pairs). Every part writes to its own folder under PARTS_DIR
+# in pairs), QUACK_SLOWED, GEMM_SLOWED, PERSISTENT_SLOWED (comma-separated delays, ns: the
+# base's probed launches with its consumers slowed by each, --slowed: its loads at a lower
+# throughput on every SM; stop 64). Every part writes to its own folder under PARTS_DIR
 # (default /tmp/parts), archived into $OUT/<part>.tar (the device tool returns at most 8
 # files).
 # Needs .gpu/ (../shared/gpu/make-bundle.sh) and .whl/ (requirements-gpu.txt).
@@ -54,13 +56,13 @@ for p in $RUN_PARTS; do
     fa4_small) part fa4_small python bench/fa4_whatif_gpu.py ${NO_BARRIERS:+--no-barriers} --traces ${TRACES:-3} --shape 1,1024,16,128 --variants base,stages1,stages3 --rounds ${ROUNDS:-30} --sms ${SMS:-132} --block-rounds ${BLOCK_ROUNDS:-10} ;;
     fa4_b1s4096) part fa4_b1s4096 python bench/fa4_whatif_gpu.py ${NO_BARRIERS:+--no-barriers} --traces ${TRACES:-3} --shape 1,4096,16,128 --variants base,stages1,stages3 --rounds ${ROUNDS:-20} --sms ${SMS:-132} --block-rounds ${BLOCK_ROUNDS:-10} ;;
     fa4_causal) part fa4_causal python bench/fa4_whatif_gpu.py ${NO_BARRIERS:+--no-barriers} --traces ${TRACES:-3} --causal --rounds ${ROUNDS:-20} --sms ${SMS:-12} --block-rounds ${BLOCK_ROUNDS:-10} ;;
-    quack) part quack python bench/quack_whatif_gpu.py --traces ${TRACES:-3} --probed ${QUACK_PROBED:-9} ${QUACK_PROBE_EVERY:+--load-arrivals $QUACK_PROBE_EVERY} ${QUACK_PROBE_VARIANTS:+--probe-variants $QUACK_PROBE_VARIANTS} --lighter-load ${LIGHTER:-3} --rounds ${QUACK_ROUNDS:-${ROUNDS:-40}} ;;
+    quack) part quack python bench/quack_whatif_gpu.py --traces ${TRACES:-3} --probed ${QUACK_PROBED:-9} ${QUACK_PROBE_EVERY:+--load-arrivals $QUACK_PROBE_EVERY} ${QUACK_PROBE_VARIANTS:+--probe-variants $QUACK_PROBE_VARIANTS} ${QUACK_SLOWED:+--slowed $QUACK_SLOWED} --lighter-load ${LIGHTER:-3} --rounds ${QUACK_ROUNDS:-${ROUNDS:-40}} ;;
     gemm) part gemm python bench/whatif_gpu.py --rounds ${ROUNDS:-30} ;;
     persistent) part persistent python bench/persistent_gpu.py --rounds ${ROUNDS:-20} ;;
-    gemm_ze) part gemm_ze python bench/whatif_gpu.py --zero-edit --no-level2 --traces ${TRACES:-3} --lighter-load ${LIGHTER:-3} ${HOLD_CLUSTER:+--hold-cluster $HOLD_CLUSTER} ${GEMM_PROBE_VARIANTS:+--probe-variants $GEMM_PROBE_VARIANTS} --rounds ${ROUNDS:-30} ;;
+    gemm_ze) part gemm_ze python bench/whatif_gpu.py --zero-edit --no-level2 --traces ${TRACES:-3} --lighter-load ${LIGHTER:-3} ${HOLD_CLUSTER:+--hold-cluster $HOLD_CLUSTER} ${GEMM_PROBE_VARIANTS:+--probe-variants $GEMM_PROBE_VARIANTS} ${GEMM_SLOWED:+--slowed $GEMM_SLOWED} --rounds ${ROUNDS:-30} ;;
     chain) part chain python bench/record_cost.py chain --iters 5000 --rounds 10 ;;  # one record's cost on a dependency chain: the time the model removes per record
     cluster_gap) part cluster_gap python bench/cluster_launch_gap.py --sizes 1,2 ;;  # a cluster launch's own gap between CTAs on an SM: a change of the cluster moves the model's by it
-    persistent_ze) part persistent_ze python bench/whatif_gpu.py --zero-edit --no-level2 --traces ${TRACES:-3} --persistent --mnk 4096,4096,1024 --lighter-load ${LIGHTER:-3} ${GEMM_PROBE_VARIANTS:+--probe-variants $GEMM_PROBE_VARIANTS} --rounds ${ROUNDS:-30} ;;
+    persistent_ze) part persistent_ze python bench/whatif_gpu.py --zero-edit --no-level2 --traces ${TRACES:-3} --persistent --mnk 4096,4096,1024 --lighter-load ${LIGHTER:-3} ${GEMM_PROBE_VARIANTS:+--probe-variants $GEMM_PROBE_VARIANTS} ${PERSISTENT_SLOWED:+--slowed $PERSISTENT_SLOWED} --rounds ${ROUNDS:-30} ;;
   esac
 done
 ls -la "$FINAL"

@@ -31,6 +31,7 @@ sys.path.insert(0, str(ROOT / "bench"))
 import torch  # noqa: E402
 from tools.columns import launch_path, save_columns  # noqa: E402
 from tools.cupti import traced_launches  # noqa: E402
+from tools.slowed import SLOWED_HELP, slowed_delay, slowed_delays, slowed_name  # noqa: E402
 
 VARIANTS = {  # name -> GemmConfig overrides; "base" is the default (4 stages, 2x1 cluster)
     "base": {},
@@ -69,6 +70,9 @@ def main(argv=None) -> int:
                     help="with --zero-edit and --load-arrivals: variants also traced with the "
                          "same probes (trace_ze_<name>_arrivals.npz, one launch each): "
                          "diagnosis of their loads, never a model input")
+    ap.add_argument("--slowed", default="", metavar="NS",
+                    help="with --zero-edit and --load-arrivals: " + SLOWED_HELP.format(
+                        file="trace_ze_base_slowed<D>_arrivals.npz"))
     ap.add_argument("--no-level2", action="store_true",
                     help="skip the level-2 traces (the zero-edit check does not read them)")
     ap.add_argument("--zero-edit", action="store_true",
@@ -79,6 +83,7 @@ def main(argv=None) -> int:
         if name not in VARIANTS or name == "base":
             ap.error(f"--probe-variants: {name!r} is not one of "
                      f"{', '.join(v for v in VARIANTS if v != 'base')}")
+    slowed = slowed_delays(args.slowed, ap)
     m, n, k = (int(x) for x in args.mnk.split(","))
     out = Path(os.environ.get("OUT", "whatif_out"))
     out.mkdir(parents=True, exist_ok=True)
@@ -142,6 +147,8 @@ def main(argv=None) -> int:
                 traced["base_lighter_arrivals"] = VARIANTS["base"]
             for name in filter(None, args.probe_variants.split(",")):  # diagnosis
                 traced[f"{name}_arrivals"] = VARIANTS[name]
+            for delay in slowed:
+                traced[slowed_name(delay)] = VARIANTS["base"]
         sms = torch.cuda.get_device_properties(0).multi_processor_count
         for name, over in traced.items():
             t0 = time.time()
@@ -152,8 +159,9 @@ def main(argv=None) -> int:
             c = torch.empty(m, n, device="cuda", dtype=torch.bfloat16)
             warps = runner.gemm.num_ctas(m, n) * (runner.gemm.threads_per_cta // 32)
             probes = args.load_arrivals if name.endswith("_arrivals") else 0
-            with cute_prof.autoprofile(per_warp=4096, max_warps=warps,
-                                       load_arrivals=probes) as zprof:
+            delay = slowed_delay(name)
+            with cute_prof.autoprofile(per_warp=4096, max_warps=warps, load_arrivals=probes,
+                                       consumer_delay_ns=delay) as zprof:
                 launch = runner.prepare(a, b, c, dummy, 0, 0)
                 launch()
             held = None
@@ -171,7 +179,8 @@ def main(argv=None) -> int:
                              mnk=[m, n, k], device=dev, stages=runner.gemm.num_stages,
                              persistent=args.persistent,
                              cluster=[runner.gemm.cfg.cluster_m, runner.gemm.cfg.cluster_n],
-                             **({"lighter_load_sms": ran_on} if lighter else {}))
+                             **({"lighter_load_sms": ran_on} if lighter else {}),
+                             **({"consumer_delay_ns": delay} if delay else {}))
             if held is not None:
                 try:  # a launch that found the holders missing ran on more SMs than asked
                     held.check()
@@ -183,8 +192,9 @@ def main(argv=None) -> int:
                 recordings.append(zprof)
             log(f"{name}: zero-edit trace {len(ztrace)} records, overflow {ztrace.overflow}, "
                 f"{time.time() - t0:.1f}s"
-                + (f", ran on {ran_on} of {sms} SMs, span "
-                   f"{np.ptp(ztrace.events['start_ns']) / 1e3:.1f} us" if lighter else ""))
+                + (f", ran on {ran_on} of {sms} SMs" if lighter else "")
+                + (f", span {np.ptp(ztrace.events['start_ns']) / 1e3:.1f} us"
+                   if lighter or delay else ""))
 
     # timing: CUPTI kernel durations, shuffled variant order per round
     from torch.profiler import ProfilerActivity, profile

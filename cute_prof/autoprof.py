@@ -121,7 +121,7 @@ class AutoProfile:
 def autoprofile(*, per_warp: int = DEFAULT_PER_WARP, max_warps: int = DEFAULT_MAX_WARPS,
                 kernels: tuple[str, ...] | list[str] | str | None = None, device=None,
                 caches=(), synchronize: bool = True, load_arrivals: int = 0,
-                barriers: bool = True):
+                barriers: bool = True, consumer_delay_ns: int = 0):
     """Record every pipeline and barrier call of kernels compiled inside the block.
 
     ``per_warp``: records kept per warp (a wait is two, a signal one; the rest is counted
@@ -143,7 +143,12 @@ def autoprofile(*, per_warp: int = DEFAULT_PER_WARP, max_warps: int = DEFAULT_MA
     warpgroups) pays less for its recording (0.3-2 points of FA4's 11-15% on an H100). The
     pipeline model reads no barrier record, yet its what-ifs on FA4 came out 7-8 points high
     from such traces
-    (``bench/results/zero_edit_h100/barriers_off.md``): record the barriers for what-ifs. Yields an :class:`AutoProfile`."""
+    (``bench/results/zero_edit_h100/barriers_off.md``): record the barriers for what-ifs.
+    ``consumer_delay_ns``: D > 0 makes every consumer warp spin D ns after each release of a
+    TMA-loaded ring: the same kernel at a slower pace on every SM, whose loads (with
+    ``load_arrivals``) show the memory's latency at a lower throughput than the base's, as
+    a change that starves the ring meets it; an experiment, not a profile (its timings are
+    not the kernel's). Yields an :class:`AutoProfile`."""
     from .device.autoprof import RecordingConfig, recording
 
     if isinstance(kernels, str):
@@ -154,6 +159,10 @@ def autoprofile(*, per_warp: int = DEFAULT_PER_WARP, max_warps: int = DEFAULT_MA
     if isinstance(load_arrivals, bool) or not isinstance(load_arrivals, int) or load_arrivals < 0:
         raise ProfileBufferError(f"load_arrivals must be an int >= 0 (0: off; N: probe one load "
                                  f"in N), got {load_arrivals!r}")
+    if (isinstance(consumer_delay_ns, bool) or not isinstance(consumer_delay_ns, int)
+            or consumer_delay_ns < 0):
+        raise ProfileBufferError(f"consumer_delay_ns must be an int >= 0 (0: off), got "
+                                 f"{consumer_delay_ns!r}")
 
     def allocate(n_slices: int, records: int):
         target = device
@@ -167,7 +176,8 @@ def autoprofile(*, per_warp: int = DEFAULT_PER_WARP, max_warps: int = DEFAULT_MA
         raise ProfileBufferError(f"barriers must be True or False, got {barriers!r}")
     config = RecordingConfig(per_warp=per_warp, max_warps=max_warps, allocate=allocate,
                              kernels=tuple(kernels) if kernels is not None else None,
-                             load_arrivals=load_arrivals, barriers=barriers)
+                             load_arrivals=load_arrivals, barriers=barriers,
+                             consumer_delay_ns=consumer_delay_ns)
     saved = [(owner, name, getattr(owner, name)) for owner, name in caches]
     result = None
     try:

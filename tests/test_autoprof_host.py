@@ -120,6 +120,8 @@ def test_trace_warm_without_a_recorded_kernel_says_so_before_launching():
 @pytest.mark.parametrize("options, match", [({"per_warp": 0}, "per_warp"),
                                             ({"load_arrivals": -1}, "load_arrivals"),
                                             ({"load_arrivals": True}, "load_arrivals"),
+                                            ({"consumer_delay_ns": -5}, "consumer_delay_ns"),
+                                            ({"consumer_delay_ns": 2.5}, "consumer_delay_ns"),
                                             ({"barriers": "no"}, "barriers")])
 def test_autoprofile_refuses_bad_options_before_recording(options, match):
     pytest.importorskip("cutlass")

@@ -38,11 +38,14 @@ with cute_prof.autoprofile(per_warp=64, max_warps=1024, device="cpu", load_arriv
     probed = ptx()
 with cute_prof.autoprofile(per_warp=64, max_warps=1024, device="cpu", barriers=False) as quiet:
     pipelines_only = ptx()
+with cute_prof.autoprofile(per_warp=64, max_warps=1024, device="cpu", consumer_delay_ns=12345):
+    delayed = ptx()
 rec = prof.recordings[0]
 json.dump({"pipelines_only": pipelines_only,
            "pipelines_only_sites": [s.to_dict() for s in quiet.recordings[0].sites.values()],
            "pipelines_only_meta": quiet.recordings[0].metadata(), "meta": rec.metadata(),
            "before": before, "recorded": recorded, "after": after, "probed": probed,
+           "delayed": delayed,
            "probed_sites": [s.to_dict() for s in probing.recordings[0].sites.values()],
            "sites": [s.to_dict() for s in rec.sites.values()],
            "pipelines": [p.to_dict() for p in rec.pipelines], "closed": rec.closed,
@@ -123,3 +126,14 @@ def test_load_arrival_probes_poll_the_full_barrier_after_the_loads(compiled):
     assert len(probes) == 2
     assert ".local" not in ptx  # the armed flag lives in a register, like the cursor
     assert "ARRIVAL_POLL" not in compiled["recorded"]  # off unless asked for
+
+
+def test_consumer_delay_spins_on_the_timer_after_each_release(compiled):
+    """``consumer_delay_ns``: the consumers' release of ab_pipe (the TMA-loaded ring) is
+    followed by a loop on %globaltimer bounded by the delay; nothing else changes."""
+    delayed, recorded = compiled["delayed"], compiled["recorded"]
+    assert "12345" in delayed and "12345" not in recorded
+    # one spin (a first read, then a polling loop's) per release site of ab_pipe
+    releases = sum(1 for s in compiled["sites"] if s["name"] == "ab_pipe.consumer_release")
+    assert releases >= 1
+    assert delayed.count("%globaltimer;") - recorded.count("%globaltimer;") >= 2 * releases

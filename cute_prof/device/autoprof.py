@@ -43,7 +43,7 @@ from cutlass.cutlass_dsl import T
 from .. import layout
 from ..errors import ProfileBufferError
 from ..tags import TagTable
-from .ptx import inline_asm, trace_time_int
+from .ptx import inline_asm, spin_ns, trace_time_int
 from .scope import is_library_file, on_kernel_end, user_location
 from .slices import SliceHeader, SliceRecorder
 
@@ -138,6 +138,9 @@ class RecordingConfig:
     # > 0: after one producer_commit in this many of a TMA-loaded ring, the producer waits for
     # that load's full barrier and records when it completed (see load_arrival_probe)
     load_arrivals: int = 0
+    # > 0: every consumer warp spins this long (ns) after each release of a TMA-loaded ring
+    # (the kernel at a slower pace on every SM: its loads at a lower memory throughput)
+    consumer_delay_ns: int = 0
     # False: named barriers (``barrier``, ``barrier_arrive``, ``sync_threads``) are not
     # recorded, only the pipelines (what the pipeline model reads; FA4's consumers make about
     # as many barrier calls as pipeline calls)
@@ -435,6 +438,9 @@ def _pipeline_method(original, op: str, kind: str):
         if op == "producer_commit" and _active.load_arrivals > 0:
             state = args[0] if args else kwargs.get("state")
             load_arrival_probe(self, state, _active.load_arrivals)
+        if (op == "consumer_release" and _active.consumer_delay_ns > 0
+                and _tracing_here() is not None and is_tma_load_ring(self)):
+            spin_ns(Int64(_active.consumer_delay_ns))
         return result
 
     wrapper.__wrapped__ = original
