@@ -39,8 +39,8 @@ sys.path.insert(0, str(ROOT))
 from cute_prof import storage  # noqa: E402
 from cute_prof.calibration import paired_change, resolved_pair_order, round_spread  # noqa: E402
 from cute_prof.analysis.critical_path import (  # noqa: E402
-    QUEUE_RULES, latency_sample, match_records, pool_predictions, predict_what_if, timer_step,
-    what_if)
+    QUEUE_RULES, latency_sample, latency_sensitivity, match_records, pool_predictions,
+    predict_what_if, timer_step, what_if)
 from cute_prof.analysis.model import PipelineSpec, arrival_latencies, load_pipeline  # noqa: E402
 from cute_prof.analysis.pipelines import (  # noqa: E402
     PROBED_SPAN_TIE, cluster_ctas, derive_pipeline, probed_launches_like, rank_correlation,
@@ -504,6 +504,16 @@ def check_entry(root: Path, entry: Entry, *, queue_rule: str = "little", lighter
                     point_prediction(run["data"], run["inputs"], row["change"], record_ns=0.0,
                                      queue_rule=queue_rule)
                     for run in launches)
+    # how far each prediction stands on the loads' latency: its move per timer tick on every
+    # sampled load (the first traced launch's model)
+    options = measured_inputs(first["inputs"])
+    arrivals = options.pop("arrivals")
+    for row in rows:
+        if row["modelled"] and arrivals:
+            row["latency_per_tick"] = latency_sensitivity(
+                first["data"], row["change"], arrivals=arrivals, record_ns=first["record_ns"],
+                recorder_cost=first["inputs"].get("recorder_cost") or 0.0,
+                queue_rule=queue_rule, **options)
     return rows, info
 
 
@@ -549,6 +559,11 @@ def point_prediction(data, inputs: dict, change: dict, *, record_ns: float,
     return what_if(data, **measured_inputs(inputs), record_ns=record_ns,
                    recorder_cost=recorder_cost, queue_rule=queue_rule,
                    **change)["predicted_change"]
+
+
+def per_tick(row: dict) -> str:
+    """A row's move per timer tick on every sampled load's latency, in points."""
+    return "-" if "latency_per_tick" not in row else f"{row['latency_per_tick'] * 100:.2f} pp"
 
 
 def pct(v):
@@ -688,7 +703,12 @@ def table(rows: list[dict], infos: list[dict], root: Path, *, queue_rule: str = 
              "of that recorded kernel (no record's time removed): the difference is the "
              "model's error on the recorded kernel, the rest of the row's error the "
              "recorder's cost it took off (bench/whatif_diagnose.py). recorder's cost: the "
-             "recording kernel against the plain one, base / variant (CUPTI).", ""]
+             "recording kernel against the plain one, base / variant (CUPTI). per tick of "
+             "load latency: how far the prediction moves per timer tick added to every "
+             "sampled load's latency (critical_path.latency_sensitivity, the first traced "
+             "launch's model): how closely the row needs the loads' latency under the change, "
+             "which the base shows only where the change leaves the ring's loads as they "
+             "were.", ""]
     for i in infos:
         if "skipped" in i:
             lines.append(f"- {i['kernel']} ({i.get('base_trace', '')} base): skipped "
@@ -740,8 +760,8 @@ def table(rows: list[dict], infos: list[dict], root: Path, *, queue_rule: str = 
                         if not i.get("barriers_recorded", True) else ""))
     lines += ["", "| kernel | base trace | what-if | predicted | interval | measured | "
               "error (pp) | inside interval | inside +- launch noise | recorded (recorded-kernel "
-              "model) | recorder's cost | each traced launch |",
-              "|---|---|---|---:|---|---:|---:|---|---|---:|---:|---|"]
+              "model) | recorder's cost | each traced launch | per tick of load latency |",
+              "|---|---|---|---:|---|---:|---:|---|---|---:|---:|---|---:|"]
     for r in rows:
         if r["modelled"]:
             lo, hi = r["interval"]
@@ -753,13 +773,14 @@ def table(rows: list[dict], infos: list[dict], root: Path, *, queue_rule: str = 
                          f"{json.dumps(r['change'])} | "
                          f"{pct(r['predicted'])} | [{pct(lo)}, {pct(hi)}] | {pct(r['measured'])} "
                          f"| {err} | {inside} | {noisy} | {traced_txt(r)} | {recorder_txt(r)} "
-                         f"| {' / '.join(pct(v) for v in r['launch_predictions'])} |")
+                         f"| {' / '.join(pct(v) for v in r['launch_predictions'])} "
+                         f"| {per_tick(r)} |")
         else:
             label = "not predicted" if "bounds" in r else "not modelled"
             lines.append(f"| {r['kernel']} | {r['base_trace']} | {r['what_if']} | {label}: "
                          f"{r['reason']} | - | "
                          f"{pct(r['measured'])} | - | - | - | {traced_txt(r)} | {recorder_txt(r)} "
-                         "| - |")
+                         "| - | - |")
     within = sum(abs(r["error_pp"]) <= 3 for r in done)
     inside = sum(r.get("inside", False) for r in done)
     noisy = sum(r.get("inside_with_noise", False) for r in done)

@@ -10,8 +10,8 @@ import numpy as np
 import pytest
 
 from cute_prof.analysis.critical_path import (
-    infer_terms, match_records, predict_what_if, replay, what_if)
-from cute_prof.analysis.model import ARRIVAL_SAMPLE_DTYPE, load_pipeline
+    infer_terms, latency_sensitivity, match_records, predict_what_if, replay, what_if)
+from cute_prof.analysis.model import ARRIVAL_SAMPLE_DTYPE, load_pipeline, shifted_arrivals
 from cute_prof.analysis.pipelines import (
     derive_pipeline, finish_zero_edit_trace, load_arrival_latency, load_arrival_pairs,
     load_arrival_sample)
@@ -117,6 +117,33 @@ def test_what_if_draws_the_latency_of_every_item_from_the_arrivals():
     drawn = what_if(data, depth={"ring": 1}, loaded_latency=True, arrivals={"ring": sample})
     at_median = what_if(data, depth={"ring": 1}, latency={"w_f": float(np.median(sample))})
     assert drawn["predicted_kernel_ns"] > at_median["predicted_kernel_ns"] + 0.1 * iters * 400
+
+
+def test_shifted_arrivals_moves_every_latency_and_keeps_the_rest():
+    sample = np.zeros(3, dtype=ARRIVAL_SAMPLE_DTYPE)
+    sample["latency_ns"], sample["position"], sample["issued_ns"] = [500, 700, 900], [0, 1, 2], 7
+    shifted = shifted_arrivals({"ring": sample, "plain": [400, 600]}, 32)
+    np.testing.assert_array_equal(shifted["ring"]["latency_ns"], [532, 732, 932])
+    np.testing.assert_array_equal(shifted["ring"]["position"], [0, 1, 2])
+    np.testing.assert_array_equal(shifted["plain"], [432.0, 632.0])
+    assert sample["latency_ns"][0] == 500  # the caller's sample is left as it was
+
+
+def test_latency_sensitivity_is_what_a_starved_ring_pays_per_tick_and_a_deep_one_not():
+    work, produce, iters, latency = 1000, 100, 40, 2400
+    base = simulate(4, work, produce, latency, iters)  # deep ring: the consumer never waits
+    data = match_records(make_trace([(0, base)]), load_pipeline(spec_dict(4)))
+    arrivals = {"ring": [latency] * 50}
+    base_ns = span(base)
+    # one item at a time: every load's latency is on the path, iters of them per launch
+    starved = latency_sensitivity(data, {"depth": {"ring": 1}}, arrivals=arrivals,
+                                  shift_ns=32, loaded_latency=True)
+    assert starved == pytest.approx(32 * iters / base_ns, rel=0.05)
+    # the base's own depth hides 32 ns more or less entirely
+    assert latency_sensitivity(data, {"depth": {"ring": 4}}, arrivals=arrivals, shift_ns=32,
+                               loaded_latency=True) == pytest.approx(0, abs=1e-3)
+    with pytest.raises(ValueError, match="arrivals"):
+        latency_sensitivity(data, {"depth": {"ring": 1}}, arrivals={}, loaded_latency=True)
 
 
 def burst_then_steady(iters: int, burst: int, per_place: int):

@@ -25,7 +25,7 @@ from ..errors import ProfileBufferError
 from ..trace import Trace
 from .grouping import unique_ints
 from .model import (PipelineSpec, arrival_issue_times, arrival_latencies, arrival_leader_gaps,
-                    arrival_positions)
+                    arrival_positions, shifted_arrivals)
 
 BLOCKED_MARGIN_NS = 64.0
 _FLOAT_MAX = np.finfo(np.float64).max
@@ -34,7 +34,8 @@ __all__ = ["PipelineData", "Schedule", "match_records", "replay", "critical_path
            "blockers", "ring_occupancy", "initiation_interval", "what_if", "latency_sample",
            "timer_step", "launch_gaps", "load_congestion", "loop_queueing", "lighter_load_point",
            "unchanged_span", "queued_under_load",
-           "predict_what_if", "pool_predictions", "never_blocked", "recorder_slowdown",
+           "predict_what_if", "latency_sensitivity", "pool_predictions", "never_blocked",
+           "recorder_slowdown",
            "slowed_by_recorder", "worker_regions", "blocked_as_base", "busy_share",
            "analyze_pipeline", "perfetto_outputs", "format_pipeline_report"]
 
@@ -2330,6 +2331,28 @@ def predict_what_if(data: PipelineData, change: dict, *, terms=None,
             f"{bounds[1]:+.2%}]")}
     return {"modelled": True, "predicted_change": changes[0],
             "interval": (min(changes), max(changes)), "detail": detail}
+
+
+def latency_sensitivity(data: PipelineData, change: dict, *, arrivals: dict,
+                        shift_ns: float | None = None, **what_if_options) -> float:
+    """How far a what-if's predicted change moves for ``shift_ns`` (default: one tick of the
+    trace's timer) more latency on every sampled load (``arrivals``): half the difference of
+    :func:`what_if` with the loads that much slower and that much faster; the other
+    keywords as :func:`what_if` takes them. A change that starves a ring hangs on its loads'
+    latency under the change, which the base does not show: on an H200 the 2-stage GEMMs
+    moved 3.3-4.0 points per 32 ns (``bench/results/whatif/README.md``, stop 64), so such
+    a prediction is no closer than the latency is known."""
+    if not arrivals:
+        raise ValueError("latency_sensitivity needs the base's sampled loads (arrivals)")
+    step = timer_step(data) if shift_ns is None else float(shift_ns)
+    if step <= 0:
+        raise ValueError(f"shift_ns must be > 0, got {shift_ns!r}")
+
+    def change_at(ns: float) -> float:
+        return what_if(data, arrivals=shifted_arrivals(arrivals, ns), **what_if_options,
+                       **change)["predicted_change"]
+
+    return (change_at(step) - change_at(-step)) / 2
 
 
 def never_blocked(data: PipelineData, terms, i: int) -> bool:

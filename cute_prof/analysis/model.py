@@ -51,7 +51,7 @@ from .roles import RoleSpec, read_spec
 
 __all__ = ["Relation", "Resource", "Region", "PipelineSpec", "load_pipeline",
            "ARRIVAL_SAMPLE_DTYPE", "arrival_latencies", "arrival_positions", "arrival_issue_times",
-           "arrival_leader_gaps", "arrival_issue_rate"]
+           "arrival_leader_gaps", "arrival_issue_rate", "shifted_arrivals"]
 
 # a sampled load of a ring (pipelines.load_arrival_sample): its latency, its place in the
 # loop (the ordinal of its commit in its producer warp) and when it was issued (its commit's
@@ -104,6 +104,22 @@ def arrival_issue_rate(sample) -> float:
     if high <= low:
         raise ValueError("the sampled loads were all issued at one time: no rate")
     return 0.9 * issued.size / float(high - low)
+
+
+def shifted_arrivals(arrivals: dict, ns: float) -> dict:
+    """Each ring's sampled loads (``ARRIVAL_SAMPLE_DTYPE`` arrays or plain sequences of
+    latencies) with every latency ``ns`` longer (shorter where negative): how far a
+    prediction stands on the loads' latency."""
+    shifted = {}
+    for ring, sample in arrivals.items():
+        sample = np.asarray(sample)
+        if sample.dtype.names:
+            sample = sample.copy()
+            sample["latency_ns"] = sample["latency_ns"] + ns
+        else:
+            sample = sample.astype(np.float64) + ns
+        shifted[ring] = sample
+    return shifted
 
 
 RESOURCE_KINDS = ("ring", "state")
