@@ -101,3 +101,45 @@ def test_flash_attention_probes_k_and_v_after_their_commits():
         assert 100 < np.median(latency[ring]) < 5_000
         # 128 CTAs, one in 7 samples at its first load (every CTA did, at count 0)
         assert 0 < _first_load_share(trace, ring) < 2.0 / 7
+
+
+def _release_to_next_record(trace, ring: str) -> np.ndarray:
+    """Per release of ``ring`` by a consumer warp: the time to that warp's next record."""
+    sites = trace.metadata["autoprof"]["sites"]
+    release = next(int(s["tag"]) for s in sites if s["name"] == f"{ring}.consumer_release")
+    ev = trace.events
+    order = np.lexsort((ev["start_ns"], ev["tid"]))
+    tid, start, tag = ev["tid"][order], ev["start_ns"][order].astype(np.int64), ev["tag"][order]
+    at = np.flatnonzero((tag[:-1] == release) & (tid[1:] == tid[:-1]))
+    return start[at + 1] - start[at]
+
+
+def test_a_consumer_delay_slows_every_release_and_keeps_the_result():
+    """``consumer_delay_ns``: each consumer warp spins that long after its releases of the
+    TMA-loaded ring, so its next record comes no sooner, and the launch runs longer."""
+    m, n, k = 2048, 2048, 4096
+    delay = 1024
+    a = torch.randn(m, k, device="cuda", dtype=torch.bfloat16)
+    b = torch.randn(n, k, device="cuda", dtype=torch.bfloat16)
+    traces = {}
+    for ns in (0, delay):
+        c = torch.empty(m, n, device="cuda", dtype=torch.bfloat16)
+        gemm = W.CompiledWsGemm(W.GemmConfig(recorder="slices"))
+        warps = gemm.gemm.num_ctas(m, n) * (gemm.gemm.threads_per_cta // 32)
+        with cute_prof.autoprofile(per_warp=1024, max_warps=warps,
+                                   consumer_delay_ns=ns) as prof:
+            gemm.prepare(a, b, c, W.alloc_prof(1), 0, 0)()
+        traces[ns] = prof.trace()
+        torch.testing.assert_close(c.float(), (a.float() @ b.float().T), rtol=2e-2, atol=2e-1)
+        assert traces[ns].overflow == 0
+    plain = _release_to_next_record(traces[0], "ab_pipe")
+    slowed = _release_to_next_record(traces[delay], "ab_pipe")
+    assert plain.size == slowed.size > 0
+    assert np.median(plain) < delay <= slowed.min()
+
+    def span(trace):
+        return int(np.ptp(trace.events["start_ns"]))
+
+    # one wave of CTAs, 64 k-tiles each: every iteration waits out the part of the spin its
+    # wgmma does not cover (about 350 ns of the 1024 on an H200)
+    assert span(traces[delay]) > span(traces[0]) + 16 * delay
