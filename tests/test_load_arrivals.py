@@ -555,6 +555,24 @@ def test_loads_right_behind_their_groups_first_one_share_its_miss():
     assert miss.sum() == 2 * 6 and hit.sum() == 6 * 6
 
 
+def test_a_few_fast_stragglers_do_not_make_groups_share_their_misses():
+    """Groups whose later loads hit the L2 are coupled to their first load only where the
+    hits are a real share of the sample, not a handful of fast loads among misses (ws_gemm:
+    0-18 of ~1,800, whose ratio sat at the threshold and flipped with 10 ns of latency)."""
+    from cute_prof.analysis.critical_path import MIN_HIT_SHARE, miss_and_hit
+
+    rows = []
+    for cta in range(8):
+        for place in range(40):
+            t = 3000 * place + 10 + (1500 if cta % 4 and place % 10 == 0 else 0)
+            latency = 300 if cta % 4 and place % 10 == 0 else 900
+            rows += [(cta, 0, 0, 0, t, 0), (cta, 0, 1, 1, t + 32, latency - 32)]
+    sample = load_arrival_sample(probed_trace(rows))["pk"]
+    hits = sample["latency_ns"] < 600
+    assert 8 <= hits.sum() and hits.mean() < MIN_HIT_SHARE
+    assert miss_and_hit(sample) is None
+
+
 def test_a_sample_whose_latencies_no_grouping_ranks_has_no_groups():
     rows = []
     for cta in range(8):

@@ -1830,14 +1830,20 @@ MISS_WITHIN, HIT_AFTER = 0.1, 1.5
 # 2-stage rows by 7-15 points (gpu27, gpu29: tiles shared along rows and columns, which
 # one launch-order group does not describe)
 MISS_OVER_HIT = 2.0
+# ... and the least share of the sampled loads that hit for the groups to be real: FA4's
+# hits were 45-70% of its K and V samples (b4 and b1 s4096, H100 and H200); ws_gemm's 0-18
+# of its 1,650-1,870, a few stragglers that put its ratio at 1.91-1.98 (gpu69, gpu79):
+# 10 ns less latency on every load coupled its groups and moved its 4 -> 2 by -5.8 points
+# (stop 64, bench/results/whatif/README.md)
+MIN_HIT_SHARE = 0.1
 
 
 def miss_and_hit(sample) -> tuple[np.ndarray, np.ndarray] | None:
     """Masks of a ring's sampled loads that were their group's first load of the place (the
     L2 missed) and of those issued long enough after it to hit (``pipelines.leader_gaps``);
-    None where the sample has no groups, or its first loads do not take ``MISS_OVER_HIT``
-    times the hits. The loads between waited for the first one's line: the replay couples
-    them to it instead of drawing from them."""
+    None where the sample has no groups, fewer than ``MIN_HIT_SHARE`` of its loads hit, or
+    its first loads do not take ``MISS_OVER_HIT`` times the hits. The loads between waited
+    for the first one's line: the replay couples them to it instead of drawing from them."""
     gaps = arrival_leader_gaps(sample)
     if gaps is None:
         return None
@@ -1845,6 +1851,7 @@ def miss_and_hit(sample) -> tuple[np.ndarray, np.ndarray] | None:
     typical = float(np.median(latency))
     miss, hit = gaps[0] < MISS_WITHIN * typical, gaps[0] >= HIT_AFTER * typical
     if min(int(miss.sum()), int(hit.sum())) < MIN_LATENCY_SAMPLE or (
+            hit.mean() < MIN_HIT_SHARE) or (
             np.median(latency[miss]) < MISS_OVER_HIT * np.median(latency[hit])):
         return None
     return miss, hit
