@@ -6,7 +6,7 @@ launched warm (after back-to-back launches, as the check times them) inside an N
 model scales its loads' queued latency with the change's throughput; these counters say
 where the loads were served (L2 hit rate) and how loaded DRAM and the L2 were, base against
 variant (stop51/moved_from_results/memory_counters_h100.md in
-bench/results/whatif/history/stops_31-63.tar.xz).
+bench/results/whatif/history/stops_31-64.tar.xz).
 
     ncu --target-processes all --nvtx --nvtx-include measure/ --cache-control none \
         --clock-control none --metrics "$(python bench/memory_counters_gpu.py --metrics)" \

@@ -23,7 +23,7 @@ def time_shuffled(variants: dict, *, rounds: int, warmup: int = 3, resets: dict 
     launch follows its own kernel, as a traced launch does (``traced_launches``). Neither
     way reproduced the traced launches' times (recording kernel, b4: 848 us traced, 936 us
     in shuffled rounds, 970 us in blocks; stop51/moved_from_results/state/ in
-    bench/results/whatif/history/stops_31-63.tar.xz)."""
+    bench/results/whatif/history/stops_31-64.tar.xz)."""
     times = calibration.time_shuffled(variants, rounds=rounds, warmup=warmup, resets=resets,
                                       per_block=per_block, exclude=HOUSEKEEPING)
     return {name: [ns / 1e6 for ns in values] for name, values in times.items()}

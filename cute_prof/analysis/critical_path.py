@@ -1268,7 +1268,7 @@ def queued_under_load(queued, unqueued: float, ratio: float, *, rule: str = "lit
     (0.96), quack's 4 -> 2 2.71 points off on average against 3.58, no row more than 0.07
     point worse on average; held out on stop 54's three runs, 45 of 48 within (the open
     queue's, read after: 46; queue_rules.txt, stop62/moved_from_results/ in
-    bench/results/whatif/history/stops_31-63.tar.xz). A faster change
+    bench/results/whatif/history/stops_31-64.tar.xz). A faster change
     (``ratio`` < 1) loads memory more: every rule but ``"none"`` takes Little's law there
     (the open queue has no steady state once rho reaches 1)."""
     if rule not in QUEUE_RULES:

@@ -305,7 +305,7 @@ def probed_launches_like(trace: Trace, probed: list[Trace], *,
     system than the base did, and its sampled latencies are that state's (where they cost
     more, as one load in 7 costs quack's GEMM about 3-4% of a launch, the nearest can be the
     one launch whose memory ran fast: ``probe_density_quack.txt``, stop54/moved_from_results/
-    in bench/results/whatif/history/stops_31-63.tar.xz):
+    in bench/results/whatif/history/stops_31-64.tar.xz):
     quack's three probed launches of one H100 run (gpu42) ran +4.4%, +3.3% and +0.1%
     against their bases, their loads' medians 992, 992 and 896 ns, and the 3-stage
     variant's own loads took 896 ns. Each alike launch's sample is one draw of the base's
