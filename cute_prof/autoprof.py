@@ -146,8 +146,9 @@ def autoprofile(*, per_warp: int = DEFAULT_PER_WARP, max_warps: int = DEFAULT_MA
     (``bench/results/zero_edit_h100/barriers_off.md``): record the barriers for what-ifs.
     ``consumer_delay_ns``: D > 0 makes every consumer warp spin D ns after each release of a
     TMA-loaded ring: the same kernel at a slower pace on every SM, whose loads (with
-    ``load_arrivals``) show the memory's latency at a lower throughput than the base's, as
-    a change that starves the ring meets it; an experiment, not a profile (its timings are
+    ``load_arrivals``) show the memory's latency at a lower throughput, every SM running (a
+    starved ring's own loads were 64-189 ns slower than these at its rate on an H200:
+    ``bench/results/whatif/slowed_loads.md``); an experiment, not a profile (its timings are
     not the kernel's). Yields an :class:`AutoProfile`."""
     from .device.autoprof import RecordingConfig, recording
 

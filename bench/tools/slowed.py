@@ -1,6 +1,5 @@
-"""The base kernel at a slower pace on every SM (``autoprofile(consumer_delay_ns=D)``), as the
-GPU halves of the what-if check name and trace it: its probed loads show the memory's latency
-at a lower throughput than the base's, with every SM running."""
+"""The base kernel slowed on every SM (``autoprofile(consumer_delay_ns=D)``) as the what-if
+check's GPU halves name and trace it: its probed loads at a lower throughput."""
 
 from __future__ import annotations
 

@@ -1833,8 +1833,7 @@ MISS_OVER_HIT = 2.0
 # ... and the least share of the sampled loads that hit for the groups to be real: FA4's
 # hits were 45-70% of its K and V samples (b4 and b1 s4096, H100 and H200); ws_gemm's 0-18
 # of its 1,650-1,870, a few stragglers that put its ratio at 1.91-1.98 (gpu69, gpu79):
-# 10 ns less latency on every load coupled its groups and moved its 4 -> 2 by -5.8 points
-# (stop 64, bench/results/whatif/README.md)
+# 10 ns less latency on every load coupled its groups: its 4 -> 2 -5.8 points (stop 64)
 MIN_HIT_SHARE = 0.1
 
 
@@ -2347,7 +2346,7 @@ def latency_sensitivity(data: PipelineData, change: dict, *, arrivals: dict,
     :func:`what_if` with the loads that much slower and that much faster; the other
     keywords as :func:`what_if` takes them. A change that starves a ring hangs on its loads'
     latency under the change, which the base does not show: on an H200 the 2-stage GEMMs
-    moved 3.3-4.0 points per 32 ns (``bench/results/whatif/README.md``, stop 64), so such
+    moved 3.2-4.1 points per 32 ns (``bench/results/whatif/README.md``, stop 64), so such
     a prediction is no closer than the latency is known."""
     if not arrivals:
         raise ValueError("latency_sensitivity needs the base's sampled loads (arrivals)")
