@@ -208,6 +208,9 @@ def _cmd_analyze(args, progress: _Progress) -> int:
     from .analysis.waits import analyze_waits
     from .analysis.roles import RoleSpec
 
+    if args.sensitivity and not args.arrivals:
+        raise ProfileBufferError("--sensitivity needs --arrivals: the loads' latency it moves "
+                                 "is the sampled loads'")
     if args.pipeline:
         return _cmd_analyze_pipeline(args, progress)
     spec = _role_spec(args)
@@ -477,6 +480,10 @@ def _add_pipeline_options(parser: argparse.ArgumentParser) -> None:
                              "within the probes' own cost spread of it, "
                              "pipelines.PROBED_SPAN_TIE: one that ran much longer met a slower "
                              "memory system), each what-if the median of their predictions")
+    parser.add_argument("--sensitivity", action="store_true",
+                        help="with --arrivals: each what-if also says how far it moves per "
+                             "timer tick of load latency (two more replays each): a change "
+                             "that starves a ring is only as close as its loads are known")
     parser.add_argument("--record-chain-ns", type=float, metavar="NS",
                         help="what one record adds to a dependency chain on the GPU the trace "
                              "ran on (bench/record_cost.py chain: 12.1 on an H100): the time "
@@ -561,7 +568,8 @@ def _cmd_analyze_pipeline(args, progress: _Progress, *, trace=None) -> int:
         raise ProfileBufferError(f"--record-chain-ns: {err}") from None
     # the other probed launches that ran like the base: each what-if pools their draws
     report = analyze_pipeline(trace, spec, what_ifs=what_ifs,
-                              alike=[derived.probed_terms(other) for other in alike], **terms)
+                              alike=[derived.probed_terms(other) for other in alike],
+                              sensitivity=args.sensitivity, **terms)
     if derived is not None:
         report["derived"] = derived.describe()
     if args.json:

@@ -410,6 +410,18 @@ def test_cli_takes_the_load_latencies_from_a_probed_launch(tmp_path, capsys):
     assert sampled["latency_ns"] == pytest.approx({"pk.consumer_wait": 900.0,
                                                     "pv.consumer_wait": 300.0})
     assert sampled["predicted_change"] != plain.get("predicted_change")
+    # 1-deep rings pay every load: the prediction moves with the loads' latency, by as much
+    # as the library's own sensitivity says, and the text report says so
+    assert "latency_per_tick" not in sampled and "latency_per_tick" not in plain
+    assert main(args + ["--arrivals", str(probed), "--sensitivity"]) == 0
+    sampled = json.loads(capsys.readouterr().out)["what_if"][0]
+    assert sampled["latency_per_tick"] > 0
+    assert main(args[:-1] + ["--arrivals", str(probed), "--sensitivity"]) == 0
+    text = capsys.readouterr().out
+    assert f"{sampled['latency_per_tick'] * 100:.2f} points per " in text
+    assert f"{sampled['timer_tick_ns']:.0f} ns of load latency" in text
+    assert main(args + ["--sensitivity"]) != 0
+    assert "--sensitivity needs --arrivals" in capsys.readouterr().err
     # a hand-written spec names no pipeline objects: the probes have nothing to attach to
     spec = Path(__file__).resolve().parents[1] / "examples" / "ws_gemm_pipeline.json"
     assert main(["-q", "analyze", str(base), "--pipeline", str(spec),

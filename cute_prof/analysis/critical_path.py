@@ -2403,7 +2403,8 @@ def analyze_pipeline(trace: Trace, spec: PipelineSpec, *, worst: int = 5,
                      what_ifs: list[dict] | None = None,
                      first_load: np.ndarray | None = None, record_ns: float | None = None,
                      arrivals: dict | None = None, recorder_cost: float = 0.0,
-                     release_sample: dict | None = None, alike: list[dict] = ()) -> dict:
+                     release_sample: dict | None = None, alike: list[dict] = (),
+                     sensitivity: bool = False) -> dict:
     """Everything above for every unit, aggregated (JSON-ready). With ``first_load``,
     ``record_ns``, ``arrivals``, ``recorder_cost`` or ``release_sample`` (a derived model:
     ``DerivedPipeline.what_if_terms``) each
@@ -2412,7 +2413,10 @@ def analyze_pipeline(trace: Trace, spec: PipelineSpec, *, worst: int = 5,
     without recording, and an interval; else the plain replay of :func:`what_if`.
     ``alike``: the ``arrivals`` and ``release_sample`` of other probed launches that ran
     like the one given (``pipelines.probed_launches_like``): each what-if is then the
-    pooled prediction from all of them (:func:`pool_predictions`)."""
+    pooled prediction from all of them (:func:`pool_predictions`). ``sensitivity`` (with
+    ``arrivals``): each what-if also says how far it moves per timer tick of load latency
+    (:func:`latency_sensitivity`: two more replays, a third more time on FA4 b4's 3.5 M
+    records)."""
     data = match_records(trace, spec)
     terms = infer_terms(data)
     sched = replay(data, terms=terms, release_sample=release_sample)
@@ -2466,11 +2470,18 @@ def analyze_pipeline(trace: Trace, spec: PipelineSpec, *, worst: int = 5,
                 result["what_if"].append({"change": w, "modelled": False,
                                           "reason": got["reason"]})
                 continue
+            # how far the prediction stands on the loads' latency, where loads were sampled
+            per_tick = {} if not (sensitivity and arrivals) else {
+                "latency_per_tick": latency_sensitivity(
+                    data, w, arrivals=arrivals, terms=terms, loaded_latency=True,
+                    first_load=first_load, record_ns=record_ns or 0.0,
+                    recorder_cost=recorder_cost, release_sample=release_sample),
+                "timer_tick_ns": timer_step(data)}
             # the record time removed from the replay, so a reader sees which estimate it was
             result["what_if"].append({**got["detail"], "predicted_change": got["predicted_change"],
                                       "interval": list(got["interval"]),
                                       "record_ns": float(record_ns or 0.0),
-                                      "recorder_cost": float(recorder_cost),
+                                      "recorder_cost": float(recorder_cost), **per_tick,
                                       **({"changes_by_probed_launch": got["changes"]}
                                          if "changes" in got else {})})
     return result
@@ -2569,7 +2580,9 @@ def format_pipeline_report(report: dict) -> str:
         pooled = (f"; the median of {' / '.join(f'{c * 100:+.2f}%' for c in w['changes_by_probed_launch'])}"
                   " from the probed launches that ran like the base"
                   if "changes_by_probed_launch" in w else "")
+        per_tick = (f"; {w['latency_per_tick'] * 100:.2f} points per {w['timer_tick_ns']:.0f} ns"
+                    " of load latency" if "latency_per_tick" in w else "")
         lines.append(f"what-if {change}: kernel {us(w['kernel_ns'])} -> "
                      f"{us(w['predicted_kernel_ns'])} ({w['predicted_change'] * 100:+.2f}%"
-                     f"{interval}{pooled})")
+                     f"{interval}{pooled}{per_tick})")
     return "\n".join(lines)
