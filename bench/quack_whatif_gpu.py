@@ -38,7 +38,8 @@ import cute_prof  # noqa: E402
 from cute_prof.calibration import paired_change  # noqa: E402
 from tools.columns import launch_path, save_columns  # noqa: E402
 from tools.cupti import time_shuffled, traced_launches  # noqa: E402
-from tools.slowed import SLOWED_HELP, slowed_delay, slowed_delays, slowed_name  # noqa: E402
+from tools.probe_options import (  # noqa: E402
+    add_probe_options, probe_variants, slowed_delay, slowed_delays, slowed_name)
 
 QUACK_VERSION = "0.6.5"
 # quack takes as many A/B stages as shared memory holds (one more fails to launch, and a
@@ -113,22 +114,13 @@ def main(argv=None) -> int:
                          "asks for half its max_active_clusters, the kernel unchanged): the "
                          "model reads a slower change's load latency between its base's and "
                          "these")
-    ap.add_argument("--probe-variants", default="", metavar="NAMES",
-                    help="variants also traced with the same probes (trace_<name>_arrivals.npz, "
-                         "one launch each): diagnosis of their loads "
-                         "(bench/whatif_variant_probe.py), never a model input")
-    ap.add_argument("--slowed", default="", metavar="NS",
-                    help=SLOWED_HELP.format(file="trace_base_slowed<D>_arrivals.npz"))
+    add_probe_options(ap, trace_prefix="trace_")
     args = ap.parse_args(argv)
-    slowed = slowed_delays(args.slowed, ap)
     probed_launches = args.traces if args.probed is None else args.probed
     if args.traces < 1 or probed_launches < 1:
         ap.error("--traces and --probed take one launch or more")
-    probe_variants = [name for name in args.probe_variants.split(",") if name]
-    for name in probe_variants:
-        if name not in VARIANTS or name == "base":
-            ap.error(f"--probe-variants: {name!r} is not one of "
-                     f"{', '.join(v for v in VARIANTS if v != 'base')}")
+    probed_variants = probe_variants(args, VARIANTS, ap)
+    slowed = slowed_delays(args, ap)
     import torch
     import quack
     import quack.gemm as quack_gemm
@@ -169,7 +161,7 @@ def main(argv=None) -> int:
     traced = dict(variants)
     if args.load_arrivals:
         traced["base_arrivals"] = 0  # the base again, its producer probing sampled loads
-        for name in probe_variants:
+        for name in probed_variants:
             traced[f"{name}_arrivals"] = variants[name]
         for delay in slowed:
             traced[slowed_name(delay)] = 0

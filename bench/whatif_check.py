@@ -511,7 +511,8 @@ def check_entry(root: Path, entry: Entry, *, queue_rule: str = "little", lighter
     for row in rows:
         if row["modelled"] and arrivals:
             row["latency_per_tick"] = latency_sensitivity(
-                first["data"], row["change"], arrivals=arrivals, record_ns=first["record_ns"],
+                first["data"], row["change"], arrivals=arrivals, shift_ns=info["timer_step_ns"],
+                record_ns=first["record_ns"],
                 recorder_cost=first["inputs"].get("recorder_cost") or 0.0,
                 queue_rule=queue_rule, **options)
     return rows, info

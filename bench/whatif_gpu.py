@@ -31,7 +31,8 @@ sys.path.insert(0, str(ROOT / "bench"))
 import torch  # noqa: E402
 from tools.columns import launch_path, save_columns  # noqa: E402
 from tools.cupti import traced_launches  # noqa: E402
-from tools.slowed import SLOWED_HELP, slowed_delay, slowed_delays, slowed_name  # noqa: E402
+from tools.probe_options import (  # noqa: E402
+    add_probe_options, probe_variants, slowed_delay, slowed_delays, slowed_name)
 
 VARIANTS = {  # name -> GemmConfig overrides; "base" is the default (4 stages, 2x1 cluster)
     "base": {},
@@ -66,24 +67,16 @@ def main(argv=None) -> int:
                     help="the non-persistent kernel's lighter launches: hold the SMs with "
                          "single CTAs (1: one SM of each TPC on an H100) or in clusters of "
                          "two (2: SM pairs)")
-    ap.add_argument("--probe-variants", default="", metavar="NAMES",
-                    help="with --zero-edit and --load-arrivals: variants also traced with the "
-                         "same probes (trace_ze_<name>_arrivals.npz, one launch each): "
-                         "diagnosis of their loads, never a model input")
-    ap.add_argument("--slowed", default="", metavar="NS",
-                    help="with --zero-edit and --load-arrivals: " + SLOWED_HELP.format(
-                        file="trace_ze_base_slowed<D>_arrivals.npz"))
+    add_probe_options(ap, trace_prefix="trace_ze_",
+                      needs="with --zero-edit and --load-arrivals: ")
     ap.add_argument("--no-level2", action="store_true",
                     help="skip the level-2 traces (the zero-edit check does not read them)")
     ap.add_argument("--zero-edit", action="store_true",
                     help="also record every variant at level 0 in zero-edit mode "
                     "(trace_ze_<variant>.npz: the derived model's input)")
     args = ap.parse_args(argv)
-    for name in filter(None, args.probe_variants.split(",")):
-        if name not in VARIANTS or name == "base":
-            ap.error(f"--probe-variants: {name!r} is not one of "
-                     f"{', '.join(v for v in VARIANTS if v != 'base')}")
-    slowed = slowed_delays(args.slowed, ap)
+    probed_variants = probe_variants(args, VARIANTS, ap)
+    slowed = slowed_delays(args, ap)
     m, n, k = (int(x) for x in args.mnk.split(","))
     out = Path(os.environ.get("OUT", "whatif_out"))
     out.mkdir(parents=True, exist_ok=True)
@@ -145,7 +138,7 @@ def main(argv=None) -> int:
             traced["base_arrivals"] = VARIANTS["base"]
             if args.lighter_load:  # the base kernel again at half the memory load
                 traced["base_lighter_arrivals"] = VARIANTS["base"]
-            for name in filter(None, args.probe_variants.split(",")):  # diagnosis
+            for name in probed_variants:  # diagnosis
                 traced[f"{name}_arrivals"] = VARIANTS[name]
             for delay in slowed:
                 traced[slowed_name(delay)] = VARIANTS["base"]

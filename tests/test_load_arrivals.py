@@ -139,8 +139,12 @@ def test_latency_sensitivity_is_what_a_starved_ring_pays_per_tick_and_a_deep_one
     starved = latency_sensitivity(data, {"depth": {"ring": 1}}, arrivals=arrivals,
                                   shift_ns=32, loaded_latency=True)
     assert starved == pytest.approx(32 * iters / base_ns, rel=0.05)
-    # the base's own depth hides 32 ns more or less entirely
-    assert latency_sensitivity(data, {"depth": {"ring": 4}}, arrivals=arrivals, shift_ns=32,
+    # three items deep, a load has two items' work to hide in, short of its 2,500 ns: the
+    # ring turns once per load and three items, a third of the 1-deep ring's slope
+    assert latency_sensitivity(data, {"depth": {"ring": 3}}, arrivals=arrivals, shift_ns=32,
+                               loaded_latency=True) == pytest.approx(starved / 3, rel=0.1)
+    # deeper than the base: the load is hidden, 32 ns more or less changes nothing
+    assert latency_sensitivity(data, {"depth": {"ring": 5}}, arrivals=arrivals, shift_ns=32,
                                loaded_latency=True) == pytest.approx(0, abs=1e-3)
     with pytest.raises(ValueError, match="arrivals"):
         latency_sensitivity(data, {"depth": {"ring": 1}}, arrivals={}, loaded_latency=True)

@@ -1831,9 +1831,9 @@ MISS_WITHIN, HIT_AFTER = 0.1, 1.5
 # one launch-order group does not describe)
 MISS_OVER_HIT = 2.0
 # ... and the least share of the sampled loads that hit for the groups to be real: FA4's
-# hits were 45-70% of its K and V samples (b4 and b1 s4096, H100 and H200); ws_gemm's 0-18
-# of its 1,650-1,870, a few stragglers that put its ratio at 1.91-1.98 (gpu69, gpu79):
-# 10 ns less latency on every load coupled its groups: its 4 -> 2 -5.8 points (stop 64)
+# hits were 45-70% of its K and V samples (b4 and b1 s4096, H100 and H200); ws_gemm's 0-25
+# of its 4,096 (gpu50-79), stragglers that put its ratio at 1.91-1.98 (gpu69, gpu79): 10 ns
+# less latency on every load coupled its groups, its 4 -> 2 -5.8 points (stop 64)
 MIN_HIT_SHARE = 0.1
 
 
@@ -2344,7 +2344,9 @@ def latency_sensitivity(data: PipelineData, change: dict, *, arrivals: dict,
     """How far a what-if's predicted change moves for ``shift_ns`` (default: one tick of the
     trace's timer) more latency on every sampled load (``arrivals``): half the difference of
     :func:`what_if` with the loads that much slower and that much faster; the other
-    keywords as :func:`what_if` takes them. A change that starves a ring hangs on its loads'
+    keywords as :func:`what_if` takes them. The whole sampled latency moves, base and change
+    alike (``what_if(latency_shift_ns=)``, the interval's tick, moves the queued part only,
+    which a slower change scales down). A change that starves a ring hangs on its loads'
     latency under the change, which the base does not show: on an H200 the 2-stage GEMMs
     moved 3.2-4.1 points per 32 ns (``bench/results/whatif/README.md``, stop 64), so such
     a prediction is no closer than the latency is known."""
@@ -2415,8 +2417,8 @@ def analyze_pipeline(trace: Trace, spec: PipelineSpec, *, worst: int = 5,
     like the one given (``pipelines.probed_launches_like``): each what-if is then the
     pooled prediction from all of them (:func:`pool_predictions`). ``sensitivity`` (with
     ``arrivals``): each what-if also says how far it moves per timer tick of load latency
-    (:func:`latency_sensitivity`: two more replays, a third more time on FA4 b4's 3.5 M
-    records)."""
+    (:func:`latency_sensitivity`: two more replays each; 2.1-2.3 -> 3.1-3.4 s on FA4 b4's 3.5 M
+    records with one what-if, stop 64)."""
     data = match_records(trace, spec)
     terms = infer_terms(data)
     sched = replay(data, terms=terms, release_sample=release_sample)
@@ -2458,6 +2460,7 @@ def analyze_pipeline(trace: Trace, spec: PipelineSpec, *, worst: int = 5,
                              for w in what_ifs]
     elif what_ifs:
         result["what_if"] = []
+        tick = timer_step(data) if sensitivity and arrivals else None
         for w in what_ifs:
             got = pool_predictions([
                 predict_what_if(data, w, terms=terms, first_load=first_load,
@@ -2471,12 +2474,12 @@ def analyze_pipeline(trace: Trace, spec: PipelineSpec, *, worst: int = 5,
                                           "reason": got["reason"]})
                 continue
             # how far the prediction stands on the loads' latency, where loads were sampled
-            per_tick = {} if not (sensitivity and arrivals) else {
+            per_tick = {} if tick is None else {
                 "latency_per_tick": latency_sensitivity(
-                    data, w, arrivals=arrivals, terms=terms, loaded_latency=True,
-                    first_load=first_load, record_ns=record_ns or 0.0,
+                    data, w, arrivals=arrivals, shift_ns=tick, terms=terms,
+                    loaded_latency=True, first_load=first_load, record_ns=record_ns or 0.0,
                     recorder_cost=recorder_cost, release_sample=release_sample),
-                "timer_tick_ns": timer_step(data)}
+                "timer_tick_ns": tick}
             # the record time removed from the replay, so a reader sees which estimate it was
             result["what_if"].append({**got["detail"], "predicted_change": got["predicted_change"],
                                       "interval": list(got["interval"]),

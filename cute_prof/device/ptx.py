@@ -114,8 +114,9 @@ def read_clock64(*, loc=None, ip=None) -> Int64:
 @cute.jit
 def spin_ns(ns: Int64):
     """Busy-wait ``ns`` nanoseconds on ``%globaltimer``: work of a known length, for demo
-    and test kernels whose records must show it (the wait ends on the first timer step past
-    ``ns``: 32 ns steps on an H100 or H200)."""
+    and test kernels whose records must show it, and the consumers' delay of
+    ``autoprofile(consumer_delay_ns=)`` (the wait ends on the first timer step past ``ns``:
+    32 ns steps on an H100 or H200)."""
     start = read_globaltimer()
     now = read_globaltimer()
     while now - start < ns:
