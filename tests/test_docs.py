@@ -181,3 +181,103 @@ def test_figure_check_reads_the_linked_file(tmp_path):
     bad = f"| a | 0.6543 ns | [r]({rel.as_posix()}) |"
     assert figure_problems(page, good) == []
     assert len(figure_problems(page, bad)) == 1
+
+
+# ---- every page opens with its task and a snippet that runs ----------------------------
+
+GPU_ONLY = "<!-- gpu-only"  # an HTML comment right above a fence: compile-check it, don't run
+OPENING_WITHIN = 14  # the opening snippet's fence starts within this many lines of the top
+MAX_PAGE_LINES = 250
+
+
+def pages() -> list[Path]:
+    return [ROOT / "README.md", *sorted((ROOT / "docs").glob("*.md"))]
+
+
+def opening_snippet(text: str) -> tuple[int, str, bool]:
+    """``(line, body, gpu_only)`` of the page's first fenced block, which must be Python."""
+    blocks = code_blocks(text)
+    assert blocks, "the page has no code block"
+    line, lang, body = blocks[0]
+    assert lang in PYTHON, f"line {line}: the page's first block is {lang or 'untyped'}, not Python"
+    assert line <= OPENING_WITHIN, f"the opening snippet starts on line {line}, not near the top"
+    above = text.splitlines()[line - 2].strip() if line > 1 else ""
+    return line, body, above.startswith(GPU_ONLY)
+
+
+def import_problems(body: str) -> list[str]:
+    """A GPU-only snippet imports only real names: every ``cute_prof`` module, name and
+    ``cute_prof.X`` attribute it uses exists (other packages: only where installed)."""
+    import importlib
+    import importlib.util
+
+    problems = []
+    tree = ast.parse(body)
+    for node in ast.walk(tree):
+        if isinstance(node, ast.Import):
+            modules = [(alias.name, []) for alias in node.names]
+        elif isinstance(node, ast.ImportFrom) and node.module and not node.level:
+            modules = [(node.module, [alias.name for alias in node.names])]
+        else:
+            continue
+        for module, names in modules:
+            top = module.split(".")[0]
+            if top != "cute_prof":
+                if importlib.util.find_spec(top) is None:
+                    continue  # an optional package that is not installed here
+                if top in {"flash_attn", "quack"}:
+                    continue  # importing them needs what only a GPU machine has
+            try:
+                mod = importlib.import_module(module)
+            except ImportError as error:
+                problems.append(f"import {module}: {error}")
+                continue
+            for name in names:
+                if not hasattr(mod, name):
+                    try:
+                        importlib.import_module(f"{module}.{name}")
+                    except ImportError:
+                        problems.append(f"{module} has no {name}")
+    import cute_prof
+
+    for node in ast.walk(tree):
+        if (isinstance(node, ast.Attribute) and isinstance(node.value, ast.Name)
+                and node.value.id == "cute_prof" and not hasattr(cute_prof, node.attr)):
+            problems.append(f"cute_prof has no {node.attr}")
+    return problems
+
+
+@pytest.mark.parametrize("path", pages(), ids=lambda p: p.name)
+def test_page_is_short(path):
+    assert len(path.read_text().splitlines()) <= MAX_PAGE_LINES
+
+
+@pytest.mark.parametrize("path", pages(), ids=lambda p: p.name)
+def test_opening_snippet_runs(path, tmp_path, monkeypatch, capsys):
+    """The opening snippet runs as a reader would run it from the repository's root (the
+    committed traces under examples/ and tests/), writing its outputs to a scratch folder;
+    a GPU-only one (kernel code, a launch) is compile-checked instead."""
+    line, body, gpu_only = opening_snippet(path.read_text())
+    code = compile(body, f"{path.name}:{line + 1}", "exec")
+    if gpu_only:
+        assert import_problems(body) == []
+        return
+    for name in ("examples", "tests", "bench", "cute_prof"):
+        (tmp_path / name).symlink_to(ROOT / name, target_is_directory=True)
+    monkeypatch.chdir(tmp_path)
+    exec(code, {"__name__": "__snippet__"})
+    assert capsys.readouterr().out.strip(), "the snippet prints nothing"
+
+
+def test_opening_checks_catch_what_they_should():
+    late = "# Page\n\n" + "text\n" * 20 + "```python\nx = 1\n```\n"
+    with pytest.raises(AssertionError, match="not near the top"):
+        opening_snippet(late)
+    with pytest.raises(AssertionError, match="not Python"):
+        opening_snippet("# Page\n\n```bash\nls\n```\n")
+    assert opening_snippet("# P\n\n<!-- gpu-only -->\n```python\nx = 1\n```\n")[2]
+    assert import_problems("from cute_prof.analysis import summarize\nimport cute_prof\n"
+                           "cute_prof.load_trace") == []
+    assert import_problems("from cute_prof.analysis import no_such_name\n"
+                           "import cute_prof\ncute_prof.no_such_attr") == [
+        "cute_prof.analysis has no no_such_name", "cute_prof has no no_such_attr"]
