@@ -123,6 +123,12 @@ def outputs() -> dict:
         out[f"pipeline {path}"] = jsonable(report)
         out[f"pipeline text {path}"] = format_pipeline_report(report)
         out[f"perfetto {path}"] = perfetto_digest(trace, spec)
+    # the check's cluster what-ifs: a multicast ring no longer shared, a cluster's launch gap
+    spec = load_pipeline(ROOT / WS_SPEC).with_changes(shared_by={"smem_ab": 2})
+    out["pipeline unrecorded clusters"] = jsonable(analyze_pipeline(
+        load_trace(ROOT / GEMM / "whatif_base.npz"), spec, record_ns=12.1, recorder_cost=0.05,
+        what_ifs=[{"shared_by": {"smem_ab": 1}, "gap_change_ns": -64.0},
+                  {"depth": {"smem_ab": 2}}, {"scale": {"ws.mma_ktile": 0.9}}]))
     out["pipeline cli whatif_base"] = cli_json(
         "analyze", GEMM + "whatif_base.npz", "--pipeline", WS_SPEC,
         "--depth", "smem_ab=3", "--faster", "ws.mma_ktile=10")
