@@ -27,8 +27,9 @@ sys.path.insert(0, str(ROOT / "bench"))
 
 import whatif_check  # noqa: E402
 from cute_prof import storage  # noqa: E402
-from cute_prof.analysis.critical_path import (  # noqa: E402
-    analyze_pipeline, match_records, predict_what_if)
+from cute_prof.analysis.pipeline_data import match_records
+from cute_prof.analysis.pipeline_report import analyze_pipeline
+from cute_prof.analysis.what_if import predict_what_if
 from cute_prof.analysis.model import load_pipeline  # noqa: E402
 from cute_prof.trace import Trace  # noqa: E402
 

@@ -21,7 +21,7 @@ sys.path.insert(0, str(ROOT / "bench"))
 from tools.columns import load_columns  # noqa: E402
 from tools.machine import cpu_model  # noqa: E402
 
-from cute_prof.analysis.critical_path import analyze_pipeline  # noqa: E402
+from cute_prof.analysis.pipeline_report import analyze_pipeline  # noqa: E402
 from cute_prof.analysis.pipelines import derive_pipeline  # noqa: E402
 
 

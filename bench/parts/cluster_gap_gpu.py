@@ -17,15 +17,13 @@ barriers' init (the 1x1 launch is the plain one, without it). Gap = an SM's CTA'
 record less the end of the last record of the CTA before it on that SM, over
 ``--launches`` traced launches.
 
-    python bench/cluster_launch_gap.py --sizes 1,2 --out $OUT/cluster_gap.json
-    python bench/cluster_launch_gap.py --traces GPU_OUT...   # CPU: ws_gemm's own, 2x1 base
-                                                             # and 1x1 variant
+    python bench/whatif.py cluster-gap --sizes 1,2 --out $OUT/cluster_gap.json
 
 Writes ``cluster_gap.json``: ``{"device": ..., "gap_ns": {"1": median, "2": median}, ...}``.
 Stop 55 (H100): 352 ns alone, 416 ns in clusters of two (``bench/results/whatif/
 cluster_gap.txt``): the launch itself adds 64 ns, about 0.1% of ws_gemm 4096^3. The check
-(``whatif_check.py``, ``cluster_gaps``) moves the model's launch gap by the difference for a
-what-if that changes the cluster (``what_if(gap_change_ns=)``); ``whatif_all_gpu.sh`` runs it as
+(``parts/whatif_check.py``, ``cluster_gaps``) moves the model's launch gap by the difference for a
+what-if that changes the cluster (``what_if(gap_change_ns=)``); ``bench/gpu.sh`` runs it as
 its ``cluster_gap`` part.
 """
 
@@ -38,11 +36,11 @@ from pathlib import Path
 
 import numpy as np
 
-ROOT = Path(__file__).resolve().parents[1]
+ROOT = Path(__file__).resolve().parents[2]
 sys.path.insert(0, str(ROOT))
 sys.path.insert(0, str(ROOT / "bench"))
 
-from cute_prof.analysis.critical_path import launch_gaps  # noqa: E402
+from cute_prof.analysis.dispatch import launch_gaps  # noqa: E402
 
 # one CTA per SM: a launch asks for this much dynamic shared memory (an H100 SM has 228 KB)
 SMEM_BYTES = 160 * 1024
@@ -62,54 +60,13 @@ def cta_spans(trace, warps_per_cta: int) -> tuple[np.ndarray, np.ndarray, np.nda
     return first, last, sm
 
 
-def start_periods(first: np.ndarray, sm: np.ndarray) -> np.ndarray:
-    """Of CTAs that started at ``first`` on ``sm``: each SM's next CTA's start after this
-    one's (what the SM's next CTA waits for, whichever record opens a CTA), beside the gaps
-    the model dispatches later CTAs after (``critical_path.launch_gaps``)."""
-    order = np.lexsort((first, sm))
-    same = sm[order][1:] == sm[order][:-1]
-    return (first[order][1:] - first[order][:-1])[same]
-
-
 def sm_gaps(trace, warps_per_cta: int) -> np.ndarray:
     """Each SM's gaps (ns) from one CTA's last record end to the next CTA's first start."""
     return launch_gaps(*cta_spans(trace, warps_per_cta))
 
 
-def traced_gaps(gpu_out: Path) -> list[str]:
-    """ws_gemm 4096^3's gaps in a what-if run (``bench/whatif_all_gpu.sh``'s gemm_ze part):
-    its 2x1 base's first traced launch and its 1x1 variant's trace (diagnosis only)."""
-    sys.path.insert(0, str(ROOT / "bench"))
-    import whatif_check
-    from tools.pipeline_data import matched
-
-    from cute_prof.analysis.critical_path import cta_dispatch
-
-    entry = next(e for e in whatif_check.ENTRIES if e.folder == "gemm_ze")
-    folder = gpu_out / entry.folder
-    lines = []
-    for name, path in (("2x1 base", folder / entry.trace),
-                       ("1x1 variant", folder / entry.variant_trace.format(variant="cluster1x1"))):
-        if not path.exists():
-            lines.append(f"{gpu_out.name} {name}: no {path.name}")
-            continue
-        _, data = matched(entry.load(path))
-        _, first, last, sm, _ = cta_dispatch(data)
-        # start to start beside the gap: the 1x1 variant's first record was its CTA
-        # barrier's, the 2x1's the first acquire after its (then unrecorded) cluster barrier
-        gaps, period = launch_gaps(first, last, sm), start_periods(first, sm)
-        p10, p90 = np.quantile(gaps, [0.1, 0.9])
-        lines.append(f"{gpu_out.name} {name}: gap median {np.median(gaps):.0f} ns "
-                     f"(p10 {p10:.0f}, p90 {p90:.0f}), "
-                     f"CTA median {np.median(last - first):.0f} ns, "
-                     f"start to start on an SM {np.median(period):.0f} ns")
-    return lines
-
-
 def main(argv=None) -> int:
     ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
-    ap.add_argument("--traces", type=Path, nargs="+", default=None,
-                    help="what-if runs' GPU_OUT folders: ws_gemm's own gaps (CPU), nothing timed")
     ap.add_argument("--sizes", default="1,2", help="cluster sizes (CTAs along x)")
     ap.add_argument("--waves", type=int, default=4, help="CTAs per SM over the launch")
     ap.add_argument("--iters", type=int, default=256, help="round trips per CTA")
@@ -117,10 +74,6 @@ def main(argv=None) -> int:
     ap.add_argument("--out", type=Path, default=None,
                     help="the JSON result (default $OUT/cluster_gap.json)")
     args = ap.parse_args(argv)
-    if args.traces:
-        for gpu_out in args.traces:
-            print("\n".join(traced_gaps(gpu_out)), flush=True)
-        return 0
     sizes = [int(s) for s in args.sizes.split(",")]
     if any(s < 1 for s in sizes) or args.waves < 2 or args.launches < 1:
         ap.error("sizes >= 1, --waves >= 2 (a gap needs a CTA after another), --launches >= 1")
@@ -138,7 +91,7 @@ def main(argv=None) -> int:
     n = cutlass.Int32(args.iters)
     result = {"device": f"{torch.cuda.get_device_name()}, CUDA {torch.version.cuda}",
               "date": time.strftime("%Y-%m-%d %H:%M UTC", time.gmtime()),
-              "command": "python bench/cluster_launch_gap.py " + " ".join(argv or sys.argv[1:]),
+              "command": "python bench/whatif.py cluster-gap " + " ".join(argv or sys.argv[1:]),
               "iters": args.iters, "sms": sms, "gap_ns": {}, "gap_quartiles_ns": {},
               "gaps": {}, "cta_ns": {}}
     for size in sizes:

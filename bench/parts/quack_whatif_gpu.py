@@ -4,7 +4,7 @@ base, and every variant timed with CUPTI in shuffled rounds. quack is not edited
 count comes from ``GemmSm90._compute_stages``, which this script wraps while a variant
 compiles.
 
-    python bench/quack_whatif_gpu.py --mnk 4096,4096,4096 --rounds 20
+    python bench/whatif.py quack --mnk 4096,4096,4096 --rounds 20
 
 Writes to $OUT (or ./quack_whatif_out): ``trace_<variant>.npz`` (zero-edit, compressed
 columns, metadata with the launch's cluster), ``timings.json`` (``{"times": {variant: [ns per
@@ -30,7 +30,7 @@ os.environ.setdefault("QUACK_CACHE_ENABLED", "0")  # compile in this process, no
 # compiled before (the stage count is not in its key)
 os.environ.setdefault("CUTE_DSL_NO_CACHE", "1")
 
-ROOT = Path(__file__).resolve().parents[1]
+ROOT = Path(__file__).resolve().parents[2]
 sys.path.insert(0, str(ROOT))
 sys.path.insert(0, str(ROOT / "bench"))
 
@@ -38,8 +38,6 @@ import cute_prof  # noqa: E402
 from cute_prof.calibration import paired_change  # noqa: E402
 from tools.columns import launch_path, save_columns  # noqa: E402
 from tools.cupti import time_shuffled, traced_launches  # noqa: E402
-from tools.probe_options import (  # noqa: E402
-    add_probe_options, probe_variants, slowed_delay, slowed_delays, slowed_name)
 
 QUACK_VERSION = "0.6.5"
 # quack takes as many A/B stages as shared memory holds (one more fails to launch, and a
@@ -78,19 +76,6 @@ def ab_stages(offset: int, chosen: dict | None = None):
         GemmSm90._compute_stages = classmethod(original)
 
 
-def on_fewer_clusters(plan, fraction: float):
-    """quack's launch plan with ``fraction`` of its persistent clusters (at least one): the
-    same compiled kernel, whose grid is its scheduler argument ``max_active_clusters``."""
-    from quack.gemm_tvm_ffi_utils import make_scheduler_args
-
-    if plan.scheduler_static is None or not plan.max_active_clusters:
-        raise RuntimeError("quack's plan has no static persistent scheduler to shrink "
-                           "(quack changed?)")
-    clusters = max(1, int(plan.max_active_clusters * fraction))
-    return plan._replace(max_active_clusters=clusters, scheduler_static=make_scheduler_args(
-        clusters, plan.max_swizzle_size, None, None))
-
-
 def main(argv=None) -> int:
     ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     ap.add_argument("--mnk", default="4096,4096,4096")
@@ -103,24 +88,15 @@ def main(argv=None) -> int:
                          "of its own: trace_base.npz, trace_base.launch1.npz, ...")
     ap.add_argument("--probed", type=int, default=None, metavar="K",
                     help="launches of the probed base (default: --traces; "
-                         "bench/whatif_all_gpu.sh takes 9). The check reads those that ran "
+                         "bench/gpu.sh takes 9). The check reads those that ran "
                          "like each traced launch in span (pipelines.probed_launches_like), "
                          "each one draw of the memory's state: with three, one alone on three "
                          "runs of eleven, its 4 -> 2 row at -6.71 .. +7.33; with nine, seven "
                          "to nine (stop 58: bench/results/whatif/README.md)")
-    ap.add_argument("--lighter-load", type=int, default=0, metavar="K",
-                    help="K more probed launches of the base kernel at half its persistent "
-                         "clusters (trace_base_lighter_arrivals.npz; quack's launch plan "
-                         "asks for half its max_active_clusters, the kernel unchanged): the "
-                         "model reads a slower change's load latency between its base's and "
-                         "these")
-    add_probe_options(ap, trace_prefix="trace_")
     args = ap.parse_args(argv)
     probed_launches = args.traces if args.probed is None else args.probed
     if args.traces < 1 or probed_launches < 1:
         ap.error("--traces and --probed take one launch or more")
-    probed_variants = probe_variants(args, VARIANTS, ap)
-    slowed = slowed_delays(args, ap)
     import torch
     import quack
     import quack.gemm as quack_gemm
@@ -161,20 +137,14 @@ def main(argv=None) -> int:
     traced = dict(variants)
     if args.load_arrivals:
         traced["base_arrivals"] = 0  # the base again, its producer probing sampled loads
-        for name in probed_variants:
-            traced[f"{name}_arrivals"] = variants[name]
-        for delay in slowed:
-            traced[slowed_name(delay)] = 0
     for name, offset in list(traced.items()):
         probes = args.load_arrivals if name.endswith("_arrivals") else 0
         try:
-            delay = slowed_delay(name)
-            with cute_prof.autoprofile(per_warp=4096, load_arrivals=probes,
-                                       consumer_delay_ns=delay) as prof:
+            with cute_prof.autoprofile(per_warp=4096, load_arrivals=probes) as prof:
                 build(offset)
             # the base (with and without probes): several launches, the model predicts from each
             count = (probed_launches if name == "base_arrivals"
-                     else args.traces if name == "base" or delay else 1)
+                     else args.traces if name == "base" else 1)
             traces = list(traced_launches(prof, launch, count))
         except Exception as err:  # e.g. one stage more than shared memory holds
             if name == "base":
@@ -186,24 +156,7 @@ def main(argv=None) -> int:
         for index, trace in enumerate(traces):
             trace.metadata["cluster"] = list(cluster)
             trace.metadata["quack_ab_stages"] = chosen["base"] + offset
-            if delay:
-                trace.metadata["consumer_delay_ns"] = delay
             save_columns(launch_path(out_dir / f"trace_{name}.npz", index), trace)
-        if name == "base_arrivals" and args.lighter_load:
-            # the same probed kernel on half its clusters: half the memory load
-            full = dict(plans)
-            plans.update({key: on_fewer_clusters(plan, 0.5) for key, plan in full.items()})
-            for index, light in enumerate(traced_launches(prof, launch, args.lighter_load)):
-                light.metadata["cluster"] = list(cluster)
-                light.metadata["quack_ab_stages"] = chosen["base"]
-                light.metadata["max_active_clusters"] = next(iter(plans.values())).max_active_clusters
-                save_columns(launch_path(out_dir / "trace_base_lighter_arrivals.npz", index), light)
-            plans.clear()
-            plans.update(full)
-            lines.append(f"base_lighter_arrivals: {args.lighter_load} probed launches on "
-                         f"{light.metadata['max_active_clusters']} clusters, "
-                         f"{len(light.events):,} records, overflow {light.overflow}")
-            print(lines[-1], flush=True)
         error = float((out.float() - a.float() @ b.float()).abs().max() / k ** 0.5)
         lines.append(f"{name}: {chosen['base'] + offset} A/B stages, max |out - torch| / sqrt(k) "
                      f"{error:.2e}, {len(trace.events):,} zero-edit records, overflow "

@@ -2,7 +2,7 @@
 next to variants built another way (FA4 itself unmodified; a variant only changes what FA4's
 interface passes to its kernel class).
 
-    python bench/fa4_whatif_gpu.py --rounds 20            # writes to $OUT (or ./fa4_whatif_out)
+    python bench/whatif.py fa4 --rounds 20            # writes to $OUT (or ./fa4_whatif_out)
 
 Variants: ``base`` (FA4's own choice: 2 K/V stages, intra-warpgroup overlap, PV from
 registers), ``stages1`` (one K/V stage), ``stages3`` (three, where shared memory allows),
@@ -29,7 +29,7 @@ from pathlib import Path
 
 import numpy as np
 
-ROOT = Path(__file__).resolve().parents[1]
+ROOT = Path(__file__).resolve().parents[2]
 sys.path.insert(0, str(ROOT))
 sys.path.insert(0, str(ROOT / "bench"))
 
@@ -91,9 +91,6 @@ def main(argv=None) -> int:
     ap.add_argument("--load-arrivals", type=int, default=7, metavar="N",
                     help="one more base trace (trace_base_arrivals.npz) whose producer probes "
                          "one load in N (autoprofile(load_arrivals=N)); 0: none")
-    ap.add_argument("--probe-variants", default="", metavar="NAMES",
-                    help="variants also traced with the same probes (trace_<name>_arrivals.npz, "
-                         "cut like the variant's): diagnosis of their loads, never a model input")
     ap.add_argument("--traces", type=int, default=3, metavar="K",
                     help="traced launches of the base (and of the probed base), each after ten "
                          "of its own: trace_base.npz, trace_base.launch1.npz, ...")
@@ -127,9 +124,8 @@ def main(argv=None) -> int:
             fa._flash_attn_fwd.compile_cache = cache
             fa._flash_attn_fwd(q, k, v, causal=args.causal, **kwargs)
         return run
-    if args.load_arrivals:  # traced, not timed
-        probed = ["base", *filter(None, args.probe_variants.split(","))]
-        names += [f"{name}_arrivals" for name in probed if name in names]
+    if args.load_arrivals and "base" in names:  # traced, not timed
+        names.append("base_arrivals")
     if args.no_barriers and "base" in names:  # timed, not traced
         names.append("base_barriers")
     for name in names:
@@ -185,7 +181,7 @@ def main(argv=None) -> int:
               if args.block_rounds else {})
     result = {"device": torch.cuda.get_device_name(), "driver": torch.version.cuda,
               "date": time.strftime("%Y-%m-%d %H:%M UTC", time.gmtime()),
-              "command": "python bench/fa4_whatif_gpu.py " + " ".join(argv or sys.argv[1:]),
+              "command": "python bench/whatif.py fa4 " + " ".join(argv or sys.argv[1:]),
               "shape": shape, "causal": args.causal, "rounds": args.rounds,
               "barriers_recorded": not args.no_barriers,
               "times_ms": times, "times_blocks_ms": blocks, "block_size": args.block_size,
