@@ -14,6 +14,12 @@ launch of each kernel in the block. Kernels compiled before the block, or served
 framework's own cache of compiled kernels, record nothing: compile them inside it.
 A framework cache may keep the recording kernel after the block; it keeps writing into its
 buffer, which stays allocated for that reason.
+
+This module owns the user's entry point (:func:`autoprofile`, its options and their checks)
+and :class:`AutoProfile`, which decodes the buffers into traces. The wrapping of the kernel's
+calls is :mod:`cute_prof.device.autoprof`'s, imported only when a block opens (``import
+cute_prof`` needs no CUTLASS DSL); it may not take the what-if experiments' options, which are
+:mod:`cute_prof.experimental`'s.
 """
 
 from __future__ import annotations
@@ -84,9 +90,9 @@ class AutoProfile:
         swapped, such as FA4's, needs the block's ``caches`` put in place) ``warm`` + 1 times
         back to back and trace the last call. The
         launch right after a compile follows an idle GPU and a zeroed buffer, which evicts
-        the kernel's inputs from L2: FA4 b1 s1024's loads took 576-672 ns there against 352
-        in warm launches, and a what-if from that trace carries the cold state. Each launch
-        rewrites its slices from the start, so the trace is the last launch's alone."""
+        the kernel's inputs from L2: its loads are slower than in warm launches (see
+        docs/performance.md), and a what-if from that trace carries the cold state. Each
+        launch rewrites its slices from the start, so the trace is the last launch's alone."""
         if not callable(launch):
             raise ProfileBufferError(f"launch must be a callable that launches the kernel once, "
                                      f"got {type(launch).__name__}")
@@ -117,11 +123,13 @@ class AutoProfile:
             reset_slices(recording.buffer)
 
 
-@contextlib.contextmanager
+# the options autoprofile() used to take for the what-if experiments
+EXPERIMENT_OPTIONS = ("load_arrivals", "consumer_delay_ns")
+
+
 def autoprofile(*, per_warp: int = DEFAULT_PER_WARP, max_warps: int = DEFAULT_MAX_WARPS,
                 kernels: tuple[str, ...] | list[str] | str | None = None, device=None,
-                caches=(), synchronize: bool = True, load_arrivals: int = 0,
-                barriers: bool = True, consumer_delay_ns: int = 0):
+                caches=(), synchronize: bool = True, barriers: bool = True, **unknown):
     """Record every pipeline and barrier call of kernels compiled inside the block.
 
     ``per_warp``: records kept per warp (a wait is two, a signal one; the rest is counted
@@ -132,24 +140,36 @@ def autoprofile(*, per_warp: int = DEFAULT_PER_WARP, max_warps: int = DEFAULT_MA
     cache of compiled kernels (FA4: ``(interface._flash_attn_fwd, "compile_cache")``);
     inside the block each is an empty cache of the same type, so the kernel compiles again
     and records, and the old one is back afterwards (the block's cache stays on
-    ``AutoProfile.caches``, to launch the recording kernel again). ``load_arrivals``: N > 0
-    also samples the load latency of every TMA-loaded ring: after one commit in N (each cluster
-    at its own place in the period, so that every position of the loop is sampled alike),
-    the producer waits for that load and records ``<ring>.load_arrival`` (the probe delays the
-    producer, so take the pipeline's timings from a run without it; read the loads with
-    ``analysis.pipelines.load_arrival_sample``). ``barriers=False``: record the pipelines
-    only, not the named barriers (nor a cluster's, ``cluster.wait`` / ``cluster.arrive``):
-    a kernel whose warps hand off through named barriers inside their loop (FA4's consumer
-    warpgroups) pays less for its recording (0.3-2 points of FA4's 11-15% on an H100). The
-    pipeline model reads no barrier record, yet its what-ifs on FA4 came out 7-8 points high
-    from such traces
-    (``bench/results/zero_edit_h100/barriers_off.md``): record the barriers for what-ifs.
-    ``consumer_delay_ns``: D > 0 makes every consumer warp spin D ns after each release of a
-    TMA-loaded ring: the same kernel at a slower pace on every SM, whose loads (with
-    ``load_arrivals``) show the memory's latency at a lower throughput, every SM running (a
-    starved ring's own loads were 64-189 ns slower than these at its rate on an H200:
-    ``bench/results/whatif/slowed_loads.md``); an experiment, not a profile (its timings are
-    not the kernel's). Yields an :class:`AutoProfile`."""
+    ``AutoProfile.caches``, to launch the recording kernel again). ``synchronize``: wait for
+    the GPU before reading a buffer. ``barriers=False``: record the pipelines only, not the
+    named barriers (nor a cluster's, ``cluster.wait`` / ``cluster.arrive``): a kernel whose
+    warps hand off through named barriers inside their loop pays less for its recording. The
+    pipeline model reads no barrier record, yet its what-ifs come out less accurate from
+    such traces: record the barriers for what-ifs (the figures: docs/performance.md).
+
+    Any other keyword is a :class:`TypeError`; the load-arrival probes and the consumer delay
+    of the what-if research are :func:`cute_prof.experimental.autoprofile_probed`'s.
+    Returns a context manager that yields an :class:`AutoProfile`."""
+    if unknown:
+        name = sorted(unknown)[0]
+        hint = (f": {name} is an experiment, not a profiling option; use "
+                f"cute_prof.experimental.autoprofile_probed({name}=...)"
+                if name in EXPERIMENT_OPTIONS else "")
+        raise TypeError(f"autoprofile() got an unexpected keyword argument {name!r}{hint}")
+    return recording_block(per_warp=per_warp, max_warps=max_warps, kernels=kernels,
+                           device=device, caches=caches, synchronize=synchronize,
+                           barriers=barriers)
+
+
+@contextlib.contextmanager
+def recording_block(*, per_warp: int = DEFAULT_PER_WARP, max_warps: int = DEFAULT_MAX_WARPS,
+                    kernels: tuple[str, ...] | list[str] | str | None = None, device=None,
+                    caches=(), synchronize: bool = True, barriers: bool = True,
+                    experiments: dict | None = None):
+    """The block behind :func:`autoprofile` (its options, with its defaults, checked here)
+    and :func:`cute_prof.experimental.autoprofile_probed` (``experiments``: more fields of
+    the device's ``RecordingConfig``, which that function checks). Yields an
+    :class:`AutoProfile`."""
     from .device.autoprof import RecordingConfig, recording
 
     if isinstance(kernels, str):
@@ -157,13 +177,6 @@ def autoprofile(*, per_warp: int = DEFAULT_PER_WARP, max_warps: int = DEFAULT_MA
     per_warp, max_warps = int(per_warp), int(max_warps)
     if per_warp < 1 or max_warps < 1:
         raise ProfileBufferError(f"per_warp and max_warps must be >= 1, got {per_warp}, {max_warps}")
-    if isinstance(load_arrivals, bool) or not isinstance(load_arrivals, int) or load_arrivals < 0:
-        raise ProfileBufferError(f"load_arrivals must be an int >= 0 (0: off; N: probe one load "
-                                 f"in N), got {load_arrivals!r}")
-    if (isinstance(consumer_delay_ns, bool) or not isinstance(consumer_delay_ns, int)
-            or consumer_delay_ns < 0):
-        raise ProfileBufferError(f"consumer_delay_ns must be an int >= 0 (0: off), got "
-                                 f"{consumer_delay_ns!r}")
 
     def allocate(n_slices: int, records: int):
         target = device
@@ -177,8 +190,7 @@ def autoprofile(*, per_warp: int = DEFAULT_PER_WARP, max_warps: int = DEFAULT_MA
         raise ProfileBufferError(f"barriers must be True or False, got {barriers!r}")
     config = RecordingConfig(per_warp=per_warp, max_warps=max_warps, allocate=allocate,
                              kernels=tuple(kernels) if kernels is not None else None,
-                             load_arrivals=load_arrivals, barriers=barriers,
-                             consumer_delay_ns=consumer_delay_ns)
+                             barriers=barriers, **(experiments or {}))
     saved = [(owner, name, getattr(owner, name)) for owner, name in caches]
     result = None
     try:

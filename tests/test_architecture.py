@@ -25,7 +25,7 @@ STAGES = {
     "analysis": 4,
     "export": 5,
     "merge": 6, "loops": 6, "distributed": 6, "flight": 6, "session": 6, "report": 6,
-    "autoprof": 6,
+    "autoprof": 6, "experimental": 6,
     "cli": 7, "example": 7, "__init__": 8,
 }
 

@@ -32,6 +32,7 @@ except ImportError as err:
     json.dump({"skip": f"flash-attn-4 not importable: {err}"}, open(sys.argv[1], "w"))
     sys.exit(0)
 import cute_prof
+from cute_prof.experimental import autoprofile_probed
 
 dump = os.environ["CUTE_DSL_DUMP_DIR"]
 fa.get_num_sms_for_selection = lambda *a, **k: 132  # an H100's, instead of asking the GPU
@@ -64,7 +65,7 @@ for causal in (False, True):
                         "sites": [s.to_dict() for s in rec.sites.values()],
                         "pipelines": [p.to_dict() for p in rec.pipelines],
                         "closed": rec.closed, "address": int(rec.buffer.data_ptr())}
-with cute_prof.autoprofile(per_warp=4096, max_warps=16384, device="cpu", load_arrivals=7) as prof:
+with autoprofile_probed(per_warp=4096, max_warps=16384, device="cpu", load_arrivals=7) as prof:
     probed = ptx(False)
 out["probed"] = {"ptx": probed, "sites": [s.to_dict() for s in prof.recordings[-1].sites.values()]}
 json.dump(out, open(sys.argv[1], "w"))

@@ -118,10 +118,6 @@ def test_trace_warm_without_a_recorded_kernel_says_so_before_launching():
 
 
 @pytest.mark.parametrize("options, match", [({"per_warp": 0}, "per_warp"),
-                                            ({"load_arrivals": -1}, "load_arrivals"),
-                                            ({"load_arrivals": True}, "load_arrivals"),
-                                            ({"consumer_delay_ns": -5}, "consumer_delay_ns"),
-                                            ({"consumer_delay_ns": 2.5}, "consumer_delay_ns"),
                                             ({"barriers": "no"}, "barriers")])
 def test_autoprofile_refuses_bad_options_before_recording(options, match):
     pytest.importorskip("cutlass")
@@ -130,4 +126,51 @@ def test_autoprofile_refuses_bad_options_before_recording(options, match):
     with pytest.raises(ProfileBufferError, match=match):
         with cute_prof.autoprofile(device="cpu", **options):
             pass
-    assert device_autoprof._active is None  # nothing was left wrapped
+    assert not device_autoprof.is_recording()  # nothing was left wrapped
+
+
+@pytest.mark.parametrize("options, match", [({"load_arrivals": -1}, "load_arrivals"),
+                                            ({"load_arrivals": True}, "load_arrivals"),
+                                            ({"consumer_delay_ns": -5}, "consumer_delay_ns"),
+                                            ({"consumer_delay_ns": 2.5}, "consumer_delay_ns"),
+                                            ({"per_warp": 0}, "per_warp"),
+                                            ({"barriers": "no"}, "barriers")])
+def test_autoprofile_probed_refuses_bad_options_before_recording(options, match):
+    pytest.importorskip("cutlass")
+    from cute_prof.device import autoprof as device_autoprof
+    from cute_prof.experimental import autoprofile_probed
+
+    with pytest.raises(ProfileBufferError, match=match):
+        with autoprofile_probed(device="cpu", **options):
+            pass
+    assert not device_autoprof.is_recording()
+
+
+@pytest.mark.parametrize("option", ["load_arrivals", "consumer_delay_ns"])
+def test_autoprofile_points_an_experiment_option_to_cute_prof_experimental(option):
+    with pytest.raises(TypeError, match=f"{option}.*cute_prof.experimental.autoprofile_probed"):
+        cute_prof.autoprofile(**{option: 7})
+
+
+def test_autoprofile_and_autoprofile_probed_refuse_an_unknown_option_alike():
+    from cute_prof.experimental import autoprofile_probed
+
+    for enter in (cute_prof.autoprofile, autoprofile_probed):
+        with pytest.raises(TypeError, match="unexpected keyword argument 'per_wrap'$"):
+            enter(per_wrap=64)
+
+
+def test_the_block_behind_both_entries_has_autoprofiles_defaults():
+    """autoprofile_probed() passes the user's options on to the block as given: the block's
+    defaults must be autoprofile()'s."""
+    import inspect
+
+    from cute_prof.autoprof import autoprofile, recording_block
+
+    user = {k: p.default for k, p in inspect.signature(autoprofile).parameters.items()
+            if p.kind is p.KEYWORD_ONLY}
+    block = {k: p.default for k, p in inspect.signature(recording_block).parameters.items()
+             if k in user}
+    assert block == user and set(user) == set(inspect.signature(recording_block).parameters) - {
+        "experiments"}
+    assert not {"load_arrivals", "consumer_delay_ns"} & set(inspect.signature(autoprofile).parameters)

@@ -21,6 +21,7 @@ import cutlass.cute as cute
 from cutlass import Int32
 import examples.ws_gemm as W
 import cute_prof
+from cute_prof.experimental import autoprofile_probed
 
 def ptx():
     gemm = W.WsGemm(W.GemmConfig(recorder="slices"))
@@ -34,11 +35,11 @@ before = ptx()
 with cute_prof.autoprofile(per_warp=64, max_warps=1024, device="cpu") as prof:
     recorded = ptx()
 after = ptx()
-with cute_prof.autoprofile(per_warp=64, max_warps=1024, device="cpu", load_arrivals=7) as probing:
+with autoprofile_probed(per_warp=64, max_warps=1024, device="cpu", load_arrivals=7) as probing:
     probed = ptx()
 with cute_prof.autoprofile(per_warp=64, max_warps=1024, device="cpu", barriers=False) as quiet:
     pipelines_only = ptx()
-with cute_prof.autoprofile(per_warp=64, max_warps=1024, device="cpu", consumer_delay_ns=12345):
+with autoprofile_probed(per_warp=64, max_warps=1024, device="cpu", consumer_delay_ns=12345):
     delayed = ptx()
 rec = prof.recordings[0]
 json.dump({"pipelines_only": pipelines_only,

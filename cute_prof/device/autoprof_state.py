@@ -1,0 +1,411 @@
+"""Zero-edit recording's trace-time state: what one recording block found and the kernel being
+traced now, and the records it emits into that kernel's slice.
+
+Owns the recording's data (:class:`KernelRecording`, :class:`Site`, :class:`PipelineInfo`,
+:class:`RecordingConfig`), the process's one :data:`STATE`, the slice's open at the kernel's
+entry and its close where the body ends, a pipeline's name (the variable its ``create`` was
+assigned to) and the records of one call (:func:`record_call`). It wraps nothing of
+``cutlass``: :mod:`cute_prof.device.autoprof` does, and calls in here; it may not import that
+module nor anything on the host side above ``device``.
+"""
+
+from __future__ import annotations
+
+import ast
+import contextlib
+import dataclasses
+import linecache
+import sys
+import threading
+from typing import Any, Callable
+
+from cutlass import Boolean, Int32, Int64
+from cutlass._mlir import ir
+from cutlass._mlir.dialects import llvm
+from cutlass.cutlass_dsl import T
+
+from .. import layout
+from ..errors import ProfileBufferError
+from ..tags import TagTable
+from .scope import is_library_file, on_kernel_end, user_location
+from .slices import SliceHeader, SliceRecorder
+
+KERNEL_OPS = ("cuda.kernel",)
+FUNCTION_OPS = ("cuda.kernel", "cuda.func", "func.func", "gpu.func", "llvm.func")
+
+
+@dataclasses.dataclass
+class PipelineInfo:
+    """One pipeline object of a kernel, as traced."""
+
+    index: int
+    name: str  # the variable its create() was assigned to, else "<class>#<index>"
+    cls: str
+    stages: int
+    created_at: str  # file:line of the create() call
+    # its producer_commit is the full barrier's own arrive on a TMA-loaded ring: the arm
+    # (expect-tx) a kernel that drives the barriers itself makes before its copies, so the
+    # copies issue after the commit's record, not before it
+    commit_arms_copies: bool = False
+
+    def to_dict(self) -> dict[str, Any]:
+        return dataclasses.asdict(self)
+
+
+@dataclasses.dataclass
+class Site:
+    """What one tag of an instrumented kernel means."""
+
+    tag: int
+    name: str
+    op: str  # producer_acquire, ..., barrier, barrier_arrive, sync_threads, region, mark
+    kind: str  # "wait" (a region: blocked time), "signal" (an instant), "work" (opt-in region)
+    pipeline: int | None  # PipelineInfo.index, None for barriers
+
+    def to_dict(self) -> dict[str, Any]:
+        return dataclasses.asdict(self)
+
+
+class KernelRecording:
+    """The buffer and the meaning of the tags of one instrumented kernel."""
+
+    def __init__(self, name: str, buffer, n_slices: int, per_warp: int, *,
+                 barriers: bool = True):
+        self.name = name
+        self.barriers = bool(barriers)  # were named barriers recorded
+        self.buffer = buffer
+        self.n_slices, self.per_warp = int(n_slices), int(per_warp)
+        self.tags = TagTable.auto()
+        self.sites: dict[int, Site] = {}
+        self.pipelines: list[PipelineInfo] = []
+        self.closed = False
+
+    def site(self, name: str, op: str, kind: str, pipeline: int | None) -> int:
+        tag = self.tags.id(name)
+        self.sites.setdefault(tag, Site(tag, name, op, kind, pipeline))
+        return tag
+
+    def metadata(self) -> dict[str, Any]:
+        """What the host needs to name and model this kernel's records (JSON-safe)."""
+        return {
+            "kernel": self.name,
+            "sites": [s.to_dict() for s in self.sites.values()],
+            "pipelines": [p.to_dict() for p in self.pipelines],
+            "barriers_recorded": self.barriers,
+        }
+
+
+@dataclasses.dataclass
+class RecordingConfig:
+    """How :func:`~cute_prof.device.autoprof.recording` sizes the buffer of each kernel it
+    instruments, and what it records."""
+
+    per_warp: int
+    max_warps: int
+    allocate: Callable[[int, int], Any]  # (n_slices, per_warp) -> a slices buffer tensor
+    kernels: tuple[str, ...] | None = None  # instrument only kernels whose name has one of these
+    # > 0 (an experiment, cute_prof.experimental): after one producer_commit in this many of a
+    # TMA-loaded ring, the producer waits for that load's full barrier and records when it
+    # completed (see cute_prof.device.load_arrivals)
+    load_arrivals: int = 0
+    # > 0 (an experiment, cute_prof.experimental): every consumer warp spins this long (ns)
+    # after each release of a TMA-loaded ring (the kernel at a slower pace on every SM: its
+    # loads at a lower memory throughput)
+    consumer_delay_ns: int = 0
+    # False: named barriers (``barrier``, ``barrier_arrive``, ``sync_threads``) are not
+    # recorded, only the pipelines (what the pipeline model reads; a kernel whose warps hand
+    # off through named barriers makes about as many barrier calls as pipeline calls)
+    barriers: bool = True
+
+
+class Tracing:
+    """Trace-time state of the kernel being traced now."""
+
+    def __init__(self, kernel_op, recording: KernelRecording):
+        self.kernel_op = kernel_op
+        self.recording = recording
+        self.recorder: SliceRecorder | None = None
+        self.cursor_slot = None
+        self.storing_slot = None
+        # pipeline index -> stack slot: 1 while the ring's latest full-barrier arm has had
+        # no acquire after it (load_arrivals.previous_load_arrival_probe)
+        self.armed_slots: dict[int, Any] = {}
+
+
+class RecordingState:
+    """The process's zero-edit recording: the active block's config (None outside one), the
+    kernels it instrumented, the kernel being traced now."""
+
+    def __init__(self):
+        self.lock = threading.RLock()
+        self.active: RecordingConfig | None = None
+        self.recordings: list[KernelRecording] = []
+        self.tracing: Tracing | None = None
+        self.skipped_kernels: set = set()
+        self.depth = threading.local()  # > 0 inside a recorded call (its own calls record nothing)
+        self.pipeline_ids: dict[int, PipelineInfo] = {}  # id(pipeline object) -> its info
+        # every buffer a compiled kernel may still write to: a framework that caches the
+        # compiled kernel (FA4's compile_cache) can launch it after the recording ended
+        self.live_buffers: list = []
+
+
+STATE = RecordingState()
+
+
+# ------------------------------------------------------------------ trace-time helpers
+def current_block():
+    try:
+        return ir.InsertionPoint.current.block
+    except (ValueError, RuntimeError):
+        return None
+
+
+def enclosing_function(block):
+    """The outermost function-like op around ``block`` (kernel, device function), or None."""
+    found = None
+    while block is not None:
+        op = block.owner
+        if op is None:
+            break
+        operation = op.operation if hasattr(op, "operation") else op
+        if operation.name in FUNCTION_OPS:
+            found = operation
+        if not operation.attached or operation.parent is None:
+            break
+        block = operation.block
+    return found
+
+
+def kernel_name(kernel_op) -> str:
+    try:
+        return ir.StringAttr(kernel_op.attributes["sym_name"]).value
+    except (KeyError, ValueError):
+        return "kernel"
+
+
+def in_call() -> bool:
+    """Inside a recorded call: the calls it makes itself record nothing."""
+    return getattr(STATE.depth, "value", 0) > 0
+
+
+@contextlib.contextmanager
+def outermost():
+    STATE.depth.value = getattr(STATE.depth, "value", 0) + 1
+    try:
+        yield
+    finally:
+        STATE.depth.value -= 1
+
+
+def tracing_here() -> Tracing | None:
+    """The state of the kernel whose body is being traced at the current insertion point,
+    creating it (and its buffer) at the kernel's first record; None where nothing records."""
+    active = STATE.active
+    if active is None or in_call():
+        return None
+    block = current_block()
+    if block is None:
+        return None
+    function = enclosing_function(block)
+    if function is None:
+        return None
+    if function.name not in KERNEL_OPS:
+        raise ProfileBufferError(
+            f"zero-edit recording met a pipeline or barrier call at {user_location()} inside a "
+            f"separately compiled device function ({function.name}); only calls traced into a "
+            f"@cute.kernel body can be recorded. Profile this kernel with hand-placed "
+            f"SliceRecorder regions, or inline the function")
+    if STATE.tracing is not None and STATE.tracing.kernel_op == function:
+        return STATE.tracing
+    name = kernel_name(function)
+    if active.kernels is not None and not any(k in name for k in active.kernels):
+        STATE.skipped_kernels.add(name)
+        return None
+    buffer = active.allocate(active.max_warps, active.per_warp)
+    STATE.live_buffers.append(buffer)
+    recording = KernelRecording(name, buffer, active.max_warps, active.per_warp,
+                                barriers=active.barriers)
+    STATE.recordings.append(recording)
+    STATE.pipeline_ids.clear()
+    STATE.tracing = Tracing(function, recording)
+    return STATE.tracing
+
+
+def cta_linear_index() -> Int32:
+    from cutlass import cute
+
+    bx, by, bz = cute.arch.block_idx()
+    gx, gy, _ = cute.arch.grid_dim()
+    return Int32(bx) + Int32(gx) * (Int32(by) + Int32(gy) * Int32(bz))
+
+
+def cluster_linear_index() -> Int32:
+    """The launch's cluster this CTA is in, linear (a launch without clusters: its CTA)."""
+    from cutlass import cute
+
+    cx, cy, cz = cute.arch.cluster_idx()
+    nx, ny, _ = cute.arch.cluster_dim()
+    return Int32(cx) + Int32(nx) * (Int32(cy) + Int32(ny) * Int32(cz))
+
+
+# ------------------------------------------------------------------ the kernel's slice
+def open_slice(state: Tracing) -> None:
+    """At the kernel's entry: the two stack slots of the cursor and the slice's open."""
+    rec = state.recording
+    entry = state.kernel_op.regions[0].blocks[0]
+    address = int(rec.buffer.data_ptr())
+    dims = (rec.n_slices << 32) | rec.per_warp
+    with ir.InsertionPoint.at_block_begin(entry):
+        one = Int32(1).ir_value()
+        pointer = llvm.PointerType.get()
+        state.cursor_slot = llvm.alloca(pointer, one, T.i32(), alignment=4)
+        state.storing_slot = llvm.alloca(pointer, one, T.bool(), alignment=1)
+        header = SliceHeader(Int64(layout.SLICES_MAGIC), Int64(dims))
+        recorder = SliceRecorder(address, cta_linear_index(), ordered=False, header=header)
+        cursor, storing = recorder.cursor_state()
+        llvm.store(cursor.ir_value(), state.cursor_slot)
+        llvm.store(storing.ir_value(), state.storing_slot)
+    state.recorder = recorder
+
+
+@contextlib.contextmanager
+def slice_recorder(state: Tracing):
+    """The kernel's recorder with its cursor loaded from the stack slots here, stored back
+    after the records of one call."""
+    if state.recorder is None:
+        open_slice(state)
+    rec = state.recorder
+    cursor = Int32(llvm.load(T.i32(), state.cursor_slot))
+    storing = Boolean(llvm.load(T.bool(), state.storing_slot))
+    rec.set_cursor_state(cursor, storing)
+    yield rec
+    cursor, storing = rec.cursor_state()
+    llvm.store(cursor.ir_value(), state.cursor_slot)
+    llvm.store(storing.ir_value(), state.storing_slot)
+
+
+def kernel_end() -> None:
+    """Where a kernel's body ends (scope's hook): close its slice."""
+    state = STATE.tracing
+    if state is None or STATE.active is None:
+        return
+    function = enclosing_function(current_block())
+    if function is None or function != state.kernel_op:
+        return
+    STATE.tracing = None
+    if state.recorder is None:
+        return
+    with slice_recorder(state) as rec:
+        rec.close()
+    state.recording.closed = True
+
+
+on_kernel_end(kernel_end)
+
+
+# ------------------------------------------------------------------ records of one call
+def span_start(state: Tracing):
+    """A region's start: a timer read only (the cursor stays put)."""
+    if state.recorder is None:
+        open_slice(state)
+    return state.recorder.now()
+
+
+def span_end(state: Tracing, start, tag: int, payload) -> None:
+    with slice_recorder(state) as rec:
+        rec.span(start, tag, payload=payload)
+
+
+def instant(state: Tracing, tag: int, payload) -> None:
+    with slice_recorder(state) as rec:
+        rec.instant(tag, payload=payload & layout.MAX_SLICE_PAYLOAD
+                    if isinstance(payload, int) else payload)
+
+
+def record_call(tag_of: Callable[[KernelRecording], tuple[int, str]], payload_of, call):
+    """Make ``call()`` with its records: a wait a region around it, a signal an instant after
+    it (``tag_of(recording)`` gives the tag and the kind); the call alone where nothing
+    records."""
+    state = tracing_here()
+    if state is None:
+        return call()
+    tag, kind = tag_of(state.recording)
+    payload = payload_of()
+    with outermost():
+        if kind == "wait":
+            start = span_start(state)
+            result = call()
+            span_end(state, start, tag, payload)
+        else:
+            result = call()
+            instant(state, tag, payload)
+    return result
+
+
+# ------------------------------------------------------------------ naming
+def assigned_name(frame) -> str | None:
+    """The variable a ``x = Something.create(...)`` statement at ``frame`` assigns, if any."""
+    lines = []
+    lineno = frame.f_lineno
+    filename = frame.f_code.co_filename
+    for back in range(0, 4):  # a call split over lines: try the statement's first lines
+        text = linecache.getline(filename, lineno - back)
+        if not text:
+            break
+        lines.insert(0, text.strip())
+        source = " ".join(lines)
+        head = source.split("(", 1)[0]
+        if "=" in head and "==" not in head:
+            target = head.split("=", 1)[0].strip()
+            try:
+                node = ast.parse(target, mode="eval").body
+            except SyntaxError:
+                continue
+            if isinstance(node, ast.Name):
+                return node.id
+            if isinstance(node, ast.Attribute):
+                return node.attr
+    return None
+
+
+def creation_site() -> tuple[str | None, str]:
+    """(variable name, file:line) of the user statement that called a pipeline create();
+    a helper that ``return``s the new pipeline is followed to its caller's assignment. Call
+    it from the ``create`` wrapper itself: the frame two up is the wrapper's caller."""
+    frame = sys._getframe(2)
+    while frame is not None and (frame.f_code.co_name == "create"
+                                 or is_library_file(frame.f_code.co_filename)):
+        frame = frame.f_back
+    if frame is None:
+        return None, "<unknown>"
+    where = f"{frame.f_code.co_filename}:{frame.f_lineno}"
+    for _ in range(4):
+        name = assigned_name(frame)
+        if name is not None:
+            return name, where
+        text = linecache.getline(frame.f_code.co_filename, frame.f_lineno).strip()
+        if not text.startswith("return") or frame.f_back is None:
+            break
+        frame = frame.f_back
+    return None, where
+
+
+def pipeline_info(pipeline) -> PipelineInfo:
+    """The :class:`PipelineInfo` of a pipeline object of the kernel being traced (made, and
+    added to its recording, at the object's first recorded call)."""
+    key = id(pipeline)
+    info = STATE.pipeline_ids.get(key)
+    if info is not None and info.cls == type(pipeline).__name__:
+        return info
+    stages = int(getattr(pipeline, "num_stages", 0) or 0)
+    rec = STATE.tracing.recording if STATE.tracing is not None else None
+    index = len(rec.pipelines) if rec is not None else len(STATE.pipeline_ids)
+    pending = getattr(pipeline, "_cute_prof_site", None)
+    name, where = pending if pending else (None, "<unknown>")
+    if not name or any(p.name == name for p in (rec.pipelines if rec else [])):
+        name = f"{name or type(pipeline).__name__}#{index}"
+    info = PipelineInfo(index, name, type(pipeline).__name__, stages, where)
+    STATE.pipeline_ids[key] = info
+    if rec is not None:
+        rec.pipelines.append(info)
+    return info
