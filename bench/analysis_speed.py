@@ -1,5 +1,5 @@
-"""How fast are the conclusions? Summary, pftrace and PNG on 1 M records; analyze, flows,
-diff, report and the pipeline model on ~5 M (CPU).
+"""How fast are the conclusions? analyze, flows, diff, report and the pipeline model on
+~5 M records (CPU).
 
     python bench/analysis_speed.py whatif tests/data/gemm_traces/whatif_base.npz --copies 576
     python bench/analysis_speed.py --help
@@ -10,14 +10,10 @@ import sys
 from tools.runner import Part, run
 
 PARTS = [
-    Part("quick", "bench/parts/analysis_bench.py", "summary, pftrace, JSON and PNG of 1 M records",
-         "CPU", "bench/results/host_speed/host_bench.md"),
     Part("scale", "bench/parts/analysis_scale.py", "analyze, flows, diff and report on ~5 M records",
          "CPU", "bench/results/analysis_speed/analysis_scale.md"),
     Part("whatif", "bench/parts/whatif_scale.py", "the pipeline model with one what-if on ~5 M records",
          "CPU", "bench/results/analysis_speed/whatif_scale.txt"),
-    Part("zero-edit", "bench/parts/zero_edit_scale.py", "the derived model of a whole zero-edit trace (FA4, 3.5 M records)",
-         "CPU", "bench/results/analysis_speed/zero_edit_scale.txt"),
 ]
 
 if __name__ == "__main__":

@@ -5,28 +5,16 @@ every exporter, in-process, with a time limit per case; corrupted files through 
     python bench/fuzz.py --cases 2000 --no-write # a quick look
     python bench/fuzz.py --case 1234             # re-run one case, with its traceback
 
-Every case is reproducible from its number (it seeds the mutation). Case families:
-
-* ``buffer``   a window of the shipped recording (``cute_prof/data/example_recording.npz``)
-  or of a synthetic clock-mode buffer, mutated in memory: bit flips, truncation, extreme
-  counters, words set to -1 / INT64_MAX / INT64_MIN / 0 / random, extreme starts and
-  durations, reserved bits, unknown kinds, shuffled records, other dtypes and shapes.
-* ``npz`` / ``pt``  such a buffer saved with ``save_buffer`` and then, often, corrupted as
-  bytes: truncated, header bytes flipped, random bytes flipped, zeroed ranges.
-* ``json``     a decoded buffer exported as Chrome JSON, then corrupted as bytes or as JSON
-  (values of the wrong type, missing keys, extreme numbers, wrong top-level shape).
-* ``cli``      one of the saved/JSON cases run through ``cute_prof.cli.main`` in-process:
-  exit status 0 or 2 and at most one ``cute-prof: error`` line, never a traceback.
-
-Each case that loads runs ``summarize`` (+ its table and dict), the JSON and pftrace
-exporters and, for every ``--picture-every``-th case, the PNG picture; the input file's
-bytes are compared before and after. Outcomes are counted: ``ok``, ``rejected:<Error>``
-for the documented errors (``ProfileBufferError`` and its subclasses, ``FileNotFoundError``),
-``crash:<where>:<Error>`` for anything else, ``timeout``. Checks on every decoded trace:
-no event with a negative start or duration or an end beyond int64, and the written JSON's
-slices nest on every track (``tests/trace_checks.py::json_nesting_violations``), both read
-exactly and read as a viewer reads them (microseconds as doubles). Any problem, misnested
-JSON included, makes the run fail.
+Every case is reproducible from its number. Families: ``buffer`` (a window of the shipped
+recording or of a synthetic clock-mode buffer, mutated in memory: bit flips, truncation,
+extreme words and counters, reserved bits, unknown kinds, shuffles, other dtypes and shapes),
+``npz`` / ``pt`` (such a buffer saved, then corrupted as bytes), ``json`` (a decoded buffer
+exported, then corrupted as bytes or as JSON) and ``cli`` (a saved case through
+``cute_prof.cli.main``: exit 0 or 2 and one error line, never a traceback). A case that
+loads runs ``summarize``, the JSON and pftrace exporters and, every ``--picture-every``-th
+case, the picture. Outcomes: ``ok``, ``rejected:<Error>`` (``ProfileBufferError``,
+``FileNotFoundError``), ``crash:<where>:<Error>``, ``timeout``; a negative or overflowing
+event, misnested JSON or a changed input file is a problem, and any problem fails the run.
 """
 
 from __future__ import annotations

@@ -1,5 +1,5 @@
-"""What does one record cost? The probe kernel, per write path, beside NVIDIA IKET and
-Triton's Proton, and the record taken apart instruction by instruction (GPU).
+"""What does one record cost? The probe kernel, per write path, beside NVIDIA IKET; one
+zero-edit record on a dependency chain; the flight recorder's marks (GPU).
 
     python bench/record_cost.py probe --rounds 30 --json overhead.json
     python bench/record_cost.py peers ours --json ours.json
@@ -14,10 +14,8 @@ PARTS = [
     Part("probe", "bench/parts/overhead.py", "every write path on the FMA probe, CUPTI: slope and x unprofiled",
          "GPU", "bench/results/record_cost/table.md"),
     Part("peers", "bench/parts/overhead_peers.py",
-         "ours, IKET (under run-iket) and Proton on IKET's loop nest, CUDA events; 'table' merges results",
+         "ours and IKET (under run-iket) on IKET's loop nest, CUDA events; 'table' merges results",
          "GPU", "bench/results/record_cost/iket_nest_table.md"),
-    Part("anatomy", "bench/parts/record_anatomy.py", "raw-PTX variants of one slices record",
-         "GPU", "bench/results/record_cost/runs/2026-11-23_hot3_h100.tar.xz"),
     Part("chain", "bench/parts/record_chain.py",
          "one zero-edit record on a dependency chain: two warps' 1-stage PipelineAsync ping-pong",
          "GPU", "bench/results/record_cost/chain.md"),
@@ -26,4 +24,4 @@ PARTS = [
 ]
 
 if __name__ == "__main__":
-    sys.exit(run(__doc__.splitlines()[0] + " " + __doc__.splitlines()[1], PARTS))
+    sys.exit(run(" ".join(__doc__.splitlines()[:2]), PARTS))

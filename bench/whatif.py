@@ -1,27 +1,28 @@
-"""Does the pipeline model predict a change? Record the GEMM's variants on a GPU, then
-predict each change from the base trace and compare with the measured one.
+"""Does the pipeline model predict a change? Trace each kernel's base and time its variants
+on a GPU, then predict each change from the base alone and compare with the measured one.
 
-    python bench/whatif.py gpu                                    # GPU: traces and timings in $OUT
-    python bench/whatif.py check GPU_OUT                          # CPU: bench/results/whatif/whatif_table.md
+    bash bench/gpu.sh                                   # GPU: every part, then the check
+    python bench/whatif.py check GPU_OUT                # CPU: bench/results/whatif/whatif_table.md
     python bench/whatif.py --help
-
-``check`` is one table for every kernel (gemm/, persistent/, ... under GPU_OUT, the folder
-``bench/whatif_all_gpu.sh`` fills); ``persistent-check`` is its persistent entry alone.
 """
 
 import sys
 
 from tools.runner import Part, run
 
+TABLE = "bench/results/whatif/whatif_table.md"
 PARTS = [
-    Part("gpu", "bench/whatif_gpu.py", "record the base GEMM's level-2 trace and time its variants",
-         "GPU", "bench/results/whatif_h100/whatif_table.md"),
-    Part("check", "bench/whatif_check.py", "every kernel: predict each variant from its base trace (with an interval); compare with the timings",
-         "CPU", "bench/results/whatif/whatif_table.md"),
-    Part("persistent-gpu", "bench/persistent_gpu.py", "the same for the persistent GEMM (GPU half)",
-         "GPU", "bench/results/persistent_h100/whatif_table.md"),
-    Part("persistent-check", "bench/persistent_whatif_check.py", "the persistent entry of check alone",
-         "CPU", "bench/results/whatif/whatif_table.md"),
+    Part("gemm", "bench/parts/gemm_whatif_gpu.py",
+         "ws_gemm (or --persistent): zero-edit and probed base traces, variants timed", "GPU", TABLE),
+    Part("fa4", "bench/parts/fa4_whatif_gpu.py", "the same for FA4's forward (--shape, --causal)",
+         "GPU", TABLE),
+    Part("quack", "bench/parts/quack_whatif_gpu.py", "the same for quack's Hopper GEMM", "GPU", TABLE),
+    Part("cluster-gap", "bench/parts/cluster_gap_gpu.py",
+         "an SM's gap between CTAs per cluster size (the model's cluster change)",
+         "GPU", "bench/results/whatif/cluster_gap.json"),
+    Part("check", "bench/parts/whatif_check.py",
+         "every kernel: predict each variant from its base trace (with an interval); compare with the timings",
+         "CPU", TABLE),
 ]
 
 if __name__ == "__main__":

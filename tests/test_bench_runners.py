@@ -16,9 +16,12 @@ RUNNERS = ["record_cost", "kernel_cost", "host_speed", "analysis_speed", "whatif
 
 
 def load(name):
+    """The bench script ``name``: a runner in bench/ or a part in bench/parts/."""
     sys.path.insert(0, str(ROOT / "bench"))
+    path = next(p for p in (ROOT / "bench" / f"{name}.py", ROOT / "bench" / "parts" / f"{name}.py")
+                if p.is_file())
     try:
-        spec = importlib.util.spec_from_file_location(f"bench_{name}", ROOT / "bench" / f"{name}.py")
+        spec = importlib.util.spec_from_file_location(f"bench_{name}", path)
         module = importlib.util.module_from_spec(spec)
         sys.modules[spec.name] = module  # a dataclass looks its module up
         spec.loader.exec_module(module)
@@ -53,7 +56,8 @@ def test_runner_without_a_part_fails_and_an_unknown_part_is_refused():
 
 
 @pytest.mark.parametrize("runner,part", [("host_speed", "decode"), ("host_speed", "ranks"),
-                                         ("analysis_speed", "scale"), ("analysis_speed", "whatif")])
+                                         ("analysis_speed", "scale"), ("analysis_speed", "whatif"),
+                                         ("whatif", "check"), ("whatif", "cluster-gap")])
 def test_a_cpu_part_gets_its_own_options(runner, part):
     result = bench(f"bench/{runner}.py", part, "--help")
     assert result.returncode == 0, result.stderr
@@ -68,55 +72,29 @@ def test_a_cpu_part_runs_through_its_runner(tmp_path):
     assert "16 units" in result.stdout  # 8 CTAs, twice
 
 
-def _whatif_table(rows):
-    """A table in whatif_check.py's layout with these (kernel, what-if, error) rows."""
-    head = ("| kernel | base trace | what-if | predicted | interval | measured | error (pp) |\n"
-            "|---|---|---|---:|---|---:|---:|\n")
-    body = "".join(f"| {k} | zero-edit | {w} {{\"depth\": 2}} | +1% | [0, 2] | +1% | {e} |\n"
-                   for k, w, e in rows)
-    return "# title\n\n" + head + body + "\nSpearman ...\n"
-
-
-def test_whatif_runs_sorts_rows_into_within_biased_and_noisy(tmp_path, capsys):
-    runs = [[("k", "a", "+0.50"), ("k", "b", "-8.00"), ("k", "c", "+6.00"), ("k", "d", "-"),
-             ("k", "e", "+4.00")],
-            [("k", "a", "-1.00"), ("k", "b", "-7.50"), ("k", "c", "-5.00"), ("k", "d", "-")]]
-    paths = []
-    for i, rows in enumerate(runs):
-        paths.append(tmp_path / f"run{i}.md")
-        paths[-1].write_text(_whatif_table(rows))
-    module = load("whatif_runs")
-    assert module.table_errors(paths[0]) == {("k", "zero-edit", "a"): 0.5,
-                                             ("k", "zero-edit", "b"): -8.0,
-                                             ("k", "zero-edit", "c"): 6.0,
-                                             ("k", "zero-edit", "e"): 4.0}
-    assert module.main([str(p) for p in paths] + ["--labels", "r0,r1"]) == 0
-    out = capsys.readouterr().out
-    verdicts = {line.split("|")[3].strip(): line.split("|")[-2].strip()
-                for line in out.splitlines() if line.startswith("| k |")}
-    # a row one run lacks (e: a part that run skipped) shows "-" there, judged on the rest
-    assert verdicts == {"a": "within every run", "b": "biased: under-predicts every run",
-                        "c": "noisy: moves run to run", "e": "biased: over-predicts every run"}
-    assert "| k | zero-edit | e | +4.00 | - |" in out
-    assert ("4 rows; per run, within 3 pp of its rows: r0 1 of 4, r1 1 of 3; mean absolute "
-            "error: r0 4.62 pp, r1 4.50 pp; all runs: 2 of 7 within, 4.57 pp") in out
+def test_bench_stays_within_its_budget():
+    """Issue #64: at most 12 runners at bench/'s top level, at most 4,000 lines of Python."""
+    runners = [p for p in (ROOT / "bench").iterdir() if p.suffix in (".py", ".sh")]
+    assert len(runners) <= 12, sorted(p.name for p in runners)
+    lines = sum(len(p.read_text().splitlines()) for p in (ROOT / "bench").rglob("*.py"))
+    assert lines <= 4000
 
 
 def test_the_one_command_what_if_check_runs_every_part_the_check_reads():
-    """`bash bench/whatif_all_gpu.sh` is the check in one command (issue #27): by default it
-    runs a part for every zero-edit entry of the check, the record chain the model takes
-    its record time from and the cluster launch's gap, then the host half on them."""
-    path = ROOT / "bench" / "whatif_all_gpu.sh"
+    """`bash bench/gpu.sh` is the check in one command (issue #27): by default it runs a
+    part for every entry of the check, the record chain the model takes its record time
+    from and the cluster launch's gap, then the host half on them."""
+    path = ROOT / "bench" / "gpu.sh"
     script = path.read_text()
     assert subprocess.run(["bash", "-n", str(path)]).returncode == 0
     default = re.search(r'^RUN_PARTS=\$\{PARTS:-([^}]*)\}', script, re.M).group(1).split()
     branches = set(re.findall(r"^\s+(\w+)\) part (\w+) ", script, re.M))
     assert all(name == folder for name, folder in branches)  # each part writes its own folder
     check_module = load("whatif_check")
-    entries = {e.folder for e in check_module.ENTRIES if e.base_trace == "zero-edit"}
+    entries = {e.folder for e in check_module.ENTRIES}
     # and the GPU's own measurements the model reads: one record's cost, a cluster's launch
     measured = {Path(f).parts[0] for f in (check_module.CHAIN_FILE, check_module.CLUSTER_GAP_FILE)}
     assert entries | measured == set(default)
     assert set(default) <= {name for name, _ in branches}
     check = re.search(r'^if \[ "\$\{CHECK:-1\}" = 1 \]; then.*\n(.*)\nfi', script, re.M).group(1)
-    assert 'bench/whatif_check.py "$PARTS_DIR" --only $RUN_PARTS' in check
+    assert 'bench/whatif.py check "$PARTS_DIR" --only $RUN_PARTS' in check

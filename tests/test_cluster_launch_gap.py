@@ -1,4 +1,4 @@
-"""bench/cluster_launch_gap.py reads an SM's gap between one CTA and the next from a trace:
+"""bench/parts/cluster_gap_gpu.py (bench/whatif.py cluster-gap) reads an SM's gap between one CTA and the next from a trace:
 each CTA's first record less the end of the last record of the CTA before it on that SM."""
 
 from __future__ import annotations
@@ -16,7 +16,7 @@ ROOT = Path(__file__).resolve().parents[1]
 
 def load():
     spec = importlib.util.spec_from_file_location("bench_cluster_launch_gap",
-                                                  ROOT / "bench" / "cluster_launch_gap.py")
+                                                  ROOT / "bench" / "parts" / "cluster_gap_gpu.py")
     module = importlib.util.module_from_spec(spec)
     sys.modules[spec.name] = module
     spec.loader.exec_module(module)

@@ -81,7 +81,7 @@ def test_the_record_chain_cost_comes_from_the_run_else_the_same_gpu_model(tmp_pa
 
 def test_a_cluster_change_moves_the_launch_gap_by_the_runs_own_probe(tmp_path, monkeypatch):
     """ws_gemm's 1x1 variant: the check turns the variant's cluster into the launch gap's
-    change the run's probe measured between the two sizes (bench/cluster_launch_gap.py),
+    change the run's probe measured between the two sizes (bench/whatif.py cluster-gap),
     else a committed probe of the same GPU model, else none (the base's gap kept)."""
     import json
     check = load("whatif_check")
@@ -132,38 +132,3 @@ def test_the_committed_json_keeps_nine_significant_digits_of_every_float():
         {"interval": [0.000500390162, 123456.789], "modelled": True, "n": 300}]}
     # a kernel time in us keeps its nanoseconds (and more)
     assert check.significant(171.825123) == 171.825123
-
-
-def test_round_changes_per_run_say_each_runs_own_level(tmp_path, capsys):
-    import json
-    rounds = load("whatif_round_changes")
-    # two runs of the persistent GEMM's timings: +20% and +30% in every round, the clock
-    # stepping between rounds in the second
-    for name, factor, base in (("run_a", 1.2, [10.0] * 6),
-                               ("run_b", 1.3, [10.0] * 3 + [11.0] * 3)):
-        (tmp_path / name / "persistent_ze").mkdir(parents=True)
-        times = {"base": base, "stages2": [b * factor for b in base]}
-        (tmp_path / name / "persistent_ze" / "timings.json").write_text(
-            json.dumps({"times": times}))
-    assert rounds.main([str(tmp_path / "run_a"), str(tmp_path / "run_b")]) == 0
-    lines = [line.split() for line in capsys.readouterr().out.splitlines()
-             if not line.startswith("#")]
-    assert [line[0] for line in lines] == ["run_a", "run_b"]
-    assert [float(x) for x in lines[0][1:]] == [6, 20, 20, 20, 20, 20]
-    assert [float(x) for x in lines[1][1:]] == [6, 30, 30, 30, 30, 30]
-    with pytest.raises(SystemExit, match="no check entry"):
-        rounds.main([str(tmp_path / "run_a"), "--part", "nothing"])
-
-
-def test_a_zero_edit_entry_is_found_by_its_folder_and_any_other_folder_is_named():
-    import argparse
-
-    check = load("whatif_check")
-    entry = check.zero_edit_entry("persistent_ze")
-    assert entry.derived and entry.folder == "persistent_ze"
-    # the level-2 GEMM's folder holds a hand-written spec's base, not a zero-edit one
-    with pytest.raises(ValueError, match="no zero-edit entry with folder 'gemm'.*'gemm_ze'"):
-        check.zero_edit_entry("gemm")
-    parser = argparse.ArgumentParser(prog="tool")
-    with pytest.raises(SystemExit):  # a tool's command line: argparse's own error
-        check.zero_edit_entry("nope", parser)

@@ -1,30 +1,17 @@
 """What a thread-block cluster adds between one CTA and the next on an SM (GPU).
 
-A kernel of more CTAs than the GPU holds at once runs in waves: an SM's next CTA starts
-after the one before it ended, a launch gap later (the block scheduler, the exit, the new
-CTA's prologue before its first record). The what-if model dispatches the later CTAs with
-the base trace's own gap (``critical_path.dispatched_starts``); a change of the cluster
-shape also changes that gap, which a base trace cannot show. ws_gemm's 1x1 variant ran
-0.5-0.9% faster than its 2x1 base on the H100s of stops 52-55, where the model, holding
-the gap, predicted no change.
-
-This probe measures the gap per cluster size on a kernel of its own, not on any variant:
-each CTA (one per SM: it asks for most of the shared memory) runs ``--iters`` round trips
-of ``record_cost.py chain``'s 1-stage ``PipelineAsync`` ping-pong between two warps,
-compiled inside ``cute_prof.autoprofile()`` so that its pipeline calls are recorded. A
-cluster launch does what a multicast kernel's prologue does: a cluster barrier after the
-barriers' init (the 1x1 launch is the plain one, without it). Gap = an SM's CTA's first
-record less the end of the last record of the CTA before it on that SM, over
-``--launches`` traced launches.
+The what-if model dispatches a kernel's later CTAs with the base trace's own launch gap; a
+change of the cluster shape changes that gap, which the base cannot show. This probe
+measures the gap per cluster size on a kernel of its own: each CTA (one per SM) runs
+``--iters`` round trips of ``record_cost.py chain``'s ping-pong, recorded by
+``cute_prof.autoprofile()``, a cluster launch adding the cluster barrier a multicast
+kernel's prologue has. Gap = an SM's CTA's first record less the end of the last record of
+the CTA before it, over ``--launches`` traced launches.
 
     python bench/whatif.py cluster-gap --sizes 1,2 --out $OUT/cluster_gap.json
 
-Writes ``cluster_gap.json``: ``{"device": ..., "gap_ns": {"1": median, "2": median}, ...}``.
-Stop 55 (H100): 352 ns alone, 416 ns in clusters of two (``bench/results/whatif/
-cluster_gap.txt``): the launch itself adds 64 ns, about 0.1% of ws_gemm 4096^3. The check
-(``parts/whatif_check.py``, ``cluster_gaps``) moves the model's launch gap by the difference for a
-what-if that changes the cluster (``what_if(gap_change_ns=)``); ``bench/gpu.sh`` runs it as
-its ``cluster_gap`` part.
+Writes ``cluster_gap.json`` (``gap_ns`` per size), which the check's ``cluster_gaps`` reads.
+H100: 352 ns alone, 416 ns in clusters of two (bench/results/whatif/cluster_gap.txt).
 """
 
 import argparse

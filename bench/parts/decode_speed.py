@@ -3,17 +3,12 @@
     python bench/parts/decode_speed.py                       # 1 M, 5 M, 20 M, 50 M; writes results
     python bench/parts/decode_speed.py --records 1000000 --repeat 3 --no-write
 
-Each size runs in its own process. The buffer is built block by block exactly as the device
-writes it (``layout`` encoders): 4,224 warp tracks (132 SMs x 32 warps), four tags, regions
-of ~3 us (log-normal) that sometimes overlap on a track, 2 % instants, 5 % clock-mode spans
-with clock_sync pairs at the start and end of every SM, slots claimed in end-time order (a
-record is written when its region ends). ``--order random`` shuffles the slots instead (the
-worst case for the sort).
-
-Peak memory is the process's peak resident set (VmHWM, reset with /proc/self/clear_refs
-after the buffer is built) minus its resident set before the buffer existed: it counts the
-buffer itself, the decoded Trace and every temporary. Time: median of ``--repeat`` decodes
-after one warm-up.
+Each size runs in its own process on a buffer built as the device writes it (``layout``
+encoders): 4,224 warp tracks, four tags, ~3 us regions that sometimes overlap on a track,
+2 % instants, 5 % clock-mode spans, slots in end-time order (``--order random``: shuffled,
+the sort's worst case). Peak memory: the peak resident set (VmHWM, reset once the buffer is
+built) above the resident set before the buffer existed. Time: median of ``--repeat``
+decodes after one warm-up.
 """
 
 from __future__ import annotations
@@ -138,45 +133,6 @@ def measure_one(records: int, repeat: int, order: str) -> dict:
     }
 
 
-def stage_breakdown(records: int, repeat: int) -> dict:
-    """Runs in a child: median seconds of each decode stage, and the memory-speed floor (one
-    read of the buffer, one write of the Trace's bytes) on this machine."""
-    from cute_prof import decode
-    from cute_prof.trace import EVENT_DTYPE
-
-    buf = build_buffer(records)
-    rows = buf[1:].reshape(records, 4)
-    stages: dict[str, list] = {}
-
-    def timed(name, fn, *args):
-        start = time.perf_counter()
-        result = fn(*args)
-        stages.setdefault(name, []).append(time.perf_counter() - start)
-        return result
-
-    def find_clock_spans(codes):
-        return np.flatnonzero(codes == 2)
-
-    def convert(clock_slots):
-        return decode._clock_to_ns(rows[clock_slots, 0], rows[clock_slots, 1], CLOCK_HZ)[0]
-
-    def write_floor():
-        np.empty(records * EVENT_DTYPE.itemsize, np.uint8).fill(1)
-
-    for _ in range(repeat + 1):
-        codes, counts = timed("classify (validity rules)", decode._classify, rows)
-        clock_slots = timed("clock spans: find", find_clock_spans, codes)
-        clock_start = timed("clock spans: convert", convert, clock_slots)
-        order = timed("sort by start (packed keys)", decode._sorted_event_slots,
-                      rows, codes, counts, clock_slots, clock_start)
-        del codes
-        events = timed("gather into EVENT_DTYPE", decode._gather_events, rows, order, CLOCK_HZ)
-        del events, order
-        timed("floor: read the buffer once (sum of the words)", buf.sum)
-        timed("floor: allocate and fill the Trace's bytes once (memset)", write_floor)
-    return {name: round(statistics.median(times[1:]), 4) for name, times in stages.items()}
-
-
 def main(argv=None) -> int:
     parser = argparse.ArgumentParser(description=__doc__.split("\n")[0])
     parser.add_argument("--records", type=int, nargs="*",
@@ -186,12 +142,7 @@ def main(argv=None) -> int:
     parser.add_argument("--no-write", action="store_true", help="print only")
     parser.add_argument("--child", nargs=3, metavar=("RECORDS", "REPEAT", "ORDER"),
                         help=argparse.SUPPRESS)
-    parser.add_argument("--breakdown", type=int, metavar="RECORDS", default=50_000_000,
-                        help="per-stage times at this size (0: skip)")
     args = parser.parse_args(argv)
-    if args.child and args.child[2] == "breakdown":
-        print(json.dumps(stage_breakdown(int(args.child[0]), int(args.child[1]))))
-        return 0
     if args.child:
         row = measure_one(int(args.child[0]), int(args.child[1]), args.child[2])
         print(json.dumps(row))
@@ -208,15 +159,6 @@ def main(argv=None) -> int:
             print(f"{order:6s} {records:>11,} records: {row['median_decode_s']:.3f} s "
                   f"({row['records_per_s'] / 1e6:.1f} M/s), peak {row['peak_bytes'] / 2**30:.2f} "
                   f"GiB = {row['peak_over_buffer']:.2f}x the buffer", flush=True)
-    breakdown = {}
-    if args.breakdown:
-        done = subprocess.run(
-            [sys.executable, __file__, "--child", str(args.breakdown), str(args.repeat), "breakdown"],
-            capture_output=True, text=True, check=True,
-        )
-        breakdown = json.loads(done.stdout.strip().splitlines()[-1])
-        for name, seconds in breakdown.items():
-            print(f"  {args.breakdown:,} records, {name}: {seconds:.3f} s")
     import numpy
 
     result = {
@@ -228,8 +170,6 @@ def main(argv=None) -> int:
         "numpy": numpy.__version__,
         "targets": {"records_per_s": 50_000_000, "peak_over_buffer": 3.0},
         "rows": rows,
-        "breakdown_records": args.breakdown,
-        "breakdown_s": breakdown,
     }
     if not args.no_write:
         out = ROOT / "bench" / "results" / "host_speed"
@@ -252,10 +192,6 @@ def main(argv=None) -> int:
                 f"| {row['median_decode_s']:.3f} s | {row['records_per_s'] / 1e6:.1f} M "
                 f"| {row['peak_bytes'] / 2**30:.2f} GiB | {row['peak_over_buffer']:.2f} |"
             )
-        if breakdown:
-            lines += ["", f"Stages at {args.breakdown:,} records (end order, median of "
-                      f"{args.repeat} after one warm-up):", "", "| stage | seconds |", "|---|---:|"]
-            lines += [f"| {name} | {seconds:.3f} |" for name, seconds in breakdown.items()]
         (out / "decode_speed.md").write_text("\n".join(lines) + "\n")
     return 0
 

@@ -1,28 +1,15 @@
 """Exporters at scale: pftrace, Chrome JSON and the aggregated overview of 1 M .. 50 M records.
 
     python bench/parts/export_scale.py                              # 1 M, 5 M, 20 M, 50 M
-    python bench/parts/export_scale.py --records 1000000 5000000    # some sizes
     python bench/parts/export_scale.py --numpy-up-to 5000000        # also the numpy writers there
 
-Each size runs in its own process. The trace is decoded from ``bench/parts/decode_speed.py``'s
-``build_buffer`` (4,224 warp tracks, four tags, ~3 us regions that sometimes overlap on a
-track, instants and clock spans); the buffer is then freed, as a user's script would once
-decoded. Steps, each timed once after a warm-up on a small trace (which also loads the
-compiled kernels from numba's cache): ``write_pftrace``; ``events_to_perfetto`` (JSON);
-``export_trace(aggregate="sm", bins=1000)`` to a pftrace. Outputs go to a temporary
-directory on the same disk, are written atomically with fsync as the exporters always
-do, and are deleted after each step.
-
-Peak memory per step: the process's peak resident set (VmHWM, reset through
-/proc/self/clear_refs before the step) minus the resident set before the buffer existed,
-so it includes the decoded Trace (52 bytes per record, 1.6x the 32-byte buffer); the
-export's own share (peak minus the resident set before the step) is given too.
-
-What bounds the writers on this box: each run first measures the file write bandwidth
-(2 GiB through ``write()`` in 32 MiB chunks, then fsync) and reports the time the output
-alone needs at that bandwidth; and each writer runs a second time with the event bytes
-encoded but not written (``kernels.stream_chunks`` handed a writer that drops them), which
-is the encoding rate without the file system.
+Each size runs in its own process on ``decode_speed.build_buffer``'s trace, the buffer
+freed once decoded. Each step is timed once after a warm-up: ``write_pftrace``,
+``events_to_perfetto`` (JSON), ``export_trace(aggregate="sm", bins=1000)``, written to a
+temporary directory on the same disk with fsync. Peak memory: the peak resident set
+(VmHWM, reset before the step) above the resident set before the buffer existed. What bounds
+the writers: the disk's write bandwidth (2 GiB written and fsynced first) and each writer
+run again with its bytes encoded but not written.
 """
 
 from __future__ import annotations
@@ -207,11 +194,7 @@ def _bounds(result: dict) -> list[str]:
         return []
     n = row["records"]
     bandwidth = row["disk_write_bytes_per_s"]
-    out = ["", "Before this change (numpy writers, `bench/results/host_speed/host_scale.md`, main, "
-           "2026-11-22 20:24 UTC) at 50 M records: JSON 0.7 M/s with a peak of 8.5x the "
-           "buffer, pftrace 0.6 M/s with 13.2x; the numpy rows above are those writers "
-           "(still the fallback, `CUTE_PROF_NO_JIT=1`) in the same run.",
-           "", f"## What bounds each writer at {n:,} records", ""]
+    out = ["", f"## What bounds each writer at {n:,} records", ""]
     for name, target in (("pftrace", TARGETS["pftrace"]), ("json", TARGETS["json"])):
         full, bare = steps[name], steps[f"{name} (bytes not written)"]
         size = full["output_bytes"]
@@ -223,14 +206,8 @@ def _bounds(result: dict) -> list[str]:
             f"per record): {size / bandwidth:.1f} s at the {bandwidth / 1e6:,.0f} MB/s "
             f"measured for this run; writing it at the target rate needs "
             f"{size / n * target / 1e9:.2f} GB/s.")
-    out += [
-        "- **memory**: the peak includes the decoded Trace (52 bytes per record, 1.6x the "
-        "buffer); the pftrace writer adds 28 bytes per record grouped by track and three "
-        "chunk buffers, the JSON writer a track index and a lane per record and three "
-        "chunk buffers (fixed ~100-200 MiB, which dominates at 1 M records).",
-        "- The box is shared with other jobs (load average before each step in the table): "
-        "single runs vary by ~20 %.",
-    ]
+    out.append("- The box is shared with other jobs (load average before each step in the "
+               "table): single runs vary by ~20 %.")
     return out
 
 
@@ -239,18 +216,12 @@ def main() -> None:
     parser.add_argument("--records", type=int, nargs="*", default=list(SIZES))
     parser.add_argument("--numpy-up-to", type=int, default=5_000_000,
                         help="also time the numpy writers up to this size (0: never)")
-    parser.add_argument("--render", action="store_true",
-                        help="only write the .md again from the .json of --out")
     parser.add_argument("--child", type=int, help=argparse.SUPPRESS)
     parser.add_argument("--child-numpy", action="store_true", help=argparse.SUPPRESS)
     parser.add_argument("--out", default=str(ROOT / "bench" / "results" / "host_speed" / "export_scale"))
     args = parser.parse_args()
     if args.child:
         print(json.dumps(measure_one(args.child, args.child_numpy)))
-        return
-    if args.render:
-        result = json.loads(Path(args.out + ".json").read_text())
-        Path(args.out + ".md").write_text(markdown(result))
         return
     rows = []
     for records in args.records:

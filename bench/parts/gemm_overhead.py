@@ -1,15 +1,10 @@
 """What profiling costs the warp-specialised GEMM, per write path, timed with CUPTI in one process.
 
-Variants (every one at --mnk, default 8192^3, bf16): level 0 twice (an A/A pair: the noise
-floor of the comparison), levels 1 and 2 with each write path (``slices``: two 8-byte stores
-per region; ``staged``: registers + a flush per 8 k-tiles), and the persistent kernel at level
-0 and level 2; cuBLAS (torch.matmul) as the reference. Every round launches every variant
-once in a fresh random order; kernel durations come from CUPTI (torch.profiler kernel
-events), so host launch overhead is excluded. Ratios are per round (variant / level 0 of the
-same kernel in that round), then the median and the 10th-90th percentiles over rounds;
-cuBLAS runs in the same rounds. Afterwards each profiled variant runs once more and its
-records are decoded and checked exactly (``ws_gemm.check_counts``: every region of every
-warp, no overflow).
+Variants at --mnk (default 8192^3, bf16): level 0 twice (an A/A pair: the noise floor),
+levels 1 and 2 on each write path, the persistent kernel at levels 0 and 2, and cuBLAS.
+Every round launches every variant once in shuffled order; ratios are per round against the
+same kernel's level 0, then the median and the 10th-90th percentiles. Each profiled variant
+then runs once more and its records are checked exactly (``ws_gemm.check_counts``).
 
     python bench/parts/gemm_overhead.py [--mnk 8192,8192,8192] [--rounds 40] [--json out.json]
 """

@@ -1,17 +1,18 @@
-"""NVIDIA IKET and Triton's Proton on the probe of ``bench/parts/overhead.py``, beside our write paths.
+"""NVIDIA IKET on the probe of ``bench/parts/overhead.py``, beside our write paths.
 
-IKET's injection library and torch.profiler's CUPTI do not share a process, and Proton's
-instrumentation session may hold CUPTI too, so every variant here is timed the same way:
-CUDA events around batches of ``--batch`` launches enqueued behind a sleep kernel, so
-that they run back to back whatever the host's launch overhead, variant order shuffled each round,
-medians. Our own variants are timed in the IKET process too, so that their figures can be
-set beside the CUPTI figures of ``bench/parts/overhead.py`` to show the two methods agree.
+IKET's injection library and torch.profiler's CUPTI do not share a process, so every
+variant here is timed the same way:
+CUDA events around batches of ``--batch`` launches enqueued behind a sleep kernel (back to
+back whatever the host's launch overhead), variants shuffled each round, medians; ours are
+timed in the IKET process too, beside the CUPTI figures of ``bench/parts/overhead.py``.
 Per-record cost = (variant - unprofiled) / records per SM, all warps, one record per
 iteration (8192 records per SM on 132 SMs).
 
   run-iket profile --postprocess json -- python bench/parts/overhead_peers.py iket --json iket.json
-  python bench/parts/overhead_peers.py proton --json proton.json
-  python bench/parts/overhead_peers.py table overhead.json iket.json proton.json [--capture DIR]
+  python bench/parts/overhead_peers.py table overhead.json iket.json [--iket-capture DIR]
+
+Triton Proton's side of the committed table (proton_*.json) came from this script's
+``proton`` sub-command, retired at a7be1fc.
 """
 
 from __future__ import annotations
@@ -34,11 +35,6 @@ import overhead as probe  # noqa: E402  (the probe's shape and its CuTe DSL kern
 
 FS = probe.FS
 SLEEP_CYCLES = 20_000_000  # ~10 ms at 2 GHz: longer than enqueueing any batch here
-PROTON_MODES = {  # name -> (optimizations, buffer_type)
-    "proton_default": ("", "shared"),
-    "proton_clock32_time_shift": ("clock32,time_shift", "shared"),
-    "proton_global": ("", "global"),
-}
 
 
 def device_facts():
@@ -81,35 +77,6 @@ def time_with_events(launchers: dict, *, rounds: int, batch: int, warmup: int = 
 
 
 # ---------------------------------------------------------------------------- IKET
-
-
-def time_with_cupti(launchers: dict, *, rounds: int, warmup: int = 1) -> dict:
-    """Median ns per launch from CUPTI kernel durations (torch.profiler), one launch per
-    variant per round in a shuffled order: host gaps and launch hooks stay outside."""
-    import torch
-    from torch.profiler import ProfilerActivity, profile
-
-    names = list(launchers)
-    for _ in range(warmup):
-        for name in names:
-            launchers[name]()
-    torch.cuda.synchronize()
-    order = []
-    with profile(activities=[ProfilerActivity.CUDA]) as prof:
-        for _ in range(rounds):
-            random.shuffle(names)
-            for name in names:
-                launchers[name]()
-                order.append(name)
-        torch.cuda.synchronize()
-    kernels = sorted((e for e in prof.events() if e.device_type == torch.autograd.DeviceType.CUDA
-                      and "probe" in e.name), key=lambda e: e.time_range.start)
-    if len(kernels) != len(order):
-        raise RuntimeError(f"CUPTI saw {len(kernels)} probe kernels for {len(order)} launches")
-    samples = {name: [] for name in launchers}
-    for name, e in zip(order, kernels, strict=True):
-        samples[name].append(e.time_range.elapsed_us() * 1e3)
-    return {name: float(np.median(v)) for name, v in samples.items()}
 
 
 def slope_row(mode, fmas, added_by_stride: dict, base_stride1: float, t_stride1: float, *, n_warps: int, sms: int,
@@ -206,120 +173,6 @@ def run_cute(args, modes) -> dict:
                 launches_per_variant=args.rounds * args.batch)
 
 
-# ---------------------------------------------------------------------------- Proton
-
-
-def run_proton(args) -> dict:
-    import torch
-    import triton
-    import triton.language as tl
-    import triton.profiler as proton
-    import triton.profiler.language as pl
-
-    pl.enable_semantic("triton")
-    facts = device_facts()
-    facts["triton"] = triton.__version__
-
-    @triton.jit
-    def proton_probe(data, ITERS: tl.constexpr, F: tl.constexpr, CHAINS: tl.constexpr, SCOPED: tl.constexpr):
-        pid = tl.program_id(0)
-        offs = pid * 128 + tl.arange(0, 128)
-        x = tl.load(data + offs)
-        a = x * 0.5 + 1.0
-        b = x * 0.25
-        y = x + 1.0
-        z = x + 2.0
-        w = x + 3.0
-        for _ in range(ITERS):
-            if SCOPED:
-                pl.enter_scope("iter")
-            for _j in tl.static_range(F // CHAINS):
-                x = x * a + b
-                if CHAINS >= 2:
-                    y = y * a + b
-                if CHAINS == 4:
-                    z = z * a + b
-                    w = w * a + b
-            if SCOPED:
-                pl.exit_scope("iter")
-        tl.store(data + offs, x + y + z + w)
-
-    data = torch.randn(probe.CTAS * probe.THREADS, device="cuda")
-    n_records = probe.CTAS * probe.WARPS * probe.ITERS
-
-    def launcher(fmas, scoped):
-        return lambda: proton_probe[(probe.CTAS,)](data, ITERS=probe.ITERS, F=fmas, CHAINS=probe.CHAINS,
-                                                   SCOPED=scoped, num_warps=probe.WARPS)
-
-    rows, notes, kept = [], [], {}
-    # Proton processes every launch's buffer on the host: few launches, CUPTI durations
-    base_before = time_with_cupti({("off", f): launcher(f, False) for f in FS}, rounds=args.rounds)
-    out_dir = args.capture or "."
-    for name, (opts, buffer_type) in PROTON_MODES.items():
-        if args.proton_mode and name != args.proton_mode:
-            continue
-        print(f"# proton mode {name}", flush=True)
-        mode = proton.mode.Default(optimizations=opts, buffer_type=buffer_type) if opts else \
-            proton.mode.Default(buffer_type=buffer_type)
-        for fmas in FS:  # one launch per session: how many of its records the trace kept
-            path = os.path.join(out_dir, f"{name}_F{fmas}")
-            proton.start(path, data="trace", backend="instrumentation", mode=mode)
-            launcher(fmas, True)()
-            torch.cuda.synchronize()
-            proton.finalize()
-            kept[(name, fmas)] = count_proton_records(path)
-            print(f"# {name} F={fmas}: {kept[(name, fmas)]} scopes kept of {n_records}", flush=True)
-        proton.start(os.path.join(out_dir, f"{name}_timing"), data="trace", backend="instrumentation", mode=mode)
-        how = "CUPTI"
-        try:
-            times = time_with_cupti({(name, f): launcher(f, True) for f in FS}, rounds=args.rounds)
-        except Exception as exc:  # noqa: BLE001 - Proton may hold CUPTI itself
-            notes.append(f"{name}: CUPTI timing failed ({type(exc).__name__}: {exc}); CUDA events instead"
-                         .splitlines()[0])
-            how = "events"
-            times = time_with_events({(name, f): launcher(f, True) for f in FS}, rounds=args.rounds, batch=1,
-                                     warmup=0)
-        for f in FS:
-            print(f"# {name} F={f}: {times[(name, f)] / 1e3:.1f} us per launch ({how})", flush=True)
-            base = base_before[("off", f)]
-            ns = times[(name, f)]
-            rows.append(dict(mode=name, F=f, us=ns / 1e3, unprofiled_us=base / 1e3, ratio=ns / base,
-                             ns_per_rec_sm=(ns - base) / (n_records / facts["sms"]), timing=how,
-                             records_kept=kept.get((name, f)), records_issued=n_records))
-        with open(args.json + ".partial", "w") as fh:  # before finalize: it has crashed (SIGFPE)
-            json.dump(dict(facts, tool="proton", proton_mode=name, rows=rows, notes=notes), fh, indent=1)
-        proton.finalize()
-    base_after = {("off", f): float("nan") for f in FS}
-    try:  # drift check; Proton has crashed on unscoped launches in this process before
-        base_after = time_with_cupti({("off", f): launcher(f, False) for f in FS}, rounds=args.rounds)
-    except Exception as exc:  # noqa: BLE001
-        notes.append(f"unprofiled re-timing after the sessions failed: {type(exc).__name__}: {exc}".splitlines()[0])
-    return dict(facts, tool="proton", proton_mode=args.proton_mode or "all", rows=rows, notes=notes,
-                unprofiled_before_us={f: base_before[("off", f)] / 1e3 for f in FS},
-                unprofiled_after_us={f: base_after[("off", f)] / 1e3 for f in FS},
-                timing=f"CUPTI kernel durations, {args.rounds} launches per variant, shuffled, medians; "
-                       f"the unprofiled Triton probe timed before and after the Proton sessions, same process")
-
-
-def count_proton_records(path_stem: str):
-    """Scope instances named 'iter' in the Chrome trace Proton wrote for one launch."""
-    files = sorted(glob.glob(path_stem + "*chrome_trace*")) or sorted(glob.glob(path_stem + "*"))
-    for f in files:
-        try:
-            with open(f) as fh:
-                doc = json.load(fh)
-        except (OSError, ValueError):
-            continue
-        events = doc.get("traceEvents", doc) if isinstance(doc, dict) else doc
-        if not isinstance(events, list):
-            continue
-        spans = [e for e in events if isinstance(e, dict) and e.get("name") == "iter"]
-        complete = sum(1 for e in spans if e.get("ph") == "X")
-        begins = sum(1 for e in spans if e.get("ph") == "B")
-        return complete + begins
-    return None
-
-
 # ---------------------------------------------------------------------------- IKET capture and table
 
 
@@ -349,10 +202,6 @@ def table_rows(doc: dict, *, iket_ranges=None) -> list:
             per_record_1 = (r["median_us_stride1"] - unprof) * 1e3 / per_sm
             rows.append([r["mode"], r["F"], "CUPTI, our process", unprof, r["ratio_stride1"],
                          f"{r['ns_per_rec_sm']:.2f} ({r['r2']:.3f})", per_record_1, "all (checked exactly)"])
-        elif tool == "proton":
-            kept = f"{r['records_kept']:,} of {r['records_issued']:,}" if r.get("records_kept") else ""
-            rows.append([r["mode"], r["F"], f"{r['timing']}, Triton process", r["unprofiled_us"], r["ratio"],
-                         "-", r["ns_per_rec_sm"], kept])
         else:
             where = "under run-iket" if tool == "iket" else "plain process"
             kept = ""
@@ -381,13 +230,11 @@ def table(args) -> int:
 def main(argv=None) -> int:
     ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     sub = ap.add_subparsers(dest="what", required=True)
-    for name in ("iket", "iket-count", "ours", "proton"):
+    for name in ("iket", "iket-count", "ours"):
         p = sub.add_parser(name)
-        p.add_argument("--proton-mode", default=None, choices=list(PROTON_MODES))
         p.add_argument("--rounds", type=int, default=15)
         p.add_argument("--batch", type=int, default=10)
         p.add_argument("--json", required=True)
-        p.add_argument("--capture", default=None, help="where Proton writes its traces")
         p.add_argument("--modes", default=None,
                        help="ours: a comma list of the modes to time (default: all of ours)")
     t = sub.add_parser("table")
@@ -407,7 +254,7 @@ def main(argv=None) -> int:
         result = run_cute(args, ("iket",))
     elif args.what == "iket":
         result = run_cute(args, ("off", "nest", "iket", "slices_nest", "slicesu_nest"))
-    elif args.what == "ours":
+    else:
         modes = ("off", "nest", "slices", "slices_unordered", "slices_nest", "slicesu_nest")
         if args.modes:
             unknown = set(args.modes.split(",")) - set(modes)
@@ -415,8 +262,6 @@ def main(argv=None) -> int:
                 raise SystemExit(f"--modes: unknown {sorted(unknown)}; choose from {modes}")
             modes = tuple(m for m in modes if m in args.modes.split(","))
         result = run_cute(args, modes)
-    else:
-        result = run_proton(args)
     path = args.json
     if os.path.exists(path):  # run-iket may run the program twice (a counting pass first)
         stem, ext = os.path.splitext(path)

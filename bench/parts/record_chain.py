@@ -1,24 +1,15 @@
-"""What one zero-edit record adds to a dependency chain (GPU).
-
-The what-if model removes a record's own time from a starved ring's round trip, where a
-record sits between a wait's return and the arrive the other side waits for. Its estimate of
-that time is the gap between an instant's stamp and the warp's next stamp (42-54 ns on six
-kernels), which also holds whatever the kernel runs between two pipeline calls. This probe
-measures the record alone on a pure chain: in each CTA two warps hand one item back and
-forth through a 1-stage ``cutlass.pipeline.PipelineAsync`` (producer: acquire, commit;
-consumer: wait, release), ``--iters`` times, once plain and once compiled inside
-``cute_prof.autoprofile()``. Per round trip two records lie on the chain (the acquire's and
-the wait's end, each before the arrive that follows it); the commit's and the release's
-instants follow their arrive and end where the warp blocks anyway.
-
-``--consumer-warps N``: N warps consume each item together, as the GEMMs' and FA4's two
-consumer warpgroups do (8 warps): the producer's acquire waits for the last of their
-releases, so the chain holds the slowest of N warps' wait records, issued at once.
+"""What one zero-edit record adds to a dependency chain (GPU): the time the what-if model
+removes per record from a starved ring's round trip (the trace's own estimate, an instant's
+stamp to the warp's next, 42-54 ns on six kernels, also holds the kernel's work between two
+pipeline calls). In each CTA two warps hand one item back and forth through a 1-stage
+``PipelineAsync``, ``--iters`` times, plain and inside ``cute_prof.autoprofile()``; two
+records lie on the chain per round trip. ``--consumer-warps N``: N warps consume each item
+together, as the GEMMs' and FA4's two consumer warpgroups do.
 
     python bench/record_cost.py chain --rounds 20 --out bench/results/record_cost/chain.md
 
-Timing: CUPTI kernel durations, both kernels once per round in a fresh random order, after
-a warm-up; medians. ns per record on the chain = (recorded - plain) / (iters x 2).
+Timing: CUPTI, both kernels once per round in shuffled order after a warm-up; medians.
+ns per record = (recorded - plain) / (iters x 2).
 """
 
 

@@ -6,14 +6,9 @@ predicted vs measured.
 
     python bench/whatif.py check GPU_OUT [--out bench/results/whatif]
 
-GPU_OUT is the folder ``bench/gpu.sh`` fills, one sub-folder per part (gemm_ze/,
-persistent_ze/, fa4/, fa4_causal/, fa4_small/, fa4_b1s4096/, quack/, and the GPU's own
-measurements chain/ and cluster_gap/); a part's own folder works too. Writes
-``whatif_table.md`` and ``whatif_table.json`` into ``--out`` and prints the table.
-
-A new kernel is one more :class:`Entry` in ``ENTRIES``: its folder, its timings and the
-model change that stands for each variant (a str: not modelled, and why). The variants' own
-traces are never read.
+GPU_OUT is the folder ``bench/gpu.sh`` fills, one sub-folder per part (a part's own folder
+works too). Writes ``whatif_table.md`` and ``.json`` into ``--out``. A new kernel is one more
+:class:`Entry` in ``ENTRIES``; the variants' own traces are never read.
 """
 
 from __future__ import annotations

@@ -1,14 +1,11 @@
 """Timing of the pipeline analysis on ~5 M records (issue #17: <= 5 s on the 2-core CI box).
 
     python bench/parts/whatif_scale.py tests/data/gemm_traces/whatif_base.npz --copies 576
-    python bench/parts/whatif_scale.py tests/data/gemm_traces/persistent_l2.npz --copies 1120 \\
-        --spec examples/ws_gemm_persistent_pipeline.json
 
-A level-2 ws_gemm trace from the H100, cut to a few whole CTAs (the non-persistent one:
-9,352 records, 8 CTAs; the persistent one: 4,880 records, 4 CTAs, tiles as units through
-``tile_modulo``), is repeated ``--copies`` times with the CTAs renumbered (a grid that many
-times larger), then analysed: record matching, replay, critical path, blockers, occupancy,
-initiation interval, and one what-if.
+A level-2 ws_gemm trace from the H100 cut to a few whole CTAs (``--spec`` for the persistent
+one, ``persistent_l2.npz``) is repeated ``--copies`` times with the CTAs renumbered, then
+analysed: matching, replay, critical path, blockers, occupancy, initiation interval and one
+what-if.
 """
 
 from __future__ import annotations

@@ -6,7 +6,7 @@ kernel. FA4's plain and recording kernels live in two compile caches of one proc
 are swapped in before each call. ws_gemm: its level 0 (no hand-placed records) compiled
 plain and in zero-edit mode, beside its hand-placed level 2 on the slices path.
 
-    python bench/zero_edit_cost.py --json bench/results/zero_edit_h100/cost.json
+    python bench/kernel_cost.py zero-edit --json bench/results/zero_edit_h100/cost.json
 """
 
 from __future__ import annotations

@@ -20,10 +20,7 @@ def time_shuffled(variants: dict, *, rounds: int, warmup: int = 3, resets: dict 
                   per_block: int = 1) -> dict:
     """``{name: [ms per round]}``: ``calibration.time_shuffled`` without the housekeeping
     kernels (``resets[name]`` runs before each launch, untimed). With ``per_block`` > 1 each
-    launch follows its own kernel, as a traced launch does (``traced_launches``). Neither
-    way reproduced the traced launches' times (recording kernel, b4: 848 us traced, 936 us
-    in shuffled rounds, 970 us in blocks; stop51/moved_from_results/state/ in
-    bench/results/whatif/history/stops_31-64.tar.xz)."""
+    launch follows its own kernel, as a traced launch does (``traced_launches``)."""
     times = calibration.time_shuffled(variants, rounds=rounds, warmup=warmup, resets=resets,
                                       per_block=per_block, exclude=HOUSEKEEPING)
     return {name: [ns / 1e6 for ns in values] for name, values in times.items()}
@@ -33,12 +30,9 @@ def traced_launches(prof, launch, count: int, *, warm: int = 10):
     """``count`` traces of ``prof``'s kernel (an ``autoprofile()`` block's result), each of a
     launch that followed ``warm`` of its own (``AutoProfile.trace_warm``), its CUPTI time
     in the trace's metadata (``launch_cupti_ns``; the buffer's zeroing and read-back are
-    housekeeping kernels): one launch's trace carries that launch's noise (quack's 4 -> 2
-    predicted +94.65% from one launch, +78.37% from another run's), so the check predicts
-    from several. Nothing runs before the ``warm`` launches: seconds of launches heat the
-    GPU past the state the timing rounds run in (after 2 s, ws_gemm's recording kernel took
-    230 us against 189 in the rounds, and its 4 -> 2 read +39.2% from those launches against
-    +53.3% measured: bench/results/whatif/README.md, stop 40)."""
+    housekeeping kernels): one launch's trace carries that launch's noise, so the check
+    predicts from several. Nothing runs before the ``warm`` launches: seconds of launches
+    heat the GPU past the state the timing rounds run in."""
     from torch.profiler import ProfilerActivity, profile
 
     for _ in range(count):
