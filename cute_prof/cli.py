@@ -519,7 +519,7 @@ def _what_ifs(args) -> list[dict]:
 def _cmd_analyze_pipeline(args, progress: _Progress, *, trace=None) -> int:
     """With ``--pipeline``: the hand-written model; on a zero-edit trace without one: the
     model derived from the kernel's own pipeline objects."""
-    from .analysis.critical_path import analyze_pipeline, format_pipeline_report
+    from .analysis.pipeline_report import analyze_pipeline, format_pipeline_report
     from .analysis.model import load_pipeline
 
     spec = load_pipeline(args.pipeline) if args.pipeline else None  # fails before loading

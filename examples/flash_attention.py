@@ -36,7 +36,8 @@ ROOT = Path(__file__).resolve().parents[1]
 sys.path.insert(0, str(ROOT))
 
 import cute_prof  # noqa: E402
-from cute_prof.analysis.critical_path import analyze_pipeline, format_pipeline_report  # noqa: E402
+from cute_prof.analysis.pipeline_report import (
+    analyze_pipeline, format_pipeline_report)  # noqa: E402
 from cute_prof.analysis.pipelines import (derive_pipeline, format_recording,  # noqa: E402
                                           format_wait_breakdown, wait_breakdown)
 

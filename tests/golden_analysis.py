@@ -92,7 +92,7 @@ def jsonable(value):
 
 
 def perfetto_digest(trace, spec) -> dict:
-    from cute_prof.analysis.critical_path import perfetto_outputs
+    from cute_prof.analysis.pipeline_report import perfetto_outputs
 
     flows, counters, rows = perfetto_outputs(trace, spec)
     return {"flows": digest(*[np.asarray(flows[k]) for k in sorted(flows)])
@@ -102,7 +102,7 @@ def perfetto_digest(trace, spec) -> dict:
 
 def outputs() -> dict:
     """Every figure and every what-if, keyed by what produced it."""
-    from cute_prof.analysis.critical_path import analyze_pipeline, format_pipeline_report
+    from cute_prof.analysis.pipeline_report import analyze_pipeline, format_pipeline_report
     from cute_prof.analysis.model import load_pipeline
     from cute_prof.analysis.pipelines import call_balance, derive_pipeline, wait_breakdown
     from cute_prof.storage import load_trace

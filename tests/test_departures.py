@@ -10,8 +10,9 @@ variant, correlating 0.12-0.18 with the base's."""
 import numpy as np
 import pytest
 
-from cute_prof.analysis.critical_path import (blocked_as_base, match_records, replay,
-                                              what_if)
+from cute_prof.analysis.pipeline_data import match_records
+from cute_prof.analysis.replay import replay
+from cute_prof.analysis.what_if import blocked_as_base, what_if
 from cute_prof.analysis.model import load_pipeline
 from tests.test_pipeline_model import make_trace, spec_dict
 

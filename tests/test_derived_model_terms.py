@@ -11,9 +11,12 @@ import dataclasses
 import numpy as np
 import pytest
 
-from cute_prof.analysis.critical_path import (infer_terms, steady_bound, analyze_pipeline,
-                                              blockers, match_records, perfetto_outputs,
-                                              replay, what_if)
+from cute_prof.analysis.critical_path import steady_bound, blockers
+from cute_prof.analysis.pipeline_data import match_records
+from cute_prof.analysis.pipeline_report import analyze_pipeline, perfetto_outputs
+from cute_prof.analysis.replay import replay
+from cute_prof.analysis.replay_terms import infer_terms
+from cute_prof.analysis.what_if import what_if
 from cute_prof.analysis.pipelines import derive_pipeline, finish_zero_edit_trace
 from cute_prof.errors import ProfileBufferError
 from test_derived_pipeline import CONSUMER_WARPS, _raw_trace
@@ -248,7 +251,7 @@ def test_consecutive_work_regions_do_not_count_time_twice():
     measured one."""
     from test_derived_pipeline import software_pipelined
 
-    from cute_prof.analysis.critical_path import work_spans
+    from cute_prof.analysis.pipeline_data import work_spans
     derived = derive_pipeline(software_pipelined(blocks=8))
     data = match_records(derived.trace, derived.spec)
     _, dur = work_spans(data)
@@ -290,7 +293,7 @@ def test_one_records_time_is_not_rounded_to_the_timers_tick():
 
 
 def test_the_unrecorded_replay_takes_two_records_off_each_work_region():
-    from cute_prof.analysis.critical_path import work_spans
+    from cute_prof.analysis.pipeline_data import work_spans
     derived = derive_pipeline(mma_bound())
     data = match_records(derived.trace, derived.spec)
     _, measured = work_spans(data)
@@ -336,7 +339,8 @@ def test_the_base_replay_keeps_what_lies_between_two_waits_and_each_waits_own_ti
 def test_analyze_pipeline_gives_the_checked_prediction_for_a_derived_model():
     """With the derived model's first loads and one record's time, a what-if of the report is
     the prediction the GPU check validates (interval included), not the plain replay."""
-    from cute_prof.analysis.critical_path import format_pipeline_report, predict_what_if
+    from cute_prof.analysis.pipeline_report import format_pipeline_report
+    from cute_prof.analysis.what_if import predict_what_if
     from cute_prof.analysis.pipelines import record_cost_ns
     trace = mma_bound()
     derived = derive_pipeline(trace)
@@ -394,18 +398,20 @@ def test_one_stray_short_instance_does_not_decide_which_releases_waited_for_thei
     (quack's launch 2: work after a wait 352 ns long where 416-448 were the shortest of the
     others) count every other release as one that waited, and the replayed 2-deep ring took
     the stray's release offset."""
-    from cute_prof.analysis.critical_path import (SHORTEST_TYPICAL, _async_jobs, _shortest,
-                                                  _unwaited_release_offsets, work_spans)
+    from cute_prof.analysis.pipeline_data import work_spans
+    from cute_prof.analysis.replay_terms import (
+        SHORTEST_TYPICAL, _async_jobs, shortest,
+        unwaited_release_offsets)
 
     def unwaited(wait_sooner):
         derived = derive_pipeline(gemm_like(ctas=40, iters=32, wait_sooner=wait_sooner))
         data = match_records(derived.trace, derived.spec)
         begin, span = work_spans(data)
         i = [r.tag for r in data.spec.regions].index("pk.consumer_release")
-        floor = _shortest(data, span, SHORTEST_TYPICAL)
-        offsets = _unwaited_release_offsets(data, _async_jobs(data, span, floor), begin,
+        floor = shortest(data, span, SHORTEST_TYPICAL)
+        offsets = unwaited_release_offsets(data, _async_jobs(data, span, floor), begin,
                                             span, floor)[i]
-        return offsets, _shortest(data, span)[i], floor[i]
+        return offsets, shortest(data, span)[i], floor[i]
 
     clean, clean_shortest, _ = unwaited({})
     # CTA 7's work before its wait for k-tile 20: 980 - 700 ns, below every other instance
@@ -423,18 +429,18 @@ def test_releases_whose_job_had_surely_ended_stand_for_a_starved_rings_release()
     one starves its consumers more often), their mean is the unwaited release the replay
     takes, and a 2-deep ring replays slower with slower releases. Too few of them: the
     shortest regions' offsets, as before."""
-    from cute_prof.analysis.critical_path import (MIN_CLEAN_RELEASES, SHORTEST_TYPICAL,
-                                                  _async_jobs, _shortest,
-                                                  _unwaited_release_offsets, clean_releases,
-                                                  work_spans)
+    from cute_prof.analysis.pipeline_data import work_spans
+    from cute_prof.analysis.replay_terms import (
+        MIN_CLEAN_RELEASES, SHORTEST_TYPICAL, _async_jobs, shortest,
+        unwaited_release_offsets, clean_releases)
 
     def model(trace):
         derived = derive_pipeline(trace)
         data = match_records(derived.trace, derived.spec)
         begin, span = work_spans(data)
-        floor = _shortest(data, span, SHORTEST_TYPICAL)
+        floor = shortest(data, span, SHORTEST_TYPICAL)
         i = [r.tag for r in data.spec.regions].index("pk.consumer_release")
-        return derived, data, i, lambda sample=None: _unwaited_release_offsets(
+        return derived, data, i, lambda sample=None: unwaited_release_offsets(
             data, _async_jobs(data, span, floor), begin, span, floor, sample)[i]
 
     derived, data, i, unwaited = model(mma_bound(ctas=8))
@@ -445,7 +451,7 @@ def test_releases_whose_job_had_surely_ended_stand_for_a_starved_rings_release()
     slower = {"pk.consumer_release": np.full(clean.size, RELEASE_MIN_NS + 300.0)}
     assert unwaited(slower) == pytest.approx((RELEASE_MIN_NS + 150.0, RELEASE_MIN_NS))
     # the public reading is the replay's; min_clean=inf reads the shortest regions alone
-    from cute_prof.analysis.critical_path import unwaited_release
+    from cute_prof.analysis.replay_terms import unwaited_release
     assert unwaited_release(data, release_sample=slower)["pk.consumer_release"] == \
         pytest.approx(unwaited(slower))
     assert unwaited_release(data, release_sample=slower, min_clean=np.inf)[
@@ -473,7 +479,7 @@ def test_a_model_without_a_job_region_does_not_derive_the_probed_launch(monkeypa
     pools a probed launch's releases; FA4's rings have none, and deriving its probed launch
     for nothing took 2.1 s of a 3.5 M-record trace (gpu38's b4)."""
     from cute_prof.analysis import pipelines
-    from cute_prof.analysis.critical_path import job_regions
+    from cute_prof.analysis.replay_terms import job_regions
     from test_derived_pipeline import software_pipelined
 
     gemm = derive_pipeline(mma_bound(ctas=2))

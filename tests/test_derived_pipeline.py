@@ -7,7 +7,8 @@ from __future__ import annotations
 import numpy as np
 import pytest
 
-from cute_prof.analysis.critical_path import analyze_pipeline, match_records, prologue_slots
+from cute_prof.analysis.pipeline_data import match_records, prologue_slots
+from cute_prof.analysis.pipeline_report import analyze_pipeline
 from cute_prof.analysis.pipelines import derive_pipeline, finish_zero_edit_trace
 from cute_prof.errors import ProfileBufferError
 from cute_prof.trace import EVENT_DTYPE, Trace

@@ -3,7 +3,7 @@ free (critical_path.dispatched_span), as the block scheduler hands them out."""
 import numpy as np
 import pytest
 
-from cute_prof.analysis.critical_path import dispatched_span, dispatched_starts
+from cute_prof.analysis.dispatch import dispatched_span, dispatched_starts
 
 GAP = 100.0
 
@@ -80,7 +80,8 @@ def test_ctas_that_came_late_for_another_reason_keep_their_starts():
     starts are no block scheduler's (an SM stood free), so the what-if keeps them."""
     import dataclasses
 
-    from cute_prof.analysis.critical_path import dispatch_shift, match_records
+    from cute_prof.analysis.dispatch import dispatch_shift
+    from cute_prof.analysis.pipeline_data import match_records
     from cute_prof.analysis.pipelines import derive_pipeline
     from test_derived_model_terms import gemm_like
 
@@ -99,7 +100,8 @@ def test_the_unchanged_span_is_measured_only_where_the_dispatch_reproduces_the_l
     one): the dispatch runs them back to back, four CTAs long, not the measured span."""
     import dataclasses
 
-    from cute_prof.analysis.critical_path import match_records, unchanged_span
+    from cute_prof.analysis.dispatch import unchanged_span
+    from cute_prof.analysis.pipeline_data import match_records
     from cute_prof.analysis.pipelines import derive_pipeline
     from test_derived_model_terms import gemm_like
 
@@ -132,8 +134,8 @@ def test_a_what_if_of_the_launch_gap_moves_the_kernel_by_its_later_ctas():
     """gemm_like's four CTAs run one after another on one SM: a change that only shortens
     the launch gap (``gap_change_ns``) predicts the three gaps' saving and nothing else, its
     interval one timer tick each way; the same change with no gap to shorten predicts none."""
-    from cute_prof.analysis.critical_path import (match_records, predict_what_if,
-                                                  timer_step, what_if)
+    from cute_prof.analysis.pipeline_data import match_records, timer_step
+    from cute_prof.analysis.what_if import predict_what_if, what_if
     from cute_prof.analysis.pipelines import derive_pipeline
     from test_derived_model_terms import gemm_like
 

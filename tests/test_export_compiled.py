@@ -1,6 +1,7 @@
-"""The compiled exporters (numba, cute_prof/export/kernels.py) against the numpy ones they
-replace on hot paths: the same pftrace bytes (or at least the same slices on the same
-tracks and lanes, parsed with the official protos) and the same JSON events."""
+"""The compiled exporters (numba: cute_prof/export/kernels.py, pftrace_kernels.py and
+json_kernels.py) against the numpy ones they replace on hot paths: the same pftrace bytes
+(or at least the same slices on the same tracks and lanes, parsed with the official protos)
+and the same JSON events."""
 
 from __future__ import annotations
 
@@ -12,7 +13,7 @@ import numpy as np
 import pytest
 
 from cute_prof import jit, layout
-from cute_prof.export import kernels
+from cute_prof.export import json_kernels, kernels
 from cute_prof.export.chrome_json import events_to_perfetto
 from cute_prof.export.pftrace_reader import read_pftrace
 from cute_prof.export.pftrace_writer import write_pftrace
@@ -150,7 +151,7 @@ def test_number_text_hand_computed():
 
     at = 0
     for v in values:
-        at = kernels._put_int(out, at, v)
+        at = json_kernels._put_int(out, at, v)
         out[at] = ord(",")
         at += 1
     assert out[:at].tobytes() == (b"0,7,-7,100,1000000000000000000,9223372036854775807,"
@@ -158,7 +159,7 @@ def test_number_text_hand_computed():
     # microseconds; Perfetto reads "1.001" as 1000 ns (1.001 * 1000 truncates): guard digit 1
     at = 0
     for v in (0, 1500, -1500, 1001, 1002, 123456789):
-        at = kernels._put_micros(out, at, v)
+        at = json_kernels._put_micros(out, at, v)
         out[at] = ord(",")
         at += 1
     assert out[:at].tobytes() == b"0.000,1.500,-1.500,1.0011,1.002,123456.789,"
@@ -173,7 +174,7 @@ def test_compiled_lanes_equal_the_numpy_lanes():
     expected = nesting_lanes(track, start, end, 6)
     offsets, rows = kernels.count_sort_tracks(track, 6)
     kind = np.zeros(n, np.uint8)
-    lane, lanes_of = kernels.lanes_by_row(offsets, rows, kind, start, end - start,
+    lane, lanes_of = json_kernels.lanes_by_row(offsets, rows, kind, start, end - start,
                                           layout.KIND_INSTANT)
     assert lane.tolist() == expected.tolist()
     assert lanes_of.tolist() == [int(expected[track == t].max()) + 1 for t in range(6)]
@@ -185,7 +186,7 @@ def test_lanes_hand_computed():
     start = np.array([0, 2, 4, 10, 11])
     end = np.array([10, 5, 12, 11, 13])
     offsets, rows = kernels.count_sort_tracks(np.zeros(5, np.int64), 1)
-    lane, lanes_of = kernels.lanes_by_row(offsets, rows, np.zeros(5, np.uint8), start,
+    lane, lanes_of = json_kernels.lanes_by_row(offsets, rows, np.zeros(5, np.uint8), start,
                                           end - start, layout.KIND_INSTANT)
     assert lane.tolist() == [0, 0, 1, 0, 0]
     assert lanes_of.tolist() == [2]

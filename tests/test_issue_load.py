@@ -10,8 +10,10 @@ fixed point)."""
 import numpy as np
 import pytest
 
-from cute_prof.analysis.critical_path import (UNQUEUED_QUANTILE, match_records, replay,
-                                              what_if)
+from cute_prof.analysis.pipeline_data import match_records
+from cute_prof.analysis.replay import replay
+from cute_prof.analysis.replay_terms import UNQUEUED_QUANTILE
+from cute_prof.analysis.what_if import what_if
 from cute_prof.analysis.model import load_pipeline
 from tests.test_pipeline_model import make_trace, spec_dict
 

@@ -6,9 +6,10 @@ whose loads meet a nearly idle memory (bench/results/whatif/README.md, stops 61-
 import numpy as np
 import pytest
 
-from cute_prof.analysis.critical_path import (
-    lighter_load_point, loop_queueing, match_records, predict_what_if, queued_under_load,
-    what_if)
+from cute_prof.analysis.loads import lighter_load_point, loop_queueing
+from cute_prof.analysis.pipeline_data import match_records
+from cute_prof.analysis.replay import queued_under_load
+from cute_prof.analysis.what_if import predict_what_if, what_if
 from cute_prof.analysis.model import ARRIVAL_SAMPLE_DTYPE, arrival_issue_rate, load_pipeline
 from cute_prof.analysis.pipelines import derive_pipeline
 

@@ -9,8 +9,10 @@ from pathlib import Path
 import numpy as np
 import pytest
 
-from cute_prof.analysis.critical_path import (
-    infer_terms, latency_sensitivity, match_records, predict_what_if, replay, what_if)
+from cute_prof.analysis.pipeline_data import match_records
+from cute_prof.analysis.replay import replay
+from cute_prof.analysis.replay_terms import infer_terms
+from cute_prof.analysis.what_if import latency_sensitivity, predict_what_if, what_if
 from cute_prof.analysis.model import ARRIVAL_SAMPLE_DTYPE, load_pipeline, shifted_arrivals
 from cute_prof.analysis.pipelines import (
     derive_pipeline, finish_zero_edit_trace, load_arrival_latency, load_arrival_pairs,
@@ -185,7 +187,7 @@ def test_a_place_sampled_often_enough_draws_from_its_own_loads_alone():
     the 64 nearest a later place reached into the burst, and the 1-deep change, which
     waits for every load, stalled on burst latencies at its third and fourth items. Each
     place's own loads keep them at the start, as the exact 1-deep schedule has them."""
-    from cute_prof.analysis import critical_path
+    from cute_prof.analysis import loads
 
     latencies, data, sample = burst_then_steady(iters=24, burst=2, per_place=20)
     wait = [r.tag for r in data.spec.regions].index("w_f")
@@ -196,7 +198,7 @@ def test_a_place_sampled_often_enough_draws_from_its_own_loads_alone():
         return (s.end - s.start)[0, 2:4, wait]
     own = third_and_fourth_waits()
     with pytest.MonkeyPatch.context() as patch:
-        patch.setattr(critical_path, "PLACE_SAMPLE_MIN", 10 ** 9)
+        patch.setattr(loads, "PLACE_SAMPLE_MIN", 10 ** 9)
         nearest = third_and_fourth_waits()
     # the exact 1-deep ring waits 600 ns there, for its 600 ns loads
     exact = varying_ring(latencies, depth=1)
@@ -479,7 +481,7 @@ def test_the_probed_launches_that_ran_like_the_base_give_the_latencies(tmp_path,
 
 
 def test_pooling_predictions_keeps_what_one_of_them_cannot_model():
-    from cute_prof.analysis.critical_path import pool_predictions
+    from cute_prof.analysis.what_if import pool_predictions
 
     made = {"modelled": True, "predicted_change": 0.1, "interval": (0.05, 0.2),
             "detail": {"kernel_ns": 1000.0, "latency_ns": {"w": 500.0}}}
@@ -564,7 +566,7 @@ def test_loads_right_behind_their_groups_first_one_share_its_miss():
     assert set(sample["group_ctas"]) == {4}
     gaps = sample["leader_gap_ns"][np.argsort(sample["issued_ns"], kind="stable")]
     np.testing.assert_array_equal(np.unique(gaps), [0, 700, 800, 900])
-    from cute_prof.analysis.critical_path import miss_and_hit
+    from cute_prof.analysis.loads import miss_and_hit
     miss, hit = miss_and_hit(sample)
     np.testing.assert_array_equal(sample["latency_ns"][miss], 900)
     np.testing.assert_array_equal(sample["latency_ns"][hit], 300)
@@ -575,7 +577,7 @@ def test_a_few_fast_stragglers_do_not_make_groups_share_their_misses():
     """Groups whose later loads hit the L2 are coupled to their first load only where the
     hits are a real share of the sample, not a handful of fast loads among misses (ws_gemm:
     0-18 of ~1,800, whose ratio sat at the threshold and flipped with 10 ns of latency)."""
-    from cute_prof.analysis.critical_path import MIN_HIT_SHARE, miss_and_hit
+    from cute_prof.analysis.loads import MIN_HIT_SHARE, miss_and_hit
 
     rows = []
     for cta in range(8):
@@ -597,5 +599,5 @@ def test_a_sample_whose_latencies_no_grouping_ranks_has_no_groups():
             rows += [(cta, 0, 0, 0, t, 0), (cta, 0, 1, 1, t + 32, 400 - 32)]
     sample = load_arrival_sample(probed_trace(rows))["pk"]
     assert set(sample["group_ctas"]) == {0}
-    from cute_prof.analysis.critical_path import miss_and_hit
+    from cute_prof.analysis.loads import miss_and_hit
     assert miss_and_hit(sample) is None

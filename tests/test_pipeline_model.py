@@ -6,8 +6,11 @@ import json
 import numpy as np
 import pytest
 
-from cute_prof.analysis.critical_path import (
-    analyze_pipeline, blockers, critical_path, match_records, perfetto_outputs, replay, what_if)
+from cute_prof.analysis.critical_path import blockers, critical_path
+from cute_prof.analysis.pipeline_data import match_records
+from cute_prof.analysis.pipeline_report import analyze_pipeline, perfetto_outputs
+from cute_prof.analysis.replay import replay
+from cute_prof.analysis.what_if import what_if
 from cute_prof.analysis.model import load_pipeline
 from cute_prof.errors import ProfileBufferError
 from cute_prof.trace import EVENT_DTYPE, Trace

@@ -7,8 +7,11 @@ from pathlib import Path
 import numpy as np
 import pytest
 
-from cute_prof.analysis.critical_path import (
-    infer_terms, match_records, prologue_slots, replay, ring_occupancy, what_if)
+from cute_prof.analysis.critical_path import ring_occupancy
+from cute_prof.analysis.pipeline_data import match_records, prologue_slots
+from cute_prof.analysis.replay import replay
+from cute_prof.analysis.replay_terms import infer_terms
+from cute_prof.analysis.what_if import what_if
 from cute_prof.analysis.model import load_pipeline
 from cute_prof.errors import ProfileBufferError
 from tests.test_pipeline_model import CONSUMER_BOUND, make_trace, spec_dict

@@ -6,7 +6,9 @@ from __future__ import annotations
 
 import numpy as np
 
-from cute_prof.analysis.critical_path import match_records, replay, what_if
+from cute_prof.analysis.pipeline_data import match_records
+from cute_prof.analysis.replay import replay
+from cute_prof.analysis.what_if import what_if
 from cute_prof.analysis.pipelines import derive_pipeline
 from tests.test_derived_model_terms import gemm_like
 

@@ -7,8 +7,10 @@ in the replay than on the GPU (ws_gemm, persistent, quack)."""
 import numpy as np
 import pytest
 
-from cute_prof.analysis import critical_path
-from cute_prof.analysis.critical_path import match_records, replay, what_if
+from cute_prof.analysis.replay_terms import region_drains
+from cute_prof.analysis.pipeline_data import match_records
+from cute_prof.analysis.replay import replay
+from cute_prof.analysis.what_if import what_if
 from cute_prof.analysis.model import load_pipeline
 from tests.test_pipeline_model import make_trace, spec_dict
 
@@ -109,15 +111,20 @@ def test_a_tiles_drain_and_epilogue_stay_the_consumers_own_work(monkeypatch):
     d = spec_dict(4, release_distance=1)
     d["regions"][3]["async"] = True
     data = match_records(make_trace([(0, tiled_wgmma(4))]), load_pipeline(d))
-    drained, tail = critical_path._drains(data, 3)
+    drained, tail = region_drains(data, 3)
     assert np.flatnonzero(drained[0]).tolist() == [8, 16, 24]
     np.testing.assert_allclose(tail[0, [7, 15, 23]], 2000)
     truth = tiled_wgmma(2)["c"][-1][1]
     got = what_if(data, depth={"ring": 2}, latency={"w_f": 600})
     assert got["predicted_kernel_ns"] == pytest.approx(truth, rel=0.005)
     # the epilogue taken as job time (no drains): short by most of a wait's blocking per tile
-    monkeypatch.setattr(critical_path, "_drains", lambda data, i: (
-        np.zeros(data.shape[:2], dtype=bool), np.zeros(data.shape[:2])))
+    from cute_prof.analysis import replay as replay_module, replay_terms
+
+    def no_drains(data, i):
+        return np.zeros(data.shape[:2], dtype=bool), np.zeros(data.shape[:2])
+
+    for module in (replay_module, replay_terms):
+        monkeypatch.setattr(module, "region_drains", no_drains)
     data = match_records(make_trace([(0, tiled_wgmma(4))]), load_pipeline(d))
     worse = what_if(data, depth={"ring": 2}, latency={"w_f": 600})
     assert abs(worse["predicted_kernel_ns"] - truth) > 3 * abs(got["predicted_kernel_ns"] - truth)

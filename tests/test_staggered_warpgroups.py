@@ -8,7 +8,9 @@ import dataclasses
 import numpy as np
 import pytest
 
-from cute_prof.analysis.critical_path import match_records, replay, what_if
+from cute_prof.analysis.pipeline_data import match_records
+from cute_prof.analysis.replay import replay
+from cute_prof.analysis.what_if import what_if
 from cute_prof.analysis.model import load_pipeline
 from cute_prof.analysis.pipelines import warpgroup_lead_shares
 from cute_prof.errors import ProfileBufferError
@@ -176,7 +178,8 @@ def test_a_blocked_waits_leading_release_keeps_the_roles_least_wait_to_stamp_tim
     to its next stamp. A blocked V wait cannot bring the leading release closer than that
     (FA4's 1-deep variants: 96-128 ns, their bases' gap); a role with no wait right after
     another has only the timer's step."""
-    from cute_prof.analysis.critical_path import after_wait_floor, timer_step
+    from cute_prof.analysis.pipeline_data import timer_step
+    from cute_prof.analysis.replay_terms import after_wait_floor
     from cute_prof.analysis.pipelines import derive_pipeline
     from test_derived_pipeline import software_pipelined
 
@@ -194,7 +197,7 @@ def test_a_trailing_groups_lag_in_its_upper_state_is_phase_that_a_starved_ring_d
     causal: 480-512 ns, then 736-800); a 1-deep ring makes both groups wait for the same
     load and holds them at the lower state, which the replay keeps (``trailing_lag``: the
     lag's 25th percentile), so the upper state's items do not slow the starved ring."""
-    from cute_prof.analysis.critical_path import trailing_lag
+    from cute_prof.analysis.replay_terms import trailing_lag
 
     stepped = job_then_handoff(3, upper=576, upper_from=10)
     data = match_records(stepped, spec(3, async_release=True))
@@ -207,8 +210,8 @@ def test_a_trailing_groups_lag_in_its_upper_state_is_phase_that_a_starved_ring_d
     assert got == pytest.approx(span(job_then_handoff(1)) + extra)
     # kept item by item (the lag's largest), the replay runs the upper state on into the
     # starved ring, as a ring that kept the step would: 19 items x 256 ns later
-    import cute_prof.analysis.critical_path as cp
-    monkeypatch.setattr(cp, "TRAILING_LAG_QUANTILE", 1.0)
+    import cute_prof.analysis.replay_terms as replay_terms
+    monkeypatch.setattr(replay_terms, "TRAILING_LAG_QUANTILE", 1.0)
     kept = what_if(match_records(stepped, spec(3, async_release=True)),
                    depth={"ring": 1})["predicted_kernel_ns"]
     assert kept == pytest.approx(span(job_then_handoff(1, upper=576, upper_from=10)))

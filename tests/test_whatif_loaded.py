@@ -6,8 +6,9 @@ the changed pipeline, and the loaded latency must follow Little's law as a fixed
 import numpy as np
 import pytest
 
-from cute_prof.analysis.critical_path import (
-    latency_sample, match_records, predict_what_if, timer_step, what_if)
+from cute_prof.analysis.loads import latency_sample
+from cute_prof.analysis.pipeline_data import match_records, timer_step
+from cute_prof.analysis.what_if import predict_what_if, what_if
 from cute_prof.analysis.model import load_pipeline
 
 from test_pipeline_model import TAGS, make_trace, spec_dict
@@ -141,7 +142,7 @@ def test_loaded_latency_is_littles_law_fixed_point():
 
 @pytest.mark.parametrize("queued", [0.0, 50.0, 400.0, 5000.0])
 def test_queued_time_under_load(queued):
-    from cute_prof.analysis.critical_path import queued_under_load
+    from cute_prof.analysis.replay import queued_under_load
     w0 = 500.0
     for rule in ("little", "open", "none"):  # the base's own load
         assert queued_under_load(queued, w0, 1.0, rule=rule) == queued

@@ -19,7 +19,8 @@ import numpy as np
 
 from ..errors import ProfileBufferError
 from ..trace import Trace
-from .critical_path import clean_releases, job_regions, match_records
+from .pipeline_data import match_records
+from .replay_terms import clean_releases, job_regions
 from .grouping import rows_by_value, tags_in, unique_ints, warp_order
 from .model import ARRIVAL_SAMPLE_DTYPE, arrival_issue_rate
 from .roles import RoleSpec

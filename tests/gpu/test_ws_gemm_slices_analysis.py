@@ -17,7 +17,7 @@ torch = require_gpu("cutlass", hopper=True)
 ROOT = os.path.dirname(os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
 sys.path.insert(0, ROOT)
 
-from cute_prof.analysis.critical_path import analyze_pipeline  # noqa: E402
+from cute_prof.analysis.pipeline_report import analyze_pipeline  # noqa: E402
 from cute_prof.analysis.model import load_pipeline  # noqa: E402
 from cute_prof.decode import decode_buffer  # noqa: E402
 from examples import ws_gemm as W  # noqa: E402
