@@ -7,7 +7,11 @@ picks the format from a path's suffix.
 * ``pftrace_reader.py`` reading a ``.pftrace`` back
 * ``picture.py``        timeline pictures with matplotlib (``plot_timeline``)
 * ``aggregate.py``      busy/wait counters per SM, role or CTA instead of every region
-* ``kernels.py``        compiled loops (numba) of the JSON and pftrace writers
+* ``kernels.py``        compiled loops (numba) both writers share: chunked streaming, grouping
+                        by track; ``pftrace_kernels.py`` and ``json_kernels.py`` each writer's own
+
+This package owns the files a trace becomes; it reads a :class:`Trace` (and the analysis's
+results) and may not import the session, the CLI or the device code.
 """
 
 from __future__ import annotations

@@ -34,7 +34,7 @@ padded with spaces, which JSON allows between tokens, so the file is ~10% larger
 minimal one but a million events export in about 1.5 s instead of 3 s with ``%``-formatting.
 
 With numba (:mod:`cute_prof.jit`) a compiled writer runs instead (``_write_compiled``,
-loops in :mod:`.kernels`): no copy of the events, lanes per track in one pass, each event's
+loops in :mod:`.kernels` and :mod:`.json_kernels`): no copy of the events, lanes per track in one pass, each event's
 text formatted straight into a chunk buffer (numbers without padding) that a worker thread
 fills while this one writes the previous chunk. The file parses into the same events.
 """
@@ -52,7 +52,7 @@ from .. import jit, layout
 from ..errors import ProfileBufferError
 from ..files import atomic_open, check_output_path
 from ..trace import Event, Trace, kind_name
-from . import kernels
+from . import json_kernels, kernels
 from .regions import counter_series, launch_label, nesting_lanes, pair_index
 
 __all__ = ["GROUP_BY_CHOICES", "events_to_perfetto"]
@@ -501,7 +501,7 @@ def _write_compiled(trace: Trace, target: Path, group_by: str, process_name, met
     tag_min, tag_max = int(tag.min()), int(tag.max())
     if tag_max - tag_min >= (1 << 24):
         return None
-    row_of = kernels.parents_first_order(start, dur)  # empty: rows are in file order
+    row_of = json_kernels.parents_first_order(start, dur)  # empty: rows are in file order
 
     process_index, process_names = _processes(trace, ev, group_by, process_name)
     device = str(trace.metadata.get("device") or "GPU")
@@ -514,7 +514,7 @@ def _write_compiled(trace: Trace, target: Path, group_by: str, process_name, met
                                                             ev["tid"].astype(np.int64))
     n_tracks = track_process.shape[0]
     offsets, rows = kernels.count_sort_tracks(track_index, n_tracks)
-    lane, lanes_per_track = kernels.lanes_by_row(offsets, rows, kind, start, dur,
+    lane, lanes_per_track = json_kernels.lanes_by_row(offsets, rows, kind, start, dur,
                                                  layout.KIND_INSTANT)
     del rows
     first_lane = np.cumsum(lanes_per_track) - lanes_per_track
@@ -555,7 +555,7 @@ def _write_compiled(trace: Trace, target: Path, group_by: str, process_name, met
     chunks = [(lo, min(lo + per_chunk, count)) for lo in range(0, count, per_chunk)]
 
     def step(buffer: np.ndarray, lo: int, hi: int) -> int:
-        return kernels.encode_json_events(
+        return json_kernels.encode_json_events(
             buffer, lo, hi, count, row_of, start, dur, tag, tid, payload, kind, sm, warp,
             cycles, origin, name_of_tag, tag_min, names, name_at, kinds, kind_at,
             layout.KIND_SPAN, layout.KIND_INSTANT, layout.KIND_CLOCK_SPAN, with_cycles, pid,

@@ -32,9 +32,9 @@ official protos and compare it with the slices the earlier protobuf-per-packet w
 produced.
 
 With numba (:mod:`cute_prof.jit`) a compiled writer runs instead (``_write_compiled``,
-loops in :mod:`.kernels`): one counting-sort pass groups the records by track, first-fit
-lanes and the event packets are computed track by track, and the packets are streamed to
-the file in chunks, so no global sort and no per-operation arrays are needed. It writes
+loops in :mod:`.kernels` and :mod:`.pftrace_kernels`): one counting-sort pass groups the
+records by track, first-fit lanes and the event packets are computed track by track, and
+the packets are streamed to the file in chunks, so no global sort and no per-operation arrays are needed. It writes
 the same bytes as the numpy writer (``tests/test_export_compiled.py``).
 """
 
@@ -53,7 +53,7 @@ from .. import jit, layout
 from ..errors import ProfileBufferError
 from ..files import atomic_write
 from ..trace import Trace
-from . import kernels
+from . import kernels, pftrace_kernels
 from .regions import (
     SPAN_KINDS,
     RegionOps,
@@ -701,7 +701,7 @@ def _write_compiled(pb, trace, path, group_by, payloads, say, advance, flows,
     del track_of_row, override_of_row
     say("placing overlapping regions in lanes")
     lane, lanes_of, first_ts_final, with_payload, pair_track, pair_iid = (
-        kernels.order_and_lanes(offsets, ts, end, iid, pay, override, len(names)))
+        pftrace_kernels.order_and_lanes(offsets, ts, end, iid, pay, override, len(names)))
     lanes_per_pair = lanes_of if (lanes_of > 1).any() else None
     if lanes_per_pair is not None:
         say(f"{int((lanes_of > 1).sum()):,} tracks have regions that overlap without "
@@ -718,14 +718,14 @@ def _write_compiled(pb, trace, path, group_by, payloads, say, advance, flows,
     header.packet.extend(_descriptor_packets(pb, tracks, track_uuid, group_by, info, first_ts))
     sequence_header_packets(pb, header, np.arange(n_tracks), first_ts_final + offset,
                             pair_track, pair_iid, with_payload, track_uuid, names)
-    bound = kernels.PACKET_BOUND + int(np.diff(template_at).max(initial=0))
+    bound = pftrace_kernels.PACKET_BOUND + int(np.diff(template_at).max(initial=0))
     per_key = np.diff(offsets)
     track_bytes = (2 * per_key[0::2] + per_key[1::2]) * bound
     chunk_bytes = max(_STREAM_CHUNK_BYTES, int(track_bytes.max()))
     chunks = kernels.plan_chunks(track_bytes, chunk_bytes)
 
     def step(buffer: np.ndarray, track_lo: int, track_hi: int) -> int:
-        return kernels.encode_pftrace_tracks(
+        return pftrace_kernels.encode_pftrace_tracks(
             buffer, track_lo, track_hi, offsets, ts, end, iid, pay, override, lane, lanes_of,
             first_final, offset, _FIRST_TRACK_SEQUENCE, templates, template_at)
 
@@ -783,7 +783,7 @@ def _write_counters(pb, handle, counters, first_ts: int, offset: int, trace: Tra
         handle.write(wrapper.SerializeToString())
         if ts.shape[0]:
             out = np.empty(48 * ts.shape[0], np.uint8)
-            used = kernels.encode_counter_packets(
+            used = pftrace_kernels.encode_counter_packets(
                 out, ts + offset, np.ascontiguousarray(value, np.float64),
                 np.full(ts.shape[0], uuid, np.int64), _ROOT_SEQUENCE)
             handle.write(memoryview(out)[:used])
