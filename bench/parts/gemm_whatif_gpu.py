@@ -148,16 +148,11 @@ def main(argv=None) -> int:
     (out / "timings.json").write_text(json.dumps({"unit": "ns", "times": times,
                                                   "rounds": args.rounds,
                                                   "per_round": args.per_round}))
-    log(f"{'variant':<12} {'median us':>10} {'p10':>9} {'p90':>9} {'n':>5} {'vs base':>9}")
+    log(f"{'variant':<18} {'median us':>10} {'p10':>9} {'p90':>9} {'n':>5} {'vs base':>9}")
     base_med = statistics.median(times["base"])
-    for name in names:
-        v = times[name]
-        if not v:
-            log(f"{name:<12} no timings")
-            continue
-        q = np.percentile(v, [10, 90])
-        med = statistics.median(v)
-        log(f"{name:<12} {med / 1e3:>10.2f} {q[0] / 1e3:>9.2f} {q[1] / 1e3:>9.2f} {len(v):>5} "
+    for name, v in ((name, times[name]) for name in names if times[name]):
+        q, med = np.percentile(v, [10, 90]), statistics.median(v)
+        log(f"{name:<18} {med / 1e3:>10.2f} {q[0] / 1e3:>9.2f} {q[1] / 1e3:>9.2f} {len(v):>5} "
             f"{(med - base_med) / base_med * 100:>+8.2f}%")
     return 0
 
