@@ -25,7 +25,7 @@ cute_prof`` needs no CUTLASS DSL); it may not take the what-if experiments' opti
 from __future__ import annotations
 
 import contextlib
-from .analysis.pipelines import finish_zero_edit_trace
+from .analysis.zero_edit import finish_zero_edit_trace
 from .decode_slices import allocate_slices_buffer, decode_slices, reset_slices
 from .errors import ProfileBufferError
 from .trace import Trace

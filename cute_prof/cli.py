@@ -126,7 +126,7 @@ def _load(args, progress: _Progress):
     if path.suffix.lower() == ".json" and path.is_file():
         size_mb = path.stat().st_size / 1e6
         progress(f"loading {args.trace}: parsing {size_mb:,.0f} MB of JSON"
-                 + (" (about 25 MB/s; a saved .npz loads far faster)" if size_mb > 25 else ""))
+                 + (" (slow: a saved .npz loads far faster)" if size_mb > 25 else ""))
     else:
         progress(f"loading {args.trace}")
     trace = load_any(args.trace)
@@ -216,7 +216,7 @@ def _cmd_analyze(args, progress: _Progress) -> int:
     spec = _role_spec(args)
     trace = _load(args, progress)
     if spec is None and (trace.metadata or {}).get("autoprof", {}).get("roles"):
-        from .analysis.pipelines import zero_edit_roles
+        from .analysis.zero_edit import zero_edit_roles
 
         try:  # a zero-edit trace: the pipeline model from the kernel's own pipelines
             return _cmd_analyze_pipeline(args, progress, trace=trace)
@@ -474,11 +474,12 @@ def _add_pipeline_options(parser: argparse.ArgumentParser) -> None:
                         help="what-if: that work region PCT%% faster (repeatable)")
     parser.add_argument("--arrivals", metavar="TRACE", nargs="+",
                         help="a zero-edit trace of the same kernel recorded with "
-                             "autoprofile(load_arrivals=N): the what-ifs take their load "
+                             "cute_prof.experimental.autoprofile_probed(load_arrivals=N), an "
+                             "experiment: the what-ifs take their load "
                              "latencies from its sampled loads; given several launches, "
                              "from those that ran like the base (the nearest in span and any "
                              "within the probes' own cost spread of it, "
-                             "pipelines.PROBED_SPAN_TIE: one that ran much longer met a slower "
+                             "load_arrivals.PROBED_SPAN_TIE: one that ran much longer met a slower "
                              "memory system), each what-if the median of their predictions")
     parser.add_argument("--sensitivity", action="store_true",
                         help="with --arrivals: each what-if also says how far it moves per "
@@ -486,10 +487,11 @@ def _add_pipeline_options(parser: argparse.ArgumentParser) -> None:
                              "that starves a ring is only as close as its loads are known")
     parser.add_argument("--record-chain-ns", type=float, metavar="NS",
                         help="what one record adds to a dependency chain on the GPU the trace "
-                             "ran on (bench/record_cost.py chain: 12.1 on an H100): the time "
+                             "ran on (bench/record_cost.py's chain measures it; figures in "
+                             "docs/performance.md): the time "
                              "the what-ifs remove per record to predict the unrecorded kernel "
                              "(default: the figure measured on the trace's GPU, "
-                             "pipelines.RECORD_CHAIN_NS; for a GPU not measured, the trace's "
+                             "zero_edit.RECORD_CHAIN_NS; for a GPU not measured, the trace's "
                              "own gap between back-to-back stamps, which holds the kernel's "
                              "code between them too)")
     parser.add_argument("--recorder-cost", type=float, metavar="PCT",
@@ -497,7 +499,7 @@ def _add_pipeline_options(parser: argparse.ArgumentParser) -> None:
                              "in percent (time both on the GPU, e.g. with torch.profiler): "
                              "what the records' own time does not account for, the what-ifs "
                              "take off the warps' work as the compiler's slower schedule "
-                             "(FA4: 12-16%%)")
+                             "(figures in docs/performance.md)")
 
 
 def _what_ifs(args) -> list[dict]:
@@ -528,7 +530,7 @@ def _cmd_analyze_pipeline(args, progress: _Progress, *, trace=None) -> int:
     if trace is None:
         trace = _load(args, progress)
     if spec is None:
-        from .analysis.pipelines import derive_pipeline
+        from .analysis.derived_pipeline import derive_pipeline
 
         progress("deriving the pipeline model from the kernel's pipeline objects")
         derived = derive_pipeline(trace)
@@ -540,7 +542,7 @@ def _cmd_analyze_pipeline(args, progress: _Progress, *, trace=None) -> int:
         if derived is None:
             raise ProfileBufferError("--arrivals needs a zero-edit trace analysed without "
                                      "--pipeline (the derived model reads the probes' rings)")
-        from .analysis.pipelines import probed_launches_like
+        from .analysis.load_arrivals import probed_launches_like
 
         launches = [load_any(path) for path in args.arrivals]
         chosen = probed_launches_like(trace, launches)

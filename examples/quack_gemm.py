@@ -39,9 +39,9 @@ sys.path.insert(0, str(ROOT))
 import cute_prof  # noqa: E402
 from cute_prof.analysis.pipeline_report import (
     analyze_pipeline, format_pipeline_report)  # noqa: E402
-from cute_prof.analysis.pipelines import (call_balance, derive_pipeline,  # noqa: E402
-                                          format_recording, format_wait_breakdown,
-                                          wait_breakdown)
+from cute_prof.analysis.derived_pipeline import derive_pipeline
+from cute_prof.analysis.zero_edit import (
+    call_balance, format_recording, format_wait_breakdown, wait_breakdown)
 
 QUACK_VERSION = "0.6.5"
 

@@ -104,7 +104,8 @@ def outputs() -> dict:
     """Every figure and every what-if, keyed by what produced it."""
     from cute_prof.analysis.pipeline_report import analyze_pipeline, format_pipeline_report
     from cute_prof.analysis.model import load_pipeline
-    from cute_prof.analysis.pipelines import call_balance, derive_pipeline, wait_breakdown
+    from cute_prof.analysis.derived_pipeline import derive_pipeline
+    from cute_prof.analysis.zero_edit import call_balance, wait_breakdown
     from cute_prof.storage import load_trace
 
     out: dict = {}

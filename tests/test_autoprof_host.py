@@ -8,7 +8,8 @@ import numpy as np
 import pytest
 
 import cute_prof
-from cute_prof.analysis.pipelines import finish_zero_edit_trace, format_wait_breakdown, wait_breakdown
+from cute_prof.analysis.zero_edit import (
+    finish_zero_edit_trace, format_wait_breakdown, wait_breakdown)
 from cute_prof.autoprof import AutoProfile
 from cute_prof.errors import ProfileBufferError
 from cute_prof.trace import EVENT_DTYPE, Trace

@@ -17,7 +17,8 @@ from cute_prof.analysis.pipeline_report import analyze_pipeline, perfetto_output
 from cute_prof.analysis.replay import replay
 from cute_prof.analysis.replay_terms import infer_terms
 from cute_prof.analysis.what_if import what_if
-from cute_prof.analysis.pipelines import derive_pipeline, finish_zero_edit_trace
+from cute_prof.analysis.derived_pipeline import derive_pipeline
+from cute_prof.analysis.zero_edit import finish_zero_edit_trace
 from cute_prof.errors import ProfileBufferError
 from test_derived_pipeline import CONSUMER_WARPS, _raw_trace
 
@@ -73,7 +74,7 @@ def test_a_cluster_in_the_metadata_shares_the_tma_ring():
     assert derive_pipeline(gemm_like()).spec.resource("pk").shared_by == 1
     assert derive_pipeline(gemm_like(cluster=[2, 1])).spec.resource("pk").shared_by == 2
     # the launch's CTAs per cluster, as the what-if check reads them for a cluster change
-    from cute_prof.analysis.pipelines import cluster_ctas
+    from cute_prof.analysis.zero_edit import cluster_ctas
     assert cluster_ctas(gemm_like()) == 1 and cluster_ctas(gemm_like(cluster=[2, 2])) == 4
 
 
@@ -270,7 +271,7 @@ def test_consecutive_work_regions_do_not_count_time_twice():
 def test_one_records_time_is_read_from_back_to_back_records():
     """In the simulated ws_gemm a consumer's release record is followed 32 ns later by its
     next wait's record (nothing else in between): that is one record's own time."""
-    from cute_prof.analysis.pipelines import record_cost_ns
+    from cute_prof.analysis.zero_edit import record_cost_ns
     assert record_cost_ns(mma_bound()) == 32.0
     assert record_cost_ns(gemm_like()) > 32.0  # there, work lies between every two records
 
@@ -279,7 +280,7 @@ def test_one_records_time_is_not_rounded_to_the_timers_tick():
     """Records 45 ns apart, stamped by a timer that steps every 32 ns (%globaltimer), read
     32 or 64 ns apart: the lowest gaps say 32 ns, every time. Their mean over the low tick
     and the tick above gives back the 45 ns (records fall at any phase of the tick)."""
-    from cute_prof.analysis.pipelines import record_cost_ns
+    from cute_prof.analysis.zero_edit import record_cost_ns
     rng = np.random.default_rng(3)
     rows = []
     for warp in range(64):
@@ -341,7 +342,7 @@ def test_analyze_pipeline_gives_the_checked_prediction_for_a_derived_model():
     the prediction the GPU check validates (interval included), not the plain replay."""
     from cute_prof.analysis.pipeline_report import format_pipeline_report
     from cute_prof.analysis.what_if import predict_what_if
-    from cute_prof.analysis.pipelines import record_cost_ns
+    from cute_prof.analysis.zero_edit import record_cost_ns
     trace = mma_bound()
     derived = derive_pipeline(trace)
     first, record = derived.first_load_latency()[0], record_cost_ns(trace)
@@ -363,7 +364,7 @@ def test_what_if_terms_default_to_the_chain_cost_measured_on_the_traces_gpu():
     """A trace from a GPU whose record cost on a dependency chain was measured
     (``RECORD_CHAIN_NS``: the H100) removes that per record unless the caller gives a figure;
     any other GPU keeps the trace's own gap estimate."""
-    from cute_prof.analysis.pipelines import RECORD_CHAIN_NS, record_chain_ns_of
+    from cute_prof.analysis.zero_edit import RECORD_CHAIN_NS, record_chain_ns_of
     trace = mma_bound()
     gap = derive_pipeline(trace).what_if_terms()["record_ns"]
     h100 = "NVIDIA H100 80GB HBM3"
@@ -478,7 +479,7 @@ def test_a_model_without_a_job_region_does_not_derive_the_probed_launch(monkeypa
     """Only a region that releases an earlier item after its async job (ws_gemm's, quack's)
     pools a probed launch's releases; FA4's rings have none, and deriving its probed launch
     for nothing took 2.1 s of a 3.5 M-record trace (gpu38's b4)."""
-    from cute_prof.analysis import pipelines
+    from cute_prof.analysis import derived_pipeline
     from cute_prof.analysis.replay_terms import job_regions
     from test_derived_pipeline import software_pipelined
 
@@ -487,8 +488,8 @@ def test_a_model_without_a_job_region_does_not_derive_the_probed_launch(monkeypa
     attention = derive_pipeline(software_pipelined())
     assert job_regions(attention.spec) == []
     derived = []
-    original = pipelines.derive_pipeline
-    monkeypatch.setattr(pipelines, "derive_pipeline",
+    original = derived_pipeline.derive_pipeline
+    monkeypatch.setattr(derived_pipeline, "derive_pipeline",
                         lambda trace: derived.append(trace) or original(trace))
     assert attention.what_if_terms(arrivals_from=software_pipelined())["release_sample"] == {}
     assert derived == []

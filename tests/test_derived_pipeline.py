@@ -9,7 +9,8 @@ import pytest
 
 from cute_prof.analysis.pipeline_data import match_records, prologue_slots
 from cute_prof.analysis.pipeline_report import analyze_pipeline
-from cute_prof.analysis.pipelines import derive_pipeline, finish_zero_edit_trace
+from cute_prof.analysis.derived_pipeline import derive_pipeline
+from cute_prof.analysis.zero_edit import finish_zero_edit_trace
 from cute_prof.errors import ProfileBufferError
 from cute_prof.trace import EVENT_DTYPE, Trace
 
@@ -150,7 +151,7 @@ def test_cli_analyze_derives_the_model_of_a_zero_edit_trace(tmp_path, capsys):
 
 
 def test_call_balance_finds_a_lost_record():
-    from cute_prof.analysis.pipelines import call_balance
+    from cute_prof.analysis.zero_edit import call_balance
 
     trace = software_pipelined()
     rows = {r["pipeline"]: r for r in call_balance(trace)}
@@ -221,7 +222,7 @@ def test_a_ring_only_some_consumer_warps_use_is_set_aside():
 
 
 def test_format_recording_names_losses_pipelines_and_roles():
-    from cute_prof.analysis.pipelines import format_recording
+    from cute_prof.analysis.zero_edit import format_recording
 
     trace = software_pipelined()
     meta = {**trace.metadata, "slices_opened": 27, "slices_unclosed_warps": 1,

@@ -1,5 +1,5 @@
 """Multi-wave launches: a what-if's kernel time comes from the CTAs dispatched where SMs
-free (critical_path.dispatched_span), as the block scheduler hands them out."""
+free (dispatch.dispatched_span), as the block scheduler hands them out."""
 import numpy as np
 import pytest
 
@@ -82,7 +82,7 @@ def test_ctas_that_came_late_for_another_reason_keep_their_starts():
 
     from cute_prof.analysis.dispatch import dispatch_shift
     from cute_prof.analysis.pipeline_data import match_records
-    from cute_prof.analysis.pipelines import derive_pipeline
+    from cute_prof.analysis.derived_pipeline import derive_pipeline
     from test_derived_model_terms import gemm_like
 
     derived = derive_pipeline(gemm_like(ctas=4))
@@ -102,7 +102,7 @@ def test_the_unchanged_span_is_measured_only_where_the_dispatch_reproduces_the_l
 
     from cute_prof.analysis.dispatch import unchanged_span
     from cute_prof.analysis.pipeline_data import match_records
-    from cute_prof.analysis.pipelines import derive_pipeline
+    from cute_prof.analysis.derived_pipeline import derive_pipeline
     from test_derived_model_terms import gemm_like
 
     derived = derive_pipeline(gemm_like(ctas=4))
@@ -136,7 +136,7 @@ def test_a_what_if_of_the_launch_gap_moves_the_kernel_by_its_later_ctas():
     interval one timer tick each way; the same change with no gap to shorten predicts none."""
     from cute_prof.analysis.pipeline_data import match_records, timer_step
     from cute_prof.analysis.what_if import predict_what_if, what_if
-    from cute_prof.analysis.pipelines import derive_pipeline
+    from cute_prof.analysis.derived_pipeline import derive_pipeline
     from test_derived_model_terms import gemm_like
 
     derived = derive_pipeline(gemm_like(ctas=4))

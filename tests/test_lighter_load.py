@@ -11,7 +11,7 @@ from cute_prof.analysis.pipeline_data import match_records
 from cute_prof.analysis.replay import queued_under_load
 from cute_prof.analysis.what_if import predict_what_if, what_if
 from cute_prof.analysis.model import ARRIVAL_SAMPLE_DTYPE, arrival_issue_rate, load_pipeline
-from cute_prof.analysis.pipelines import derive_pipeline
+from cute_prof.analysis.derived_pipeline import derive_pipeline
 
 from test_load_arrivals import probed_trace
 from test_pipeline_model import make_trace, spec_dict

@@ -14,9 +14,10 @@ from cute_prof.analysis.replay import replay
 from cute_prof.analysis.replay_terms import infer_terms
 from cute_prof.analysis.what_if import latency_sensitivity, predict_what_if, what_if
 from cute_prof.analysis.model import ARRIVAL_SAMPLE_DTYPE, load_pipeline, shifted_arrivals
-from cute_prof.analysis.pipelines import (
-    derive_pipeline, finish_zero_edit_trace, load_arrival_latency, load_arrival_pairs,
-    load_arrival_sample)
+from cute_prof.analysis.derived_pipeline import derive_pipeline
+from cute_prof.analysis.load_arrivals import (
+    load_arrival_latency, load_arrival_pairs, load_arrival_sample)
+from cute_prof.analysis.zero_edit import finish_zero_edit_trace
 from cute_prof.trace import EVENT_DTYPE, Trace
 
 from test_pipeline_model import make_trace, spec_dict
@@ -443,7 +444,8 @@ def test_the_probed_launches_that_ran_like_the_base_give_the_latencies(tmp_path,
     import json
 
     import cute_prof
-    from cute_prof.analysis.pipelines import probed_launches_like, recorded_span_ns
+    from cute_prof.analysis.load_arrivals import probed_launches_like
+    from cute_prof.analysis.zero_edit import recorded_span_ns
     from cute_prof.cli import main
     from test_derived_pipeline import software_pipelined
 

@@ -30,7 +30,7 @@ def test_recorder_cost_refuses_bad_arguments_before_any_launch(kwargs, message):
 def test_what_if_terms_carry_the_recorder_cost():
     from test_derived_pipeline import software_pipelined
 
-    from cute_prof.analysis.pipelines import derive_pipeline
+    from cute_prof.analysis.derived_pipeline import derive_pipeline
 
     derived = derive_pipeline(software_pipelined())
     assert derived.what_if_terms()["recorder_cost"] == 0.0

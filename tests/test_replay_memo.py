@@ -1,5 +1,5 @@
 """A what-if replays one PipelineData many times: what the replay derives from the measured
-arrays alone is kept on the data (critical_path._memo). A replay of data replayed before,
+arrays alone is kept on the data (pipeline_data.memoized). A replay of data replayed before,
 under another spec, scale or record time, must equal the replay of fresh data."""
 
 from __future__ import annotations
@@ -9,7 +9,7 @@ import numpy as np
 from cute_prof.analysis.pipeline_data import match_records
 from cute_prof.analysis.replay import replay
 from cute_prof.analysis.what_if import what_if
-from cute_prof.analysis.pipelines import derive_pipeline
+from cute_prof.analysis.derived_pipeline import derive_pipeline
 from tests.test_derived_model_terms import gemm_like
 
 FIELDS = ("start", "end", "dep_time", "dep_peer", "blocked")

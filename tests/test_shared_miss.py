@@ -8,7 +8,8 @@ import numpy as np
 
 from cute_prof.analysis.pipeline_data import match_records
 from cute_prof.analysis.replay import replay
-from cute_prof.analysis.pipelines import derive_pipeline, finish_zero_edit_trace
+from cute_prof.analysis.derived_pipeline import derive_pipeline
+from cute_prof.analysis.zero_edit import finish_zero_edit_trace
 from test_derived_model_terms import STEADY_SLACK, STEP
 from test_derived_pipeline import CONSUMER_WARPS, _raw_trace
 

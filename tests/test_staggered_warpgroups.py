@@ -12,7 +12,7 @@ from cute_prof.analysis.pipeline_data import match_records
 from cute_prof.analysis.replay import replay
 from cute_prof.analysis.what_if import what_if
 from cute_prof.analysis.model import load_pipeline
-from cute_prof.analysis.pipelines import warpgroup_lead_shares
+from cute_prof.analysis.zero_edit import warpgroup_lead_shares
 from cute_prof.errors import ProfileBufferError
 from cute_prof.trace import EVENT_DTYPE, Trace
 
@@ -180,7 +180,7 @@ def test_a_blocked_waits_leading_release_keeps_the_roles_least_wait_to_stamp_tim
     another has only the timer's step."""
     from cute_prof.analysis.pipeline_data import timer_step
     from cute_prof.analysis.replay_terms import after_wait_floor
-    from cute_prof.analysis.pipelines import derive_pipeline
+    from cute_prof.analysis.derived_pipeline import derive_pipeline
     from test_derived_pipeline import software_pipelined
 
     derived = derive_pipeline(software_pipelined())

@@ -113,12 +113,12 @@ def test_a_cluster_change_moves_the_launch_gap_by_the_runs_own_probe(tmp_path, m
 
 
 def test_the_librarys_record_chain_figure_is_the_committed_measurement():
-    """``pipelines.RECORD_CHAIN_NS`` (what the CLI and the examples remove per record) and the
+    """``zero_edit.RECORD_CHAIN_NS`` (what the CLI and the examples remove per record) and the
     check's committed run (``bench/results/record_cost/chain.json``) hold one measurement:
     a new run of ``bench/record_cost.py chain`` must update both."""
     import json
 
-    from cute_prof.analysis.pipelines import RECORD_CHAIN_NS
+    from cute_prof.analysis.zero_edit import RECORD_CHAIN_NS
     committed = json.loads(load("whatif_check").COMMITTED_CHAIN.read_text())
     device = committed["device"].split(",")[0].strip()
     assert RECORD_CHAIN_NS[device] == pytest.approx(committed["per_record_ns"], abs=0.05)

@@ -18,7 +18,7 @@ __all__ = ["launch_gaps", "unchanged_span"]
 
 def cta_ranks(data: PipelineData) -> np.ndarray:
     """(units,) each unit's CTA's rank by its first start: the launch order that groups the
-    CTAs reading the same tiles (``pipelines.leader_gaps``)."""
+    CTAs reading the same tiles (``load_arrivals.leader_gaps``)."""
     def ranks():
         group, first = cta_dispatch(data)[:2]
         rank = np.empty(first.size, dtype=np.int64)

@@ -231,7 +231,7 @@ MIN_HIT_SHARE = 0.1
 
 def miss_and_hit(sample) -> tuple[np.ndarray, np.ndarray] | None:
     """Masks of a ring's sampled loads that were their group's first load of the place (the
-    L2 missed) and of those issued long enough after it to hit (``pipelines.leader_gaps``);
+    L2 missed) and of those issued long enough after it to hit (``load_arrivals.leader_gaps``);
     None where the sample has no groups, fewer than ``MIN_HIT_SHARE`` of its loads hit, or
     its first loads do not take ``MISS_OVER_HIT`` times the hits. The loads between waited
     for the first one's line: the replay couples them to it instead of drawing from them."""

@@ -53,7 +53,7 @@ __all__ = ["Relation", "Resource", "Region", "PipelineSpec", "load_pipeline",
            "ARRIVAL_SAMPLE_DTYPE", "arrival_latencies", "arrival_positions", "arrival_issue_times",
            "arrival_leader_gaps", "arrival_issue_rate", "shifted_arrivals"]
 
-# a sampled load of a ring (pipelines.load_arrival_sample): its latency, its place in the
+# a sampled load of a ring (load_arrivals.load_arrival_sample): its latency, its place in the
 # loop (the ordinal of its commit in its producer warp) and when it was issued (its commit's
 # stamp, ns: the loads issued around one time share the memory's congestion)
 # ``leader_gap_ns``: how long after the first CTA of its launch-order group (``group_ctas``

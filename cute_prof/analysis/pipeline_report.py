@@ -33,7 +33,7 @@ def analyze_pipeline(trace: Trace, spec: PipelineSpec, *, worst: int = 5,
     prediction ``bench/whatif_check.py`` checks on the GPU: loaded latency, the kernel
     without recording, and an interval; else the plain replay of :func:`what_if`.
     ``alike``: the ``arrivals`` and ``release_sample`` of other probed launches that ran
-    like the one given (``pipelines.probed_launches_like``): each what-if is then the
+    like the one given (``load_arrivals.probed_launches_like``): each what-if is then the
     pooled prediction from all of them (:func:`pool_predictions`). ``sensitivity`` (with
     ``arrivals``): each what-if also says how far it moves per timer tick of load latency
     (:func:`latency_sensitivity`: two more replays each; 2.1-2.3 -> 3.1-3.4 s on FA4 b4's 3.5 M

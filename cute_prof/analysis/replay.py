@@ -52,7 +52,7 @@ def replay(data: PipelineData, spec: PipelineSpec | None = None, *,
     ``scale``: tag -> factor on that work region's durations (0.8 = 20% faster), its async
     job's included; ``own_scale``: the same on the warps' own work alone, the job's engine
     time kept (what a recorder's schedule slows: ``recorder_slowdown``).
-    ``record_ns``: one record's own time (``pipelines.record_cost_ns``); a work region
+    ``record_ns``: one record's own time (``zero_edit.record_cost_ns``); a work region
     spans two stamps' worth of recording (from the record before it, past its own, to the
     read of the next), so each loses twice that: the replay of the kernel unrecorded.
     ``item_latency``: wait region index -> (units, iterations) latency of each item's
@@ -60,7 +60,7 @@ def replay(data: PipelineData, spec: PipelineSpec | None = None, *,
     ``leaders``: wait region index -> CTAs per group, where that wait's latencies are
     (2, units, iterations), as an L2 miss and as a hit: each group's first load of a place
     (CTAs ranked by their first start) misses, and a load of the same place lands no sooner
-    than that miss, nor sooner than its own hit would (``pipelines.leader_gaps``).
+    than that miss, nor sooner than its own hit would (``load_arrivals.leader_gaps``).
     ``unit_shift``: (units,) ns each unit starts later than measured (``dispatch_shift``:
     the CTAs past the first wave start where the change frees an SM).
     ``load_share``: (units,) how much of each unit's non-producing roles' time stays work in

@@ -204,7 +204,7 @@ def job_regions(spec: PipelineSpec) -> list[int]:
 
 def shortest(data: PipelineData, dur: np.ndarray, quantile: float = 0.0) -> np.ndarray:
     """(n,) each region's shortest ``dur`` (U, K, n) over the iterations the units ran; a job
-    region's over those without a drain (``_drains``: such a region releases nothing after
+    region's over those without a drain (``region_drains``: such a region releases nothing after
     its wait, so its span says nothing of how soon a release can follow one). ``quantile``:
     the duration that share of the instances fall below instead (``SHORTEST_TYPICAL``)."""
     ran = data.valid
@@ -383,7 +383,7 @@ def leading_job_left(data: PipelineData, measured_begin: np.ndarray, jobs: dict)
 def releases_after_wait(spec: PipelineSpec, jobs) -> tuple[int, ...]:
     """The asynchronous work regions that release right after their role's wait and issue
     no job (``jobs``: the job regions' indices): FA4's K and V releases, whose staggered
-    role keeps the leading group's release (``_leading_job_left``) and holds the trailing
+    role keeps the leading group's release (``leading_job_left``) and holds the trailing
     one's lag (``trailing_lag``)."""
     prev, _ = role_sequences(spec)
     return tuple(i for i, r in enumerate(spec.regions)
@@ -501,7 +501,7 @@ def unwaited_release(data: PipelineData, *, release_sample: dict | None = None,
                      min_clean: float = MIN_CLEAN_RELEASES) -> dict[str, tuple[float, float]]:
     """Per region that releases after an async job (by tag): the time from a wait's end to
     the release where the release does not wait for its job, (typical, least loaded), as
-    the replay takes it (``_unwaited_release_offsets``); ``min_clean=inf`` reads it by the
+    the replay takes it (``unwaited_release_offsets``); ``min_clean=inf`` reads it by the
     shortest regions alone, as the model did before stop 50."""
     measured_begin, measured_dur, floor, jobs = measured_jobs(data)
     return {data.spec.regions[i].tag: value for i, value in unwaited_release_offsets(

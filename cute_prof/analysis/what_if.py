@@ -135,10 +135,10 @@ def what_if(data: PipelineData, *, depth: dict | None = None, shared_by: dict | 
     ``changed_unit_shift``: ``dispatch_shift``), and each drawn wait's (U, K) latencies in
     both (``base_latency_draws``, ``changed_latency_draws``: wait tag -> ns).
 
-    ``arrivals``: ring -> loads sampled as they arrived (``pipelines.load_arrival_sample``:
+    ``arrivals``: ring -> loads sampled as they arrived (``load_arrivals.load_arrival_sample``:
     every load, not only the late ones a consumer waited for; or plain latencies); a
     consumes wait on such a ring takes its L_b and L_0 from that sample, ahead of
-    ``first_load``, and each item its own latency (``_draw_latencies``), one per item for
+    ``first_load``, and each item its own latency (``draw_latencies``), one per item for
     the CTAs of a cluster that share the ring (a multicast load lands in all of them).
     Where the sample's CTAs share lines in groups (``miss_and_hit``), each item draws a
     miss and a hit, and the replay couples the loads of a group (``replay(leaders=)``): a
@@ -478,7 +478,7 @@ def latency_sensitivity(data: PipelineData, change: dict, *, arrivals: dict,
 def pool_predictions(preds: list[dict], *, widen: bool = False) -> dict:
     """One prediction from several of :func:`predict_what_if`'s for the same change, each
     from another draw of the base's memory state (the probed launches that ran like the
-    base: ``pipelines.probed_launches_like``): the median change, kernel time and latency,
+    base: ``load_arrivals.probed_launches_like``): the median change, kernel time and latency,
     the interval the median of their bounds, every change kept (``changes``). A change
     that one of them cannot model stays unmodelled. ``widen``: the interval reaches every
     one's own change too, where each comes from another traced launch of the base (a

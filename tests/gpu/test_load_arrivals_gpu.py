@@ -14,7 +14,7 @@ from gpu_required import require_gpu  # noqa: E402
 torch = require_gpu("cutlass", hopper=True)
 
 import cute_prof  # noqa: E402
-from cute_prof.analysis.pipelines import load_arrival_latency, load_arrival_pairs  # noqa: E402
+from cute_prof.analysis.load_arrivals import load_arrival_latency, load_arrival_pairs  # noqa: E402
 from examples import ws_gemm as W  # noqa: E402
 
 
@@ -44,7 +44,7 @@ def _first_load_share(trace, ring: str) -> float:
 def _first_probed_commit(trace, ring: str) -> dict[int, int]:
     """Per CTA (ws_gemm's CTA linear index: x fastest, the 2x1 cluster's two CTAs
     adjacent): the ordinal of the commit its producer's first probe followed."""
-    from cute_prof.analysis.pipelines import zero_edit_roles
+    from cute_prof.analysis.zero_edit import zero_edit_roles
 
     stride = int(zero_edit_roles(trace).tid_stride)
     return {warp // stride: int(places.min())

@@ -1,12 +1,10 @@
-"""Roles, rings and waits of a kernel traced in zero-edit mode, read from its own records.
+"""The pipeline model derived from a zero-edit trace's own pipeline calls: the
+:class:`~cute_prof.analysis.model.PipelineSpec` a hand-written spec would be (roles, rings
+and their depth, each call's place in the loop, the prologue and epilogue calls kept out of
+it), and the terms the what-ifs take from the recording (:class:`DerivedPipeline`).
 
-A zero-edit trace (``cute_prof.autoprofile``) knows, for every tag, which pipeline object
-and which call it stands for (``trace.metadata["autoprof"]``: sites and pipelines with
-their depth). From that and from which warps made which calls this module derives what a
-hand-written spec would say: the role of every warp slot (producer, consumer, ...), one
-track per warp named by it, and how much of each role's time goes to waiting on each
-pipeline and barrier; and (``derive_pipeline``) the PipelineSpec a hand-written one would
-be, so that the critical path, blockers, ring occupancy and what-ifs need no spec.
+It builds the spec and reads the records; replaying and predicting stay in the stages of the
+pipeline model (:mod:`.replay`, :mod:`.what_if`).
 """
 
 from __future__ import annotations
@@ -19,480 +17,17 @@ import numpy as np
 
 from ..errors import ProfileBufferError
 from ..trace import Trace
+from .grouping import rows_by_value, tags_in, unique_ints, warp_order
+from .load_arrivals import load_arrival_sample
+from .model import arrival_issue_rate
 from .pipeline_data import match_records
 from .replay_terms import clean_releases, job_regions
-from .grouping import rows_by_value, tags_in, unique_ints, warp_order
-from .model import ARRIVAL_SAMPLE_DTYPE, arrival_issue_rate
 from .roles import RoleSpec
+from .zero_edit import (autoprof_metadata, cluster_ctas, LOAD_ARRIVAL_OP, record_chain_ns_of,
+    record_cost, sites_by_tag, staggered_warpgroups, warpgroup_columns_of, WARPS_PER_WARPGROUP,
+    zero_edit_roles)
 
-__all__ = ["finish_zero_edit_trace", "wait_breakdown", "format_wait_breakdown",
-           "zero_edit_roles", "DerivedPipeline", "derive_pipeline", "call_balance",
-           "format_recording", "load_arrival_pairs", "load_arrival_latency", "load_arrival_sample",
-           "warpgroup_ends", "warpgroup_lead_shares", "RECORD_CHAIN_NS", "record_chain_ns_of",
-           "cluster_ctas"]
-
-PRODUCER_OPS = ("producer_acquire", "producer_commit")
-CONSUMER_OPS = ("consumer_wait", "consumer_release")
-BARRIER_OPS = ("barrier", "barrier_arrive", "sync_threads")
-# a sampled load's arrival (autoprofile(load_arrivals=N)): a region of the producer from just
-# after the load's commit to when the load's full barrier completed; payload 1 = arrived, 0 =
-# the probe gave up
-LOAD_ARRIVAL_OP = "load_arrival"
-WARPS_PER_WARPGROUP = 4
-
-
-def _meta(trace: Trace) -> dict[str, Any]:
-    meta = trace.metadata.get("autoprof")
-    if not meta:
-        raise ProfileBufferError("not a zero-edit trace: its metadata has no 'autoprof' entry")
-    return meta
-
-
-def _sites(meta) -> dict[int, dict]:
-    return {int(s["tag"]): s for s in meta["sites"]}
-
-
-def _split_barriers(trace: Trace, sites: dict[int, dict]) -> tuple[np.ndarray, list[str], dict]:
-    """Barrier records whose id was only known on the device carry it in the payload: give
-    each (call, id) its own tag ``bar<id>.sync`` / ``bar<id>.arrive``."""
-    ev = trace.events
-    names = list(trace.tag_names)
-    tags = ev["tag"].astype(np.int64).copy()
-    dynamic = [t for t, s in sites.items() if s["op"] in BARRIER_OPS and s["name"].startswith("bar.")]
-    new_sites = dict(sites)
-    for tag in dynamic:
-        rows = np.flatnonzero(tags == tag)
-        ids, inverse = np.unique(ev["payload"][rows], return_inverse=True)
-        suffix = names[tag].split(".", 1)[1]
-        lookup = np.empty(ids.size, dtype=np.int64)
-        for i, barrier_id in enumerate(ids.tolist()):
-            name = f"bar{barrier_id}.{suffix}"
-            if name not in names:
-                names.append(name)
-            lookup[i] = names.index(name)
-            new_sites[int(lookup[i])] = {**sites[tag], "tag": int(lookup[i]), "name": name}
-        tags[rows] = lookup[inverse.reshape(-1)]
-    return tags, names, new_sites
-
-
-def zero_edit_roles(trace: Trace) -> RoleSpec:
-    """Roles of the warp slots from the calls they made (the spec stored in the trace)."""
-    return RoleSpec.from_dict(_meta(trace)["roles"])
-
-
-def _role_spec(slots: np.ndarray, tags: np.ndarray, sites: dict[int, dict], stride: int,
-               tag_names: list[str]) -> RoleSpec:
-    ops = np.array([sites.get(int(t), {}).get("op", "") for t in range(len(tag_names))], dtype=object)
-    pairs = np.unique(slots * len(tag_names) + tags)
-    by_slot: dict[int, set] = {}
-    for slot, tag in zip((pairs // len(tag_names)).tolist(), (pairs % len(tag_names)).tolist()):
-        by_slot.setdefault(slot, set()).add(tag)
-    groups: dict[tuple, list[int]] = {}
-    for slot in sorted(by_slot):
-        groups.setdefault(tuple(sorted(by_slot[slot])), []).append(slot)
-    kinds = {}
-    for signature, members in groups.items():
-        used = {ops[t] for t in signature}
-        produces = bool(used & set(PRODUCER_OPS))
-        consumes = bool(used & set(CONSUMER_OPS))
-        kind = ("producer+consumer" if produces and consumes else "producer" if produces
-                else "consumer" if consumes else "sync")
-        wgs = sorted({m // WARPS_PER_WARPGROUP for m in members})
-        label = f"{kind} wg{wgs[0]}" if len(wgs) == 1 else f"{kind} wg{wgs[0]}-{wgs[-1]}"
-        while label in kinds:
-            label += "'"
-        kinds[label] = members
-    tag_kinds = {}
-    for tag, site in sites.items():
-        if tag < len(tag_names):
-            tag_kinds[tag_names[tag]] = "wait" if site["kind"] == "wait" else "work"
-    return RoleSpec(roles=kinds, tid_stride=stride, group_name="cta", tags=tag_kinds)
-
-
-def finish_zero_edit_trace(trace: Trace) -> Trace:
-    """Give a decoded zero-edit trace one track per warp (tid = CTA * warps + warp), its
-    barrier tags by id, its roles and track names."""
-    meta = dict(_meta(trace))
-    sites = _sites(meta)
-    ev = trace.events.copy()
-    if ev.shape[0] == 0:
-        return dataclasses.replace(trace, metadata={**trace.metadata, "autoprof": meta})
-    tags, names, sites = _split_barriers(trace, sites)
-    ev["tag"] = tags
-    warp = ev["warp"].astype(np.int64)
-    stride = int(warp.max()) + 1
-    cta = ev["tid"].astype(np.int64) & 0xFFFFFFFF  # the device wrote the CTA's linear index
-    ev["tid"] = cta * stride + warp
-    # pipeline records: payload = the call's ordinal per warp and site (its iteration; the
-    # stage is iteration mod the ring's depth). The device stores none: calls come in order
-    pipeline_tags = np.array(sorted(t for t, s in sites.items() if s["pipeline"] is not None
-                                    and s["op"] != LOAD_ARRIVAL_OP), dtype=np.int64)
-    rows = np.flatnonzero(np.isin(tags, pipeline_tags))
-    if rows.size:
-        key = ev["tid"][rows].astype(np.int64) * (len(names) + 1) + tags[rows]
-        order = rows[np.lexsort((ev["start_ns"][rows], key))]
-        sorted_key = ev["tid"][order].astype(np.int64) * (len(names) + 1) + tags[order]
-        first = np.r_[True, sorted_key[1:] != sorted_key[:-1]]
-        starts = np.flatnonzero(first)
-        group = np.cumsum(first) - 1
-        ev["payload"][order] = np.arange(order.size) - starts[group]
-    spec = _role_spec(warp, tags, sites, stride, names)
-    meta.update(sites=sorted(sites.values(), key=lambda s: s["tag"]), roles=spec.to_dict(),
-                warps_per_cta=stride)
-    return dataclasses.replace(
-        trace, events=ev, tag_names=tuple(names),
-        track_names=spec.track_names(np.unique(ev["tid"])),
-        metadata={**trace.metadata, "autoprof": meta})
-
-
-# the quantile of a warp's instant -> next-record gaps where one record's own time lies: the
-# low end is where nothing but the record and the loop's branch lies between the two stamps
-RECORD_GAP_QUANTILE = 0.05
-
-# what one zero-edit record adds to a dependency chain, by the GPU a trace ran on (its
-# metadata's "device", as torch.cuda.get_device_name() reads it): bench/record_cost.py chain,
-# CUPTI medians, 12.1-12.17 ns in four H100 runs (bench/results/record_cost/chain.json; the
-# what-if README, stops 41-42). DerivedPipeline.what_if_terms removes it per record where the
-# caller gives no figure of their own; a GPU not listed keeps the trace's own gap estimate
-RECORD_CHAIN_NS = {"NVIDIA H100 80GB HBM3": 12.1}
-
-
-def record_chain_ns_of(trace: Trace) -> float | None:
-    """The measured cost of one record on a dependency chain (``RECORD_CHAIN_NS``) on the GPU
-    ``trace`` ran on; None where that GPU was not measured."""
-    return RECORD_CHAIN_NS.get(str((trace.metadata or {}).get("device", "")).strip())
-
-
-def record_cost_ns(trace: Trace) -> float:
-    """The time one zero-edit record adds to its warp (timer read, store, cursor step), from
-    the trace itself: between an instant's stamp and the warp's next stamp lie the instant's
-    store, whatever the kernel does, and the next record's timer read; where the kernel does
-    nothing in between (a producer's commit, then its next acquire) the gap is one record's
-    own time. The what-if model removes it from the work it replays, to predict the kernel
-    without recording.
-
-    A timer that steps in ticks (``%globaltimer``: 32 ns) reads a constant gap g as the tick
-    below it or the tick above, in the proportions that keep the mean at g (records fall at
-    any phase of the tick). So the cost is the mean of the gaps at the low end's tick and the
-    tick above it: the low end alone is always a whole tick (32 ns) where records take
-    41-54 ns (the six checked kernels)."""
-    ev = trace.events
-    # columns first: gathering from one column reads less memory than from the records
-    tid, start = np.ascontiguousarray(ev["tid"]), np.ascontiguousarray(ev["start_ns"])
-    return _record_cost(tid, start, np.ascontiguousarray(ev["dur_ns"]), warp_order(tid, start))
-
-
-def _record_cost(tid: np.ndarray, start: np.ndarray, dur: np.ndarray,
-                 order: np.ndarray) -> float:
-    """``record_cost_ns`` of the records with these columns, given their rows' order by
-    warp then time (``grouping.warp_order``: derive_pipeline sorts once for both). In that
-    order the warps follow each other by id: their sizes say where one ends, and only the
-    start times are gathered in full."""
-    if tid.size < 2:
-        return 0.0
-    instant = (dur == 0)[order[:-1]]
-    _, size = unique_ints(tid, return_counts=True)
-    same_warp = np.ones(tid.size - 1, dtype=bool)
-    same_warp[np.cumsum(size)[:-1] - 1] = False
-    instant &= same_warp
-    gaps = np.diff(start[order])[instant]
-    if not gaps.size:
-        return 0.0
-    # gaps is this function's own: the quantile may reorder it (what follows does not
-    # depend on the order), rather than copy it
-    low = float(np.quantile(gaps, RECORD_GAP_QUANTILE, overwrite_input=True))
-    # the timer's tick: every gap is a whole number of them
-    tick = float(np.gcd.reduce(gaps.astype(np.int64, copy=False)))
-    return float(gaps[(gaps >= low) & (gaps <= low + tick)].mean())
-
-
-def load_arrival_pairs(trace: Trace) -> dict[str, np.ndarray]:
-    """Every probed load that arrived (``autoprofile(load_arrivals=N)``) with the commit it
-    measures: the warp's latest commit of that ring before the probe (the stamp the model
-    produces an item at). Columns: ``ring`` (pipeline index), ``tid`` (the producer
-    warp), ``commit`` (its stamp),
-    ``probe`` (the probe's first timer read) and ``arrived`` (the probe's end, when the full
-    barrier had completed), ns, and ``position``, the commit's ordinal among the warp's
-    commits of that ring (its place in the loop). Probes that gave up (payload 0) and probes
-    with no commit before them (none yet in that warp) are left out."""
-    meta = _meta(trace)
-    sites = _sites(meta)
-    arrival = {t: int(s["pipeline"]) for t, s in sites.items() if s["op"] == LOAD_ARRIVAL_OP}
-    commit_sites = {s["name"]: int(s["pipeline"]) for s in sites.values()
-                    if s["op"] == "producer_commit" and s.get("pipeline") is not None}
-    # a derived trace renames the loop's first and last calls <tag>@prologue / @epilogue
-    commit = {t: commit_sites[name.split("@")[0]] for t, name in enumerate(trace.tag_names)
-              if name.split("@")[0] in commit_sites}
-    empty = np.zeros(0, dtype=np.int64)
-    if not arrival:
-        return {"ring": empty, "tid": empty, "position": empty, "commit": empty,
-                "probe": empty, "arrived": empty}
-    ev = trace.events
-    tags = np.ascontiguousarray(ev["tag"]).astype(np.int64)
-    # ring of each row's probe or commit (-1: neither), as one lookup
-    ring = np.full(max([*arrival, *commit]) + 1, -1, dtype=np.int64)
-    is_probe = np.zeros(ring.size, dtype=bool)
-    for t, p in commit.items():
-        ring[t] = p
-    for t, p in arrival.items():
-        ring[t], is_probe[t] = p, True
-    rows = np.flatnonzero(tags_in(tags, [*arrival, *commit]))
-    # per warp and ring, in time order: a probe follows the commit it measures
-    key = ev["tid"][rows].astype(np.int64) * ring.size + ring[tags[rows]]
-    order = np.lexsort((ev["start_ns"][rows], key))
-    rows, key = rows[order], key[order]
-    probe = is_probe[tags[rows]]
-    after_commit = np.r_[False, (key[1:] == key[:-1]) & ~probe[:-1]]
-    keep = np.flatnonzero(probe & after_commit & (ev["payload"][rows] == 1))
-    at = rows[keep]
-    # each commit's ordinal among its warp's commits of the ring: the commits so far, less
-    # those of the warps and rings before it in this order
-    commits_so_far = np.cumsum(~probe)
-    new_group = np.r_[True, key[1:] != key[:-1]]
-    before_group = np.r_[0, commits_so_far][np.flatnonzero(new_group)]
-    position = commits_so_far[keep - 1] - before_group[np.cumsum(new_group)[keep - 1] - 1] - 1
-    return {"ring": ring[tags[at]], "tid": ev["tid"][at].astype(np.int64),
-            "position": position.astype(np.int64),
-            "commit": ev["start_ns"][rows[keep - 1]], "probe": ev["start_ns"][at],
-            "arrived": ev["start_ns"][at] + ev["dur_ns"][at]}
-
-
-def load_arrival_sample(trace: Trace) -> dict[str, np.ndarray]:
-    """Per TMA-loaded ring: each load the producer probed, as a record of
-    ``ARRIVAL_SAMPLE_DTYPE``: its latency (ns, from its commit's stamp to its arrival:
-    :func:`load_arrival_pairs`), its place in the loop (the commit's ordinal in its warp)
-    and when it was issued (the commit's stamp).
-    A sample of every load, not only those a consumer waited for: a deep ring's consumers
-    seldom wait, and a wait shows the latency only when the load was late. A load's latency
-    depends on where in the loop it is issued (a CTA's first loads meet its start burst):
-    the what-if draws each item's latency from the loads sampled nearest its place. Empty
-    when nothing was probed."""
-    pairs = load_arrival_pairs(trace)
-    latency = (pairs["arrived"] - pairs["commit"]).astype(np.float64)
-    out: dict[str, np.ndarray] = {}
-    commits = ring_commits(trace) if pairs["ring"].size else {}
-    for p in _meta(trace)["pipelines"]:
-        here = pairs["ring"] == int(p["index"])
-        if here.any():
-            sample = np.zeros(int(here.sum()), dtype=ARRIVAL_SAMPLE_DTYPE)
-            sample["latency_ns"], sample["position"] = latency[here], pairs["position"][here]
-            sample["issued_ns"] = pairs["commit"][here]
-            gaps, group = leader_gaps(commits, pairs, here, latency)
-            sample["leader_gap_ns"], sample["group_ctas"] = gaps, group
-            out[p["name"]] = sample
-    return out
-
-
-def recorded_span_ns(trace: Trace) -> float:
-    """The recorded kernel's span: its first record's start to its last record's end."""
-    ev = trace.events
-    if not ev.shape[0]:
-        raise ProfileBufferError("the trace holds no records: it has no span")
-    return float((ev["start_ns"] + ev["dur_ns"]).max() - ev["start_ns"].min())
-
-
-# probed launches whose spans against the base differ by less than this ran alike: the
-# probes' own cost spread this much over FA4's and the GEMMs' launches of one H100 run
-# (gpu42: -0.9% .. +0.7% against their bases)
-PROBED_SPAN_TIE = 0.016
-
-
-def probed_launches_like(trace: Trace, probed: list[Trace], *,
-                         tie: float = PROBED_SPAN_TIE) -> list[int]:
-    """Which of several probed launches (``autoprofile(load_arrivals=N)``) stand for the
-    base launch ``trace``, nearest first: the one whose span is nearest its own, and those
-    within ``tie`` of it (the probes' own cost spreads that much). Where the probes cost a
-    launch little, a probed launch that ran much longer than its base met a slower memory
-    system than the base did, and its sampled latencies are that state's (where they cost
-    more, as one load in 7 costs quack's GEMM about 3-4% of a launch, the nearest can be the
-    one launch whose memory ran fast: ``probe_density_quack.txt``, stop54/moved_from_results/
-    in bench/results/whatif/history/stops_31-64.tar.xz):
-    quack's three probed launches of one H100 run (gpu42) ran +4.4%, +3.3% and +0.1%
-    against their bases, their loads' medians 992, 992 and 896 ns, and the 3-stage
-    variant's own loads took 896 ns. Each alike launch's sample is one draw of the base's
-    state (gpu44's alike pair, 832 and 960 ns, put quack's 4 -> 2 at +88% and +99% against
-    +96% measured): read them all."""
-    if not probed:
-        raise ProfileBufferError("no probed launch to choose from")
-    if tie < 0:
-        raise ValueError(f"tie must be >= 0, got {tie!r}")
-    span = recorded_span_ns(trace)
-    off = np.abs([recorded_span_ns(p) / span - 1 for p in probed])
-    order = np.argsort(off, kind="stable")
-    return [int(k) for k in order if off[k] <= off[order[0]] + tie]
-
-
-# group sizes tried (CTAs in launch order) for the loads that share an L2 miss
-LEADER_GROUPS = (2, 4, 8, 16, 32, 64, 128)
-
-
-def _average_ranks(a: np.ndarray) -> np.ndarray:
-    """Ranks of ``a`` with ties sharing their mean rank (timer ticks make many ties)."""
-    values, inverse, counts = np.unique(a, return_inverse=True, return_counts=True)
-    upto = np.cumsum(counts)
-    return (upto - (counts - 1) / 2.0)[inverse]
-
-
-def rank_correlation(a, b) -> float:
-    """Spearman's rank correlation of the pairs where both are finite (ties share their
-    mean rank); nan where fewer than two pairs, or either side constant."""
-    a, b = np.asarray(a, dtype=np.float64), np.asarray(b, dtype=np.float64)
-    finite = np.isfinite(a) & np.isfinite(b)
-    a, b = a[finite], b[finite]
-    if a.size < 2 or np.ptp(a) == 0 or np.ptp(b) == 0:
-        return float("nan")
-    return float(np.corrcoef(_average_ranks(a), _average_ranks(b))[0, 1])
-
-
-def leader_gaps(commits: dict, pairs: dict, sampled: np.ndarray, latency: np.ndarray
-                ) -> tuple[np.ndarray, int]:
-    """For the sampled loads ``sampled`` of one ring (a mask over ``pairs``; ``commits``:
-    ``ring_commits`` of the same trace): how long after
-    the first CTA of its group issued the load of the same place each was issued, and the
-    group's size, (zeros, 0) where no grouping explains the latencies.
-
-    CTAs that read the same tile at once share one L2 miss: the first waits for the memory,
-    those right behind it for the same line, the later ones hit the L2. On FA4's forward the
-    CTAs of one head are consecutive in launch order (32 for s4096), and in the base the
-    first of each 32 to load a tile took 768-832 ns (median), those 600 ns behind it 352
-    (gpu31, b1 s4096). The group size is the one (``LEADER_GROUPS``, CTAs ranked by their
-    first commit) whose gaps rank the latencies best (most negative rank correlation), past
-    each CTA's first ``LEADER_START`` loads (its start burst)."""
-    none = (np.zeros(int(sampled.sum())), 0)
-    if not sampled.any():
-        return none
-    ring = int(pairs["ring"][sampled][0])
-    if ring not in commits:
-        return none
-    tid, start, place, cta = commits[ring]
-    # the sampled loads among the ring's commits (sorted by warp, then time)
-    key = tid * (1 << 42) + start.astype(np.int64)
-    want = (pairs["tid"][sampled].astype(np.int64) * (1 << 42)
-            + pairs["commit"][sampled].astype(np.int64))
-    at = np.minimum(np.searchsorted(key, want), key.size - 1)
-    found = key[at] == want
-    steady = found & (pairs["position"][sampled] >= LEADER_START)
-    lat = latency[sampled]
-    # sorted by place, then CTA: every group of a place is one run, whatever its size
-    by_place = np.lexsort((cta, place))
-    place_sorted, cta_sorted, start_sorted = place[by_place], cta[by_place], start[by_place]
-    best, best_group, best_gaps = 0.0, 0, none[0]
-    for group in LEADER_GROUPS:
-        cell = cta_sorted // group
-        heads = np.flatnonzero(np.r_[True, (place_sorted[1:] != place_sorted[:-1])
-                                     | (cell[1:] != cell[:-1])])
-        first = np.minimum.reduceat(start_sorted, heads)
-        behind = np.empty_like(start)
-        behind[by_place] = start_sorted - np.repeat(first, np.diff(np.r_[heads, start.size]))
-        gap = np.where(found, behind[at], np.inf)
-        score = rank_correlation(gap[steady], lat[steady])
-        if score < best:  # nan (no ranking) never is
-            best, best_group, best_gaps = score, group, gap
-    return best_gaps, best_group
-
-
-def ring_commits(trace: Trace) -> dict[int, tuple]:
-    """Per ring (pipeline index): its commits as (producer warp, stamp (ns, float), place
-    (the commit's ordinal in its warp), the warp's CTA rank by first commit of any ring),
-    sorted by warp, then time."""
-    ev = trace.events
-    sites = _sites(_meta(trace))
-    ring_of = {s["name"]: int(s["pipeline"]) for s in sites.values()
-               if s["op"] == "producer_commit" and s.get("pipeline") is not None}
-    tag_ring = np.full(len(trace.tag_names), -1, dtype=np.int64)
-    for t, name in enumerate(trace.tag_names):
-        tag_ring[t] = ring_of.get(name.split("@")[0], -1)
-    rows = np.flatnonzero(tag_ring[np.ascontiguousarray(ev["tag"]).astype(np.int64)] >= 0)
-    if not rows.size:
-        return {}
-    tid = ev["tid"][rows].astype(np.int64)
-    start = ev["start_ns"][rows].astype(np.float64)
-    warps, warp = np.unique(tid, return_inverse=True)
-    first = np.full(warps.size, np.inf)
-    np.minimum.at(first, warp, start)
-    rank = np.empty(warps.size, dtype=np.int64)
-    rank[np.argsort(first, kind="stable")] = np.arange(warps.size)
-    ring = tag_ring[ev["tag"][rows].astype(np.int64)]
-    out = {}
-    for r in np.unique(ring):
-        mine = np.flatnonzero(ring == r)
-        mine = mine[np.lexsort((ev["start_ns"][rows[mine]], tid[mine]))]
-        t = tid[mine]
-        new = np.r_[True, t[1:] != t[:-1]]
-        place = np.arange(t.size) - np.flatnonzero(new)[np.cumsum(new) - 1]
-        out[int(r)] = (t, start[mine], place, rank[warp[mine]])
-    return out
-
-
-LEADER_START = 3  # each CTA's first loads meet its start burst, not a shared miss
-
-
-def load_arrival_latency(trace: Trace) -> dict[str, np.ndarray]:
-    """Per TMA-loaded ring: the latency (ns) of each load the producer probed
-    (:func:`load_arrival_sample` without the places)."""
-    return {ring: x["latency_ns"].copy() for ring, x in load_arrival_sample(trace).items()}
-
-
-def format_recording(trace: Trace) -> str:
-    """What a zero-edit launch recorded, in three lines: records and losses, the kernel's
-    pipeline objects, the warps' roles."""
-    meta, auto = trace.metadata, _meta(trace)
-    return "\n".join([
-        f"{len(trace):,} events from {meta['slices_opened']:,} warps; overflow "
-        f"{trace.overflow}, unclosed {meta['slices_unclosed_warps']}, diverged "
-        f"{meta['slices_diverged_warps']}",
-        "pipelines: " + ", ".join(f"{p['name']} ({p['cls']}, {p['stages']} stages)"
-                                  for p in auto["pipelines"]),
-        "roles: " + ", ".join(f"{name} = warps {slots}"
-                              for name, slots in auto["roles"]["roles"].items())])
-
-
-# --------------------------------------------------------------------- wait breakdown
-def wait_breakdown(trace: Trace) -> list[dict[str, Any]]:
-    """Per role and wait tag: blocked time per warp (mean over the role's warps), and its
-    share of those warps' time from their first to their last record."""
-    spec = zero_edit_roles(trace)
-    sites = _sites(_meta(trace))
-    ev = trace.events
-    if ev.shape[0] == 0:
-        return []
-    tid = ev["tid"].astype(np.int64)
-    role = spec.role_of(tid)
-    end = ev["start_ns"] + ev["dur_ns"]
-    utid, inverse = np.unique(tid, return_inverse=True)
-    first = np.full(utid.size, np.iinfo(np.int64).max)
-    last = np.full(utid.size, np.iinfo(np.int64).min)
-    np.minimum.at(first, inverse, ev["start_ns"])
-    np.maximum.at(last, inverse, end)
-    active = (last - first).astype(np.float64)
-    track_role = spec.role_of(utid)
-    rows = []
-    wait_tags = [t for t, s in sites.items() if s["kind"] == "wait"]
-    for r, name in enumerate(spec.role_names):
-        warps = np.flatnonzero(track_role == r)
-        if warps.size == 0:
-            continue
-        span = float(active[warps].sum())
-        in_role = role == r
-        for tag in wait_tags:
-            mask = in_role & (ev["tag"] == tag)
-            if not mask.any():
-                continue
-            blocked = float(ev["dur_ns"][mask].sum())
-            rows.append({"role": name, "tag": trace.tag_name(tag), "warps": int(warps.size),
-                         "calls": int(mask.sum()),
-                         "blocked_ns_per_warp": blocked / warps.size,
-                         "share": blocked / span if span > 0 else 0.0})
-    rows.sort(key=lambda row: (row["role"], -row["share"]))
-    return rows
-
-
-def format_wait_breakdown(rows: list[dict[str, Any]]) -> str:
-    lines = [f"{'role':<22} {'waits on':<28} {'warps':>6} {'calls':>9} {'us/warp':>9} {'share':>7}"]
-    for row in rows:
-        lines.append(f"{row['role']:<22} {row['tag']:<28} {row['warps']:>6} {row['calls']:>9} "
-                     f"{row['blocked_ns_per_warp'] / 1e3:>9.2f} {100 * row['share']:>6.1f}%")
-    return "\n".join(lines)
+__all__ = ["DerivedPipeline", "derive_pipeline"]
 
 
 # --------------------------------------------------------------------- derived pipeline model
@@ -537,7 +72,7 @@ class DerivedPipeline:
         """Field ``name`` of ``trace.events`` as its own array: derive_pipeline's copy where
         it kept one for these events, else read now."""
         events = self.trace.events
-        if self.event_columns is not None and self.event_columns[0] is events \
+        if self.event_columns is not None and self.event_columns[0] is events\
                 and name in self.event_columns[1]:
             return self.event_columns[1][name]
         return np.ascontiguousarray(events[name])
@@ -550,7 +85,7 @@ class DerivedPipeline:
         issue after the earliest CTA's end): nothing of the CTA's own is in flight before
         its first load, so its consumer waits for all of it."""
         trace = self.trace
-        meta = _meta(trace)
+        meta = autoprof_metadata(trace)
         sites = {s["name"]: s for s in meta["sites"]}
         names = list(trace.tag_names)
         stride = int(self.spec.roles.tid_stride)
@@ -560,7 +95,7 @@ class DerivedPipeline:
             by_name = {p["name"]: int(p["index"]) for p in meta["pipelines"]}
             for t, name in enumerate(names):
                 base = name.split("@")[0]
-                if base.endswith(".issued") and "producer_commit" in ops \
+                if base.endswith(".issued") and "producer_commit" in ops\
                         and base[:-len(".issued")] in by_name:  # a TMA ring's issue point
                     out[t] = by_name[base[:-len(".issued")]]
                     continue
@@ -630,7 +165,7 @@ class DerivedPipeline:
             if int(p["index"]) < n_pipes:
                 late[int(p["index"])] = delay.get(p["name"], 0.0)
         issue = first_issue[np.arange(ctas.size), wait_ring] + late[wait_ring]
-        ok = np.isfinite(issue) & np.isfinite(wait_end) & (issue > loaded_after) \
+        ok = np.isfinite(issue) & np.isfinite(wait_end) & (issue > loaded_after)\
             & (wait_end >= issue)
         return (wait_end - issue)[ok], "first load of CTAs started under load"
 
@@ -643,7 +178,7 @@ class DerivedPipeline:
         the copies come before the commit (``PipelineTmaAsync``'s own ``producer_acquire``
         arms), or in a trace recorded before the flag existed."""
         return {p["name"]: self.record_ns
-                for p in _meta(self.trace)["pipelines"] if p.get("commit_arms_copies")}
+                for p in autoprof_metadata(self.trace)["pipelines"] if p.get("commit_arms_copies")}
 
     def commits_before_loop(self) -> dict[str, int]:
         """Per ring: how many commits each producer warp makes before the loop's first
@@ -687,12 +222,12 @@ class DerivedPipeline:
         (``bench/results/whatif/README.md``, stop 41).
 
         ``release_sample``: the probed launch's releases that did not wait for their async job
-        (``critical_path.clean_releases``): the replay pools them with this trace's own.
+        (``replay_terms.clean_releases``): the replay pools them with this trace's own.
 
         ``recorder_cost``: how much longer the recording kernel ran than the plain one on the
         GPU, as a fraction (0.15: 15% longer; time both, e.g. with torch.profiler, in the
         same rounds): what the records' own time does not account for is taken as the
-        compiler's slower schedule of the warps' work (``critical_path.recorder_slowdown``;
+        compiler's slower schedule of the warps' work (``what_if.recorder_slowdown``;
         FA4's forward: 12-16%, of which the records' own time is 1.5-2 points). Without it
         only the records' own time is removed."""
         if record_chain_ns is not None and not record_chain_ns >= 0:
@@ -746,7 +281,7 @@ class DerivedPipeline:
 
     def _probed_releases(self, probed: Trace | None) -> dict[str, np.ndarray]:
         """The probed launch's releases that did not wait for their async job
-        (``critical_path.clean_releases``), where this model has such a region: a producer
+        (``replay_terms.clean_releases``), where this model has such a region: a producer
         held on its probes starves the consumers now and then, and each such release shows
         the time a starved ring pays after every wait. Empty without a probed launch, and
         where its records make no model of their own (a trace of the probes alone)."""
@@ -811,12 +346,6 @@ def _concatenate_records(parts: list[np.ndarray]) -> np.ndarray:
     return np.concatenate([part.view(raw) for part in parts]).view(parts[0].dtype)
 
 
-def cluster_ctas(trace: Trace) -> int:
-    """CTAs per cluster of the traced launch: from the trace's metadata ("cluster": [m, n])
-    where the launcher saved it, else 1 (no cluster known: no ring shared)."""
-    return int(np.prod((trace.metadata or {}).get("cluster") or [1]))
-
-
 def derive_pipeline(trace: Trace) -> DerivedPipeline:
     """The pipeline model of a zero-edit trace, from the kernel's own pipeline objects.
 
@@ -829,8 +358,8 @@ def derive_pipeline(trace: Trace) -> DerivedPipeline:
     program order, each at the fixed place in the loop its records show (its offset)."""
     from .model import PipelineSpec, Region, Relation, Resource
 
-    meta = _meta(trace)
-    extra, names, sites = _issue_points(trace, _sites(meta), meta)
+    meta = autoprof_metadata(trace)
+    extra, names, sites = _issue_points(trace, sites_by_tag(meta), meta)
     # the derived trace's events (the recorded ones, then the issue points): read below as
     # recorded, then renumbered in place
     new_ev = _concatenate_records([trace.events, *extra])
@@ -853,7 +382,7 @@ def derive_pipeline(trace: Trace) -> DerivedPipeline:
     # recorded: the synthesized issue points would read 0) and the loop's calls below
     recorded = trace.events.shape[0]
     recorded_order = warp_order(tid[:recorded], start[:recorded])
-    record_ns = _record_cost(tid[:recorded], start[:recorded], dur[:recorded], recorded_order)
+    record_ns = record_cost(tid[:recorded], start[:recorded], dur[:recorded], recorded_order)
     rows = np.flatnonzero(tags_in(tag, op_of))
     pair, count = unique_ints(tid[rows] * n_tags + tag[rows], return_counts=True)
     pair_tid, pair_tag = pair // n_tags, pair % n_tags
@@ -1047,7 +576,7 @@ def derive_pipeline(trace: Trace) -> DerivedPipeline:
     roles = RoleSpec(roles={role: [int(s) for s in role_slots[role]] for role in role_tags},
                      tid_stride=stride, group_name="cta", tags={r.tag: r.kind for r in regions})
     consumes = [new_names.index(r.tag) for r in regions if "consumes" in r.relations]
-    staggered = _staggered_warpgroups(_warpgroup_columns_of(derived_tag, tid, payload, start, dur),
+    staggered = staggered_warpgroups(warpgroup_columns_of(derived_tag, tid, payload, start, dur),
                                       consumes, stride)
     try:
         spec = PipelineSpec(roles=roles, resources=resources, regions=regions,
@@ -1061,88 +590,6 @@ def derive_pipeline(trace: Trace) -> DerivedPipeline:
         column.setflags(write=False)
     return DerivedPipeline(trace=out, spec=spec, offsets=offsets, skipped=skipped,
                            record_ns=record_ns, event_columns=(new_ev, columns))
-
-
-# one consumer warpgroup ends a ring's wait first in at least this share of the items: the
-# warpgroups are staggered (FA4's ping-pong: V's wait 100%, K's 86-97% one way), not peers
-# that take turns by chance (a cooperative GEMM's two warpgroups: 50-78%)
-STAGGER_SHARE = 0.9
-
-
-def warpgroup_ends(ev: np.ndarray, tag: int, stride: int):
-    """Per item (CTA and payload) and warpgroup that recorded region ``tag`` (events of a
-    derived trace: payload = iteration): the item's key, the warpgroup and when its latest
-    warp's record ended (int ns). Keys are sorted, and comparable across the tags of one
-    ``ev``: ``tid // stride * (ev's largest payload + 1) + payload``."""
-    return _warpgroup_ends(_warpgroup_columns(ev), tag, stride)
-
-
-def _warpgroup_columns(ev: np.ndarray) -> dict[str, np.ndarray]:
-    """The columns ``warpgroup_ends`` reads, each read once: gathering a packed record
-    array's field row by row is several times slower than gathering its own copy, and a
-    boolean index of the records copies every field."""
-    return _warpgroup_columns_of(*(np.ascontiguousarray(ev[field]) for field in
-                                   ("tag", "tid", "payload", "start_ns", "dur_ns")))
-
-
-def _warpgroup_columns_of(tag: np.ndarray, tid: np.ndarray, payload: np.ndarray,
-                          start: np.ndarray, dur: np.ndarray) -> dict[str, Any]:
-    """``_warpgroup_columns`` of columns already read (derive_pipeline holds them), with the
-    items' key span (the largest payload + 1)."""
-    return {"tag": tag, "tid": tid, "payload": payload, "start": start, "dur": dur,
-            "payload_span": int(payload.max()) + 1 if payload.size else 1}
-
-
-def _warpgroup_ends(columns: dict[str, Any], tag: int, stride: int):
-    """``warpgroup_ends`` from the events' columns (``_warpgroup_columns``)."""
-    rows = np.flatnonzero(columns["tag"] == tag)
-    if not rows.size:
-        empty = np.zeros(0, dtype=np.int64)
-        return empty, empty, empty
-    tid = columns["tid"][rows].astype(np.int64)
-    group = tid % stride // WARPS_PER_WARPGROUP
-    width = int(group.max()) + 1
-    item = (tid // stride) * columns["payload_span"] + columns["payload"][rows].astype(np.int64)
-    sub, sub_of = unique_ints(item * width + group, return_inverse=True)
-    end = np.full(sub.size, np.iinfo(np.int64).min)
-    np.maximum.at(end, sub_of, (columns["start"][rows] + columns["dur"][rows]).astype(np.int64))
-    return sub // width, sub % width, end
-
-
-def warpgroup_lead_shares(ev: np.ndarray, wait_tags: list[int], stride: int) -> dict[int, float]:
-    """Per consumes wait made by more than one warpgroup (events of a derived trace:
-    payload = iteration): the share of the items on which the warpgroup that most often
-    ends its wait first (each warpgroup as late as its last warp) does so. About 1/2 for
-    peers that take turns, near 1 for a staggered pair."""
-    return _warpgroup_lead_shares(_warpgroup_columns(ev), wait_tags, stride)
-
-
-def _warpgroup_lead_shares(columns: dict[str, Any], wait_tags: list[int],
-                           stride: int) -> dict[int, float]:
-    """``warpgroup_lead_shares`` from the events' columns (``_warpgroup_columns``)."""
-    shares = {}
-    for tag in wait_tags:
-        sub_item, sub_group, end = _warpgroup_ends(columns, tag, stride)
-        groups = unique_ints(sub_group)
-        if groups.size < 2:
-            continue
-        items, members = unique_ints(sub_item, return_counts=True)
-        whole = np.isin(sub_item, items[members == groups.size])
-        order = np.lexsort((end[whole], sub_item[whole]))
-        first_row = np.r_[True, sub_item[whole][order][1:] != sub_item[whole][order][:-1]]
-        leader = sub_group[whole][order][first_row]
-        if leader.size:
-            shares[int(tag)] = float(np.bincount(leader).max() / leader.size)
-    return shares
-
-
-def _staggered_warpgroups(columns: dict[str, Any], wait_tags: list[int], stride: int) -> bool:
-    """True when, on a consumes wait of the loop made by more than one warpgroup, the same
-    warpgroup gets its items first (``warpgroup_lead_shares`` >= ``STAGGER_SHARE``): the
-    role then needs an item when its leading warpgroup waits for it
-    (``PipelineSpec.track_group``). ``columns``: the derived events' (``_warpgroup_columns``)."""
-    return any(share >= STAGGER_SHARE
-               for share in _warpgroup_lead_shares(columns, wait_tags, stride).values())
 
 
 def _first_and_last_calls(site: np.ndarray, ordinal: np.ndarray, first_call: np.ndarray,
@@ -1241,49 +688,3 @@ def _check_rings_not_split(tid, tag, sites, loop, stride, names) -> None:
                 f"{100 * np.median(share):.0f}% of what its CTA's producer loaded: a ping-pong "
                 "schedule); the derived model covers rings whose every item every consumer "
                 "warpgroup sees (pass a spec)")
-
-
-# --------------------------------------------------------------------- completeness
-def call_balance(trace: Trace) -> list[dict[str, Any]]:
-    """Per pipeline: do the calls add up? Every consumer warp released as many items as it
-    waited for, the warps of one warpgroup made the same number of waits (they run one
-    program), and no warpgroup waited for more items than its CTA's producer acquired.
-    A lost or doubled record shows here as a mismatch. (The producer count is the CTA's own:
-    a ring one CTA fills for its whole cluster, such as a tile scheduler's, can exceed it.)"""
-    meta = _meta(trace)
-    sites = _sites(meta)
-    stride = int(meta["warps_per_cta"])
-    ev = trace.events
-    tid = ev["tid"].astype(np.int64)
-    out = []
-    for p in meta["pipelines"]:
-        def tags(op, index=int(p["index"])):
-            return [t for t, s in sites.items() if s.get("pipeline") == index and s["op"] == op]
-
-        waits = np.isin(ev["tag"], tags("consumer_wait"))
-        releases = np.isin(ev["tag"], tags("consumer_release"))
-        acquires = np.isin(ev["tag"], tags("producer_acquire"))
-        if not (waits.any() or acquires.any()):
-            continue
-        span = int(tid.max()) + 1
-        n_wait = np.bincount(tid[waits], minlength=span)
-        n_release = np.bincount(tid[releases], minlength=span)
-        n_acquire = np.bincount(tid[acquires] // stride, minlength=span // stride + 1)
-        consumer = np.flatnonzero(n_wait > 0)
-        per_cta = -(-stride // WARPS_PER_WARPGROUP)
-        group = consumer // stride * per_cta + consumer % stride // WARPS_PER_WARPGROUP
-        lo = np.full(int(group.max(initial=0)) + 1, np.iinfo(np.int64).max)
-        hi = np.zeros(int(group.max(initial=0)) + 1, dtype=np.int64)
-        np.minimum.at(lo, group, n_wait[consumer])
-        np.maximum.at(hi, group, n_wait[consumer])
-        groups = np.unique(group)
-        group_cta = groups // per_cta
-        out.append({
-            "pipeline": p["name"], "ctas": int(np.unique(tid[waits | acquires] // stride).size),
-            "consumer_warps": int(consumer.size), "waits": int(waits.sum()),
-            "acquires": int(acquires.sum()),
-            "warps_wait_release_differ": int((n_wait[consumer] != n_release[consumer]).sum()),
-            "warpgroups_disagree": int((lo[groups] != hi[groups]).sum()),
-            "warpgroups_beyond_producer": int((hi[groups] > n_acquire[group_cta]).sum()),
-        })
-    return out
