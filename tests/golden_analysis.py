@@ -97,7 +97,8 @@ def perfetto_digest(trace, spec) -> dict:
     flows, counters, rows = perfetto_outputs(trace, spec)
     return {"flows": digest(*[np.asarray(flows[k]) for k in sorted(flows)])
             if isinstance(flows, dict) else jsonable(flows),
-            "counters": jsonable(counters), "critical_rows": digest(np.asarray(rows))}
+            "counters": digest(np.frombuffer(json.dumps(jsonable(counters)).encode(), np.uint8)),
+            "critical_rows": digest(np.asarray(rows))}
 
 
 def outputs() -> dict:
@@ -176,9 +177,10 @@ def write_synthetic() -> None:
     from test_load_arrivals import pk_pv_probed
 
     SYNTHETIC.mkdir(parents=True, exist_ok=True)
-    cute_prof.save_trace(SYNTHETIC / "base.npz", software_pipelined(ctas=4, blocks=8))
-    cute_prof.save_trace(SYNTHETIC / "probed.npz", pk_pv_probed())
-    cute_prof.save_trace(SYNTHETIC / "probed_slower.npz", pk_pv_probed(pk_ns=964, pv_ns=332))
+    cute_prof.save_trace(SYNTHETIC / "base.npz", software_pipelined(), compress=True)
+    cute_prof.save_trace(SYNTHETIC / "probed.npz", pk_pv_probed(), compress=True)
+    cute_prof.save_trace(SYNTHETIC / "probed_slower.npz", pk_pv_probed(pk_ns=964, pv_ns=332),
+                         compress=True)
 
 
 def first_difference(old, new, where: str = "") -> str | None:
