@@ -103,7 +103,7 @@ def main(argv=None) -> int:
     from cutlass.cute.runtime import from_dlpack
 
     import cute_prof
-    from cute_prof.analysis.pipelines import record_cost_ns
+    from cute_prof.analysis.zero_edit import record_cost_ns
     from tools.cupti import time_shuffled
 
     out = torch.zeros(args.ctas, dtype=torch.int32, device="cuda")

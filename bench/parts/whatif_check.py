@@ -31,9 +31,10 @@ from cute_prof.analysis.loads import latency_sample
 from cute_prof.analysis.pipeline_data import match_records, timer_step
 from cute_prof.analysis.what_if import latency_sensitivity, pool_predictions, predict_what_if
 from cute_prof.analysis.model import arrival_latencies  # noqa: E402
-from cute_prof.analysis.pipelines import (  # noqa: E402
-    PROBED_SPAN_TIE, cluster_ctas, derive_pipeline, probed_launches_like, rank_correlation,
-    recorded_span_ns)
+from cute_prof.analysis.derived_pipeline import derive_pipeline
+from cute_prof.analysis.load_arrivals import (
+    PROBED_SPAN_TIE, probed_launches_like, rank_correlation)
+from cute_prof.analysis.zero_edit import cluster_ctas, recorded_span_ns
 from cute_prof.calibration import paired_change, resolved_pair_order, round_spread  # noqa: E402
 from cute_prof.trace import Trace  # noqa: E402
 from tools.columns import launch_paths, load_columns  # noqa: E402
