@@ -7,6 +7,10 @@ it into a columnar :class:`Trace` and exports Perfetto-compatible traces.
 ``import cute_prof`` needs neither a GPU nor the CUTLASS DSL: the host API is imported
 eagerly, the device ops (which import ``cutlass``) and the analysis/plot/storage helpers
 are imported on first attribute access.
+
+This module owns the package's public names (``__all__``) and their lazy import; it defines no
+behaviour of its own, and ``import cute_prof`` may not import the CUTLASS DSL, matplotlib or
+perfetto.
 """
 
 from __future__ import annotations

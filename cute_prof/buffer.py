@@ -12,6 +12,9 @@ allocator ever return a pointer that is 8 mod 16 we view from element 0 instead.
 
 torch is imported lazily so that ``import cute_prof`` and decoding a saved numpy buffer
 stay cheap.
+
+Owns the format-1 buffer's allocation and launch epoch (stage 1: it imports only ``layout`` and
+``errors``); decoding is :mod:`cute_prof.decode`'s, and it may not import the device ops.
 """
 
 from __future__ import annotations

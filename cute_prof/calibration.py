@@ -2,7 +2,11 @@
 
 Measure once per GPU (record empty regions with the same op and guard you profile with,
 e.g. ``bench/overhead.py`` does) and subtract the median from every span. Both the raw and
-the corrected trace stay available: correction changes durations, never counts."""
+the corrected trace stay available: correction changes durations, never counts.
+
+Owns the overhead correction and the GPU timing helpers of the what-if checks (stage 3); it may
+not import analysis, export or anything above, and imports torch only inside its GPU functions.
+"""
 
 from __future__ import annotations
 
@@ -77,8 +81,8 @@ def time_shuffled(launches: dict, *, rounds: int, warmup: int = 3, resets: dict 
 
     ``per_block`` > 1: each round calls each launch that many times back to back and keeps
     the median of the block's second half (each call follows its own kernel, where one call
-    per round follows some other kernel; on FA4 both read the same changes within 1.2
-    points)."""
+    per round follows some other kernel; both read about the same changes: see
+    docs/performance.md)."""
     import random
     import torch
     from torch.profiler import ProfilerActivity, profile
@@ -136,9 +140,8 @@ def round_changes(times: dict, name: str, base: str) -> list[float]:
 
 def paired_change(times: dict, name: str, base: str) -> float:
     """The median of ``name``'s per-round changes against ``base`` (:func:`round_changes`):
-    the GPU's clock moves between rounds, which a ratio of two medians reads as change
-    (FA4 causal 2 -> 1: 24.75-28.77% that way over fourteen runs, 24.70-26.33% paired;
-    bench/results/whatif/README.md, stop 51)."""
+    the GPU's clock moves between rounds, which a ratio of two medians reads as change; a
+    change paired round by round spreads less over repeated runs (see docs/performance.md)."""
     return statistics.median(round_changes(times, name, base))
 
 
@@ -155,8 +158,8 @@ def resolved_pair_order(predicted, measured, noise) -> tuple[int, list[tuple[int
     apart: those whose measured changes differ by more than their two ``noise`` (each one's
     :func:`round_spread`). Returns how many such pairs there are and those the predictions
     order the other way or tie (index pairs). Spearman's correlation over every change counts
-    the order of changes within noise of each other (a 3-stage ring's +0.2% against a
-    1x1 cluster's +0.5%, both "no change"), which no measurement fixes."""
+    the order of changes within noise of each other (two changes that both mean "no
+    change"), which no measurement fixes."""
     p, m, n = (np.asarray(x, dtype=np.float64) for x in (predicted, measured, noise))
     if not p.shape == m.shape == n.shape or p.ndim != 1:
         raise ValueError("predicted, measured and noise must be 1-D and of one length")
@@ -169,8 +172,8 @@ def resolved_pair_order(predicted, measured, noise) -> tuple[int, list[tuple[int
 def recorder_cost(plain, recording, *, rounds: int = 20, warmup: int = 3) -> dict:
     """What recording costs a kernel on the GPU: the figure a what-if takes to predict the
     kernel unrecorded (``DerivedPipeline.what_if_terms(recorder_cost=...)``, ``cute-prof
-    analyze --recorder-cost``). FA4's forward runs 12-16% longer recording, most of it the
-    compiler's schedule around the records rather than their own time.
+    analyze --recorder-cost``). Most of it is the compiler's schedule around the records
+    rather than their own time (the figures: docs/performance.md).
 
     ``plain()`` and ``recording()`` each launch the kernel once: its plain build, and the
     one compiled inside an ``autoprofile`` block (with the block's ``caches`` in place where

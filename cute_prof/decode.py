@@ -19,6 +19,9 @@ What the decoder guarantees (and the fuzz tests check):
   every event has ``start_ns >= 0``, ``dur_ns >= 0`` and ``start_ns + dur_ns <= 2**63 - 1``.
 * ``len(events) + len(clock_syncs) + incomplete + invalid == min(counter, capacity)``.
 * Anything that is not a profile buffer raises :class:`ProfileBufferError`, nothing else.
+
+Owns format 1's decoding, the clock fit and the loss warnings (stage 2); it may not import the
+device ops (the CUTLASS DSL) nor analysis or export.
 """
 
 from __future__ import annotations

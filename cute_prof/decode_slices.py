@@ -13,6 +13,9 @@ counted in ``metadata["slices_diverged_warps"]`` and warned about. A slice that 
 the rest count as overflow (``slices_cut_warps``, ``slices_cut_records``, a warning). Device
 counts are modulo 2**29: for a warp whose recorder stayed open long enough to wrap one,
 the written records are trusted over the count, and a full slice is warned about.
+
+Owns format 2's decoding and its buffer's allocation and reset (stage 2); it may not import the
+device ops (the CUTLASS DSL) nor analysis or export.
 """
 
 from __future__ import annotations

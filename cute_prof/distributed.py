@@ -16,6 +16,9 @@ Rows keep their own tid inside the rank; the merged trace gives each rank a bloc
 (``rank * tid_stride + tid``), names every track ``"rank R <host> GPU G: <track>"``, and adds
 one ``Trace.launches`` entry per rank launch with its ``rank``, so exporters can group rows
 by rank (one process per rank).
+
+Owns the gather of the ranks' records and their clock alignment (stage 6); it may not import
+the CLI, and imports torch.distributed and the device's timer probe only inside its functions.
 """
 
 from __future__ import annotations

@@ -8,6 +8,8 @@ It subclasses ``ValueError`` so code written against the reference API, which ra
 Conditions that leave a usable trace behind (records dropped because the buffer was full,
 slots that were claimed but never written) are reported with :class:`ProfileWarning`
 instead, so a profiling run never fails because it lost some records.
+
+Owns the exception and warning types; it may import nothing else of cute_prof.
 """
 
 from __future__ import annotations

@@ -5,6 +5,8 @@ The kernel has several CTAs and warps, a CTA-wide region holding per-warp siblin
 GPU it runs there. Without one it still compiles the instrumented kernel for sm_90a (so you
 see the instrumentation build) and then decodes a buffer recorded on an H100/H200 that ships
 with the package, printing the same summary and writing the same trace, labelled as such.
+
+Owns the demo only (stage 7); no module of the package may import it.
 """
 
 

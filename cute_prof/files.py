@@ -1,5 +1,9 @@
 """Writing output files safely: path checks before any work, and atomic replacement so a
-reader never sees a partial trace."""
+reader never sees a partial trace.
+
+Owns output path checks and atomic writes; it may import nothing of cute_prof but
+:mod:`.errors`.
+"""
 
 from __future__ import annotations
 

@@ -13,6 +13,10 @@ faulted. Reading them is a plain memory read: no CUDA call touches the stuck con
                    timeout=5.0, tag_table=tags, output="partial.json")
     if report.hung:
         print(report.format())   # then kill the process: the context cannot be recovered
+
+Owns the flight recorder's host side (stage 6); the device ops are
+:mod:`cute_prof.device.flight`'s, which it may not import (``import cute_prof.flight`` needs no
+CUTLASS DSL), nor may it import the CLI.
 """
 
 from __future__ import annotations
@@ -244,8 +248,8 @@ def flight_report(recorder: FlightRecorder, *, tag_table=None, hung: bool = Fals
     records = recorder.record_words()
     report = diagnose(positions, now_ns=_now_globaltimer(positions, recorder.launched_host_ns), tag_table=tag_table)
     report.hung, report.error = hung, error
-    # numpy, never the compiled decoder: a first compile took 4.4 s (0.9 s from numba's cache)
-    # in the middle of a hang report on the H100 machine; a flight buffer is small
+    # numpy, never the compiled decoder: its first compile takes seconds, in the middle of a
+    # hang report; a flight buffer is small
     with jit.disabled():
         report.trace = decode_buffer(records, tag_table,
                                      metadata={"flight": "hung" if hung else ("faulted" if error else "finished")})

@@ -5,6 +5,9 @@ encoding, text formatting) into machine code. Where numba is missing or
 ``CUTE_PROF_NO_JIT=1`` is set, every caller runs its numpy path, which gives the same
 result; the tests compare the two. Paths that must answer at once whatever the cache holds
 (the flight recorder's hang and fault reports) run numpy under :func:`disabled`.
+
+Owns the numba switch and the ``kernel`` decorator (stage 0); it may import nothing else of
+cute_prof.
 """
 
 from __future__ import annotations

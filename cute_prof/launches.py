@@ -11,6 +11,9 @@ the next and a step of ``d`` modulo 256 is a step of ``d``. The counter word's f
 anchors the result, so ``Trace.launches[i]["epoch"]`` is the value the host bumped to.
 Limits (documented in the README): more than 255 bumps between two recorded slots, or 32
 launches of one epoch whose grid ids agree in their low 5 bits, cannot be told apart.
+
+Owns the launch column (stage 1); it may import only ``layout`` below it, never the decoders
+that call it.
 """
 
 from __future__ import annotations

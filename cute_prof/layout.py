@@ -54,6 +54,9 @@ measured in the same launch); ``KIND_CLOCK_SYNC`` (a calibration pair: start wor
 Records start at byte offset 8 + 32*i. When the buffer's data pointer is 8 mod 16 (as
 ``allocate_profile_buffer`` arranges) every record is 16-byte aligned and the device writes
 it with two 16-byte stores; otherwise it falls back to four 8-byte stores.
+
+Owns the bit layout of both buffer formats: every encoder and decoder reads it from here, and
+it may import nothing else of cute_prof.
 """
 
 from __future__ import annotations

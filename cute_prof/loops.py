@@ -15,6 +15,8 @@ stream-ordered add, so it also works inside a CUDA graph capture); the kernels o
 iteration share the epoch and differ by ``%gridid``. Iterations that are not recorded write
 into a one-record scratch buffer (``loop.target`` is that buffer then), so the kernel needs
 no extra argument and the real buffer holds only the recorded iterations.
+
+Owns ``profile_loop`` (stage 6); it may not import the CLI.
 """
 
 from __future__ import annotations

@@ -13,6 +13,8 @@ Timestamps of the profiler's trace are read as exact decimals (they are microsec
 nanosecond digits, and as floats lose precision at epoch-scale values); the merged file is
 rebased to the earliest timestamp so that floats keep nanoseconds. ``cute_prof_time_base_us``
 in its metadata holds the base.
+
+Owns the merge into the PyTorch profiler's trace (stage 6); it may not import the CLI.
 """
 
 from __future__ import annotations

@@ -2,6 +2,9 @@
 statistics, who waited on what (with a role spec), the timeline picture, per-tag duration
 histograms and, given a second trace, the before/after comparison. Pictures are embedded
 as base64 PNG, styles inline: the file opens anywhere, with no network.
+
+Owns the HTML page (stage 6): its numbers are the analysis's and its picture the exporter's; it
+may not import the CLI.
 """
 
 from __future__ import annotations

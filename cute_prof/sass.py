@@ -4,6 +4,8 @@ Per-record overhead in a kernel that issues an instruction every cycle is the nu
 instructions a record adds to the loop around it, not its bytes. ``loop_instructions``
 counts the body of a cubin's longest backward branch; ``disassemble`` runs ``nvdisasm``
 (on ``PATH``, in the CUDA toolkit, or from the ``nvidia-cuda-nvdisasm`` wheel). Host only.
+
+Owns the SASS counting (stage 0); it may import nothing else of cute_prof.
 """
 
 from __future__ import annotations

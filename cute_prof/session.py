@@ -18,6 +18,8 @@ disable); default on. Decoding, warnings and ``summary`` happen either way.
 The trace format follows the file suffix: ``.json`` (Chrome Trace Event JSON, this
 package) or ``.pftrace`` / ``.perfetto-trace`` (Perfetto protobuf via
 ``cute_prof.export.pftrace_writer.write_pftrace``).
+
+Owns ``profile_session`` and the export switches (stage 6); it may not import the CLI.
 """
 
 from __future__ import annotations

@@ -12,6 +12,9 @@ Both carry a format marker and a version. Anything that is not such a file (trun
 corrupted, another program's ``.npz``) raises :class:`~cute_prof.errors.ProfileBufferError`
 with a message that says so. Writes are atomic (temporary file + ``os.replace``), so an
 interrupted save never leaves a half-written file under the final name.
+
+Owns the saved formats and loading them back (stage 3); it may not import analysis, export or
+anything above.
 """
 
 from __future__ import annotations

@@ -24,6 +24,8 @@ decode it elsewhere (``TagTable(saved_names)`` reproduces the ids exactly).
 Lookups of ids the table does not know: :meth:`TagTable.name` raises (a strict lookup for
 code that expects only known ids); :meth:`TagTable.lookup_name` returns
 ``"<unknown tag N>"`` (what the decoder shows for records whose id was never registered).
+
+Owns tag tables and their ids (stage 1); it may import only ``layout`` and ``errors``.
 """
 
 from __future__ import annotations

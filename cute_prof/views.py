@@ -3,6 +3,8 @@
 A 5 M-slice trace is near what the Perfetto UI loads in a browser tab; past that the user
 needs a view, not a bigger file. :func:`select` returns a ``Trace`` holding only the chosen
 rows (one boolean mask, no second decode); every exporter and the summary take it as is.
+
+Owns the selections (stage 3); it may not import analysis, export or anything above.
 """
 
 from __future__ import annotations

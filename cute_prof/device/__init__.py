@@ -8,8 +8,22 @@ Importing this package imports the CUTLASS DSL. The files, from the bottom up:
 * ``recorder.py`` the staged per-warp write path (``WarpRecorder``) and per-role recorders
 * ``slices.py``   the per-warp slice write path (``SliceRecorder``, layout format 2)
 
+Zero-edit recording (``cute_prof.autoprofile``), imported from its own modules:
+
+* ``autoprof.py``         the wrapping of every pipeline and barrier call, ``recording()``;
+  ``region`` / ``mark`` (defined in ``autoprof_regions.py``)
+* ``autoprof_state.py``   the recording's trace-time state and the records of one call
+* ``load_probes.py``      the what-if experiments' load-arrival probes and consumer delay
+* ``scope.py``            trace-time checks and the kernel-end hook
+
 Beside them, ``hold.py`` (``HeldSMs``): a launch run while other CTAs hold some of the SMs
-(the what-if check's lighter-load launches); import it from ``cute_prof.device.hold``.
+(the what-if check's lighter-load launches); import it from ``cute_prof.device.hold``;
+``flight.py`` (the flight recorder's ops) and ``timer_probe.py`` (the clock-pair kernel).
+
+This package owns everything that runs inside a kernel or emits its PTX at trace time, and is
+the only part of cute_prof that imports the CUTLASS DSL; it may import only ``layout``,
+``tags``, ``errors`` and the other stages below it, never decode, analysis, export or the
+session.
 """
 
 from .ops import (

@@ -7,6 +7,10 @@ nesting level (0 .. ``layout.FLIGHT_DEPTH - 1``) of the region: each level has i
 so an enter never overwrites the open region around it. Stores are ``st.volatile``
 (system-scope relaxed); ``fence=True`` adds ``fence.sc.sys`` after them (cost in
 ``bench/flight_cost.py``).
+
+Owns the flight recorder's device ops; allocating and reading the position region is
+:mod:`cute_prof.flight`'s, which this module may not import (nor anything on the host side
+above ``device``).
 """
 
 from __future__ import annotations

@@ -15,6 +15,9 @@ launches one CTA per tile: its load halves only where half the SMs are taken. Ea
 4. one thread releases the held CTAs.
 
 The held CTAs spin on one flag (``nanosleep`` between reads) and touch no other memory.
+
+Owns the holder kernel and the held launch; it records nothing, and may not import the
+recorders nor anything on the host side above ``device``.
 """
 
 from __future__ import annotations

@@ -5,6 +5,9 @@ Seed-compatible functions keep the reference's positional order; every addition 
 keyword-only option. Profiling can be compiled out per call (``enabled=False``), per kernel
 (a ``cutlass.Constexpr`` passed through as ``enabled``) or for the whole process
 (``CUTE_PROF_ENABLE=0`` or :func:`set_enabled`): then no op emits anything at all.
+
+Owns the one-atomic record ops; their PTX is :mod:`.ptx`'s. It may not import anything on the
+host side above ``device``.
 """
 
 from __future__ import annotations

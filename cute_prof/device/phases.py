@@ -1,4 +1,8 @@
-"""Phases (back-to-back regions on one track) and the sampling ``Profiler`` handle."""
+"""Phases (back-to-back regions on one track) and the sampling ``Profiler`` handle.
+
+Owns ``PhaseSequence`` and ``Profiler``, built on :mod:`.ops`; it may not import anything on
+the host side above ``device``.
+"""
 
 from __future__ import annotations
 

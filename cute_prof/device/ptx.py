@@ -4,6 +4,9 @@ guard/cap/store snippets and :func:`emit_record`, the one inline-PTX block that 
 Every record write is one ``asm volatile`` block (guard, closing timer read, one atomic on
 ``buf[0]``, bound check, stores), so the compiler can neither drop, merge nor hoist the timer
 reads, the elected lane never has to escape an MLIR region, and the PTX is easy to check.
+
+Owns the PTX every device op shares; it may import no other device module (they all build on
+it) nor anything on the host side above ``device``.
 """
 
 from __future__ import annotations
@@ -88,8 +91,8 @@ class Asm:
 # On sm_90 a CTA barrier is issued as BAR.SYNC.DEFER_BLOCKING: the warp keeps issuing
 # until an instruction that must wait, and a special-register read is not one, so a timer
 # read right after a barrier returns a time from before the barrier was complete
-# (measured on an H200: up to 5.8 us early). A warp-level sync over the active lanes makes
-# the warp wait there; it costs two instructions and is safe in divergent code.
+# (microseconds early at worst: see docs/performance.md). A warp-level sync over the active
+# lanes makes the warp wait there; it costs two instructions and is safe in divergent code.
 ORDER_AFTER_BARRIERS = "activemask.b32 om; bar.warp.sync om;"
 
 
@@ -115,8 +118,8 @@ def read_clock64(*, loc=None, ip=None) -> Int64:
 def spin_ns(ns: Int64):
     """Busy-wait ``ns`` nanoseconds on ``%globaltimer``: work of a known length, for demo
     and test kernels whose records must show it, and the consumers' delay of
-    ``autoprofile(consumer_delay_ns=)`` (the wait ends on the first timer step past ``ns``:
-    32 ns steps on an H100 or H200)."""
+    ``cute_prof.experimental.autoprofile_probed(consumer_delay_ns=)`` (the wait ends on the
+    first timer step past ``ns``, whose size depends on the GPU)."""
     start = read_globaltimer()
     now = read_globaltimer()
     while now - start < ns:

@@ -1,5 +1,9 @@
 """Staged write path: one warp keeps up to 32 records in its lanes' registers and writes
-them with one atomic and two coalesced 16-byte stores per lane."""
+them with one atomic and two coalesced 16-byte stores per lane.
+
+Owns ``WarpRecorder`` and ``RoleRecorder``; the slices path is :mod:`.slices`'s. It may not
+import zero-edit recording (:mod:`.autoprof`) nor anything on the host side above ``device``.
+"""
 
 from __future__ import annotations
 

@@ -15,6 +15,9 @@ The kernel-end check hooks the CuTe DSL's ``generate_func_ret_op`` (called once 
 kernel body has been traced); ``HOOKED`` says whether this DSL version offered it. Other
 modules add their own kernel-end work with :func:`on_kernel_end` (zero-edit recording
 closes its slices there).
+
+Owns those trace-time checks and the kernel-end hook (:func:`on_kernel_end`) the recorders
+register with; it emits no record, and may import no other device module.
 """
 
 from __future__ import annotations

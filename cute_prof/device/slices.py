@@ -12,6 +12,9 @@ region costs one timer read. The warp keeps
 counting past its capacity and ``close()`` stores the exact count, so overflow is exact per
 warp (modulo 2**29 attempts, and the host knows when that could matter); a warp that never
 closes still leaves every record that fit, and the host says so.
+
+Owns format 2's device write path (``SliceRecorder``); zero-edit recording (:mod:`.autoprof`)
+drives it, and it may not import that module nor anything on the host side above ``device``.
 """
 
 from __future__ import annotations
@@ -116,7 +119,7 @@ def prefetch_header(buf) -> SliceHeader:
     memory, provided the loads have landed by then: place this before a kernel's set-up (its
     barrier init, its cluster sync), where the round trip overlaps work the warp waits on
     anyway. A warp-specialised producer that opened its slice right before its first TMA
-    load delayed that load by a memory round trip in every CTA: 0.35-0.5% of a GEMM."""
+    load delayed that load by a memory round trip in every CTA (see docs/performance.md)."""
     address, _ = buffer_address_and_words(buf, 0)
     text = "{ .reg .u64 g; cvta.to.global.u64 g, $2; ld.global.u64 $0, [g]; ld.global.u64 $1, [g+8]; }"
     struct = llvm.StructType.get_literal([T.i64(), T.i64()])

@@ -1,5 +1,8 @@
 """A one-thread kernel that stores ``%globaltimer`` into ``dst[0]``: the GPU side of the
-host/GPU clock pairs that :func:`cute_prof.distributed.measure_clock` fits."""
+host/GPU clock pairs that :func:`cute_prof.distributed.measure_clock` fits.
+
+Owns that kernel only; the fit is :mod:`cute_prof.distributed`'s, which it may not import.
+"""
 
 from __future__ import annotations
 

@@ -25,8 +25,8 @@ from ..trace import Trace
 
 __all__ = ["EXPORT_FORMATS", "UI_COMFORTABLE_RECORDS", "export_trace", "format_of"]
 
-# About what the Perfetto UI loads in a browser tab (issue 20: a 245 MB, 5 M-slice pftrace is
-# near the limit); past it, export still works but the user should export a view.
+# About what the Perfetto UI loads in a browser tab (issue 20; see docs/performance.md); past
+# it, export still works but the user should export a view.
 UI_COMFORTABLE_RECORDS = 5_000_000
 
 EXPORT_FORMATS = {

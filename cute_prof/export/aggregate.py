@@ -11,6 +11,9 @@ Exact: per track, the union of its regions (and of its wait regions) is a set of
 intervals, whose overlap with every bin is added to the bin. With numba (:mod:`cute_prof.jit`)
 one compiled pass over the records in start order, keeping each track's open interval;
 without it, numpy sorts and prefix sums give the same numbers.
+
+Owns the counter-track overviews (stage 5); it may read the analysis's role specs, and may not
+import the session, the CLI or the device code.
 """
 
 from __future__ import annotations

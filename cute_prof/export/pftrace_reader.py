@@ -1,4 +1,8 @@
-"""Reading a ``.pftrace`` back into slices and metadata (tests, the CLI)."""
+"""Reading a ``.pftrace`` back into slices and metadata (tests, the CLI).
+
+Owns reading only (writing is :mod:`.pftrace_writer`'s); it may not import the session, the CLI
+or the device code.
+"""
 
 from __future__ import annotations
 

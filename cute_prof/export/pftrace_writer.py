@@ -36,6 +36,10 @@ loops in :mod:`.kernels` and :mod:`.pftrace_kernels`): one counting-sort pass gr
 records by track, first-fit lanes and the event packets are computed track by track, and
 the packets are streamed to the file in chunks, so no global sort and no per-operation arrays are needed. It writes
 the same bytes as the numpy writer (``tests/test_export_compiled.py``).
+
+Owns the ``.pftrace`` format (the numpy path and the compiled path's driver; the loops are
+:mod:`.kernels` and :mod:`.pftrace_kernels`); it may not import the session, the CLI or the
+device code.
 """
 
 
@@ -493,7 +497,7 @@ def write_pftrace(
     ``group_by``: ``"tid"`` (alias ``"device"``, one flat list of tid tracks, as the JSON
     exporter's default), ``"sm"`` (a group per SM, a track per tid on it) or ``"warp"``
     (a group per tid, a track per warp). ``payloads``: attach nonzero payloads as the
-    ``payload`` arg (False: a ~10% smaller file, same speed). ``workers`` is accepted for
+    ``payload`` arg (False: a smaller file, written as fast). ``workers`` is accepted for
     callers of the earlier multi-process writer and has no effect.
     ``progress``: called with a line per stage; ``chunk_progress``: called with
     ``(records written, records in all)`` after each chunk written (a progress bar).

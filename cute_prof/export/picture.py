@@ -13,6 +13,9 @@ Rows are tids (or SMs), the x axis is time since the kernel started, one colour 
   (labelled with the range they hold), so the picture always has readable row heights.
 
 Instants are drawn as small black ticks at the bottom of their row.
+
+Owns the pictures (matplotlib is imported only when one is drawn); it may not import the
+session, the CLI or the device code.
 """
 
 from __future__ import annotations

@@ -4,6 +4,9 @@ Perfetto (and the trace-event format) needs the regions of one track to nest str
 picture needs the innermost open region at every moment. Both come from one ordering of
 begin/end operations per track, computed here with numpy, plus the overlap lanes that make
 regions of one track that overlap without nesting drawable.
+
+Owns the begin/end order and the lanes every exporter follows; it writes no file, and may not
+import the session, the CLI or the device code.
 """
 
 from __future__ import annotations

@@ -23,6 +23,9 @@ Launches and graph launches are ``Trace.launches`` entries with IKET's ids and t
 Speed and memory: msgspec decodes straight into typed structs (and rejects foreign JSON by
 schema); the file is memory-mapped and each launch is decoded and turned into numpy columns
 on its own, so peak memory is the mapped file plus one launch's structs.
+
+Owns the mapping of IKET's JSON onto a Trace (stage 3); it may not import analysis, export or
+anything above.
 """
 
 
