@@ -24,6 +24,9 @@ with exit status 2 and one line on stderr; an input file is only ever read (an o
 cute_prof ends with exit status 1 and one line too (``CUTE_PROF_TRACEBACK=1`` shows the
 traceback).
 Also runs as ``python -m cute_prof.cli``.
+
+Owns the ``cute-prof`` verbs, their options and help texts (stage 7): it computes nothing
+itself (analysis, export, storage and report do), and no module of the package may import it.
 """
 
 from __future__ import annotations
