@@ -1,6 +1,6 @@
-"""Load-arrival probes on the GPU (autoprofile(load_arrivals=N)): the producer of every
-TMA-loaded ring waits for a sample of its loads and records when each arrived; the kernel
-still computes the right answer, no probe gives up, and the latencies are loads' (hundreds
+"""Load-arrival probes on the GPU (``cute_prof.experimental.autoprofile_probed(load_arrivals=N)``,
+an experiment): the producer of every TMA-loaded ring waits for a sample of its loads and
+records when each arrived; the kernel still computes the right answer, no probe gives up, and the latencies are loads' (hundreds
 of ns to a few us), on a kernel that arms its barrier itself (ws_gemm) and one that commits
 after its copies (FlashAttention-4)."""
 
@@ -13,7 +13,7 @@ from gpu_required import require_gpu  # noqa: E402
 
 torch = require_gpu("cutlass", hopper=True)
 
-import cute_prof  # noqa: E402
+from cute_prof.experimental import autoprofile_probed  # noqa: E402
 from cute_prof.analysis.load_arrivals import load_arrival_latency, load_arrival_pairs  # noqa: E402
 from examples import ws_gemm as W  # noqa: E402
 
@@ -58,7 +58,7 @@ def test_ws_gemm_probes_every_second_turn_of_its_ring():
     c = torch.empty(m, n, device="cuda", dtype=torch.bfloat16)
     gemm = W.CompiledWsGemm(W.GemmConfig(recorder="slices"))
     warps = gemm.gemm.num_ctas(m, n) * (gemm.gemm.threads_per_cta // 32)
-    with cute_prof.autoprofile(per_warp=1024, max_warps=warps, load_arrivals=7) as prof:
+    with autoprofile_probed(per_warp=1024, max_warps=warps, load_arrivals=7) as prof:
         gemm.prepare(a, b, c, W.alloc_prof(1), 0, 0)()
     trace = prof.trace()
     torch.testing.assert_close(c.float(), (a.float() @ b.float().T), rtol=2e-2, atol=2e-1)
@@ -89,8 +89,8 @@ def test_flash_attention_probes_k_and_v_after_their_commits():
 
     fa = fa4_interface()
     q, k, v = inputs(1, 1024, 16, 128)
-    with cute_prof.autoprofile(per_warp=4096, load_arrivals=7,
-                               caches=[(fa._flash_attn_fwd, "compile_cache")]) as prof:
+    with autoprofile_probed(per_warp=4096, load_arrivals=7,
+                            caches=[(fa._flash_attn_fwd, "compile_cache")]) as prof:
         out = fa._flash_attn_fwd(q, k, v, causal=False)[0]
     torch.testing.assert_close(out.float(), reference(q, k, v, False).float(), atol=2e-2, rtol=0)
     trace = prof.trace()
@@ -126,8 +126,8 @@ def test_a_consumer_delay_slows_every_release_and_keeps_the_result():
         c = torch.empty(m, n, device="cuda", dtype=torch.bfloat16)
         gemm = W.CompiledWsGemm(W.GemmConfig(recorder="slices"))
         warps = gemm.gemm.num_ctas(m, n) * (gemm.gemm.threads_per_cta // 32)
-        with cute_prof.autoprofile(per_warp=1024, max_warps=warps,
-                                   consumer_delay_ns=ns) as prof:
+        with autoprofile_probed(per_warp=1024, max_warps=warps,
+                                consumer_delay_ns=ns) as prof:
             gemm.prepare(a, b, c, W.alloc_prof(1), 0, 0)()
         traces[ns] = prof.trace()
         torch.testing.assert_close(c.float(), (a.float() @ b.float().T), rtol=2e-2, atol=2e-1)
