@@ -1,8 +1,8 @@
-"""Load-arrival probes on the GPU (``cute_prof.experimental.autoprofile_probed(load_arrivals=N)``,
-an experiment): the producer of every TMA-loaded ring waits for a sample of its loads and
-records when each arrived; the kernel still computes the right answer, no probe gives up, and the latencies are loads' (hundreds
-of ns to a few us), on a kernel that arms its barrier itself (ws_gemm) and one that commits
-after its copies (FlashAttention-4)."""
+"""Load-arrival probes on the GPU (``cute_prof.experimental.autoprofile_probed(
+load_arrivals=N)``, an experiment): the producer of every TMA-loaded ring waits for a sample
+of its loads and records when each arrived; the kernel still computes the right answer, no
+probe gives up, and the latencies are loads' (hundreds of ns to a few us), on a kernel that
+arms its barrier itself (ws_gemm) and one that commits after its copies (FlashAttention-4)."""
 
 from __future__ import annotations
 
