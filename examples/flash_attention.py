@@ -36,10 +36,9 @@ ROOT = Path(__file__).resolve().parents[1]
 sys.path.insert(0, str(ROOT))
 
 import cute_prof  # noqa: E402
-from cute_prof.analysis.pipeline_report import (
-    analyze_pipeline, format_pipeline_report)  # noqa: E402
-from cute_prof.analysis.derived_pipeline import derive_pipeline
-from cute_prof.analysis.zero_edit import format_recording, format_wait_breakdown, wait_breakdown
+from cute_prof.analysis import analyze_pipeline, derive_pipeline, format_pipeline_report  # noqa: E402
+from cute_prof.analysis.zero_edit import (  # noqa: E402
+    format_recording, format_wait_breakdown, wait_breakdown)
 
 FA4_VERSION = "4.0.0b36"
 

@@ -37,10 +37,8 @@ ROOT = Path(__file__).resolve().parents[1]
 sys.path.insert(0, str(ROOT))
 
 import cute_prof  # noqa: E402
-from cute_prof.analysis.pipeline_report import (
-    analyze_pipeline, format_pipeline_report)  # noqa: E402
-from cute_prof.analysis.derived_pipeline import derive_pipeline
-from cute_prof.analysis.zero_edit import (
+from cute_prof.analysis import analyze_pipeline, derive_pipeline, format_pipeline_report  # noqa: E402
+from cute_prof.analysis.zero_edit import (  # noqa: E402
     call_balance, format_recording, format_wait_breakdown, wait_breakdown)
 
 QUACK_VERSION = "0.6.5"
