@@ -185,9 +185,8 @@ class DerivedPipeline:
         iteration (its ``@prologue`` calls), the shift from a commit's ordinal in its warp
         (a sampled load's ``position``) to the loop iteration whose item it loads. FA4's
         first K tile is loaded before the loop, so the item of iteration k is K's commit
-        k + 1: drawn at place k, each K item took the latency of the load before its own
-        (b1 s1024: the second K load, 832 ns median in the start burst where the later ones
-        take 352, drawn for the third; ``bench/whatif_fa4_lockstep.py``, gpu33)."""
+        k + 1: drawn at place k, each K item would take the latency of the load before its
+        own, and the slow loads of a CTA's start burst would land one item late."""
         names = list(self.trace.tag_names)
         event_tid, event_tag = self._column("tid"), self._column("tag")
         out = {}
@@ -206,20 +205,20 @@ class DerivedPipeline:
                       record_chain_ns: float | None = None,
                       recorder_cost: float | None = None) -> dict[str, Any]:
         """What ``analyze_pipeline`` / ``predict_what_if`` take to predict the unrecorded
-        kernel as ``bench/whatif_check.py`` checks it: each CTA's first load as the loaded
-        latency, one record's own time, and the sampled loads (:func:`load_arrival_sample`,
-        their latencies from the copies' issue: ``copy_issue_delay_ns``) of
+        kernel as the what-if check (``bench/whatif.py check``) does: each CTA's first load
+        as the loaded latency, one record's own time, and the sampled loads
+        (:func:`load_arrival_sample`, their latencies from the copies' issue:
+        ``copy_issue_delay_ns``) of
         ``arrivals_from``, a run of the same kernel with ``autoprofile(load_arrivals=N)``
         (this trace's own, if it was that run).
 
-        ``record_chain_ns``: what one record adds to a dependency chain on this GPU
-        (``bench/record_cost.py chain``: 12.1 ns on an H100), the time the replay removes
-        per record; by default the figure measured on the trace's GPU
+        ``record_chain_ns``: what one record adds to a dependency chain on this GPU, ns
+        (measured with ``bench/record_cost.py chain``), the time the replay removes per
+        record; by default the figure measured on the trace's GPU
         (:func:`record_chain_ns_of`), and where that GPU was not measured, the trace's own gap
-        between back-to-back stamps (``record_ns``, 43-53 ns). The gap holds the kernel's
-        code between the stamps too: removed per record, it took 4.6-5.3 points more
-        recorder's cost off the GEMMs' starved 2-stage rings than the GPU pays
-        (``bench/results/whatif/README.md``, stop 41).
+        between back-to-back stamps (``record_ns``). The gap holds the kernel's code between
+        the stamps too: removed per record, it takes more of the recorder's cost off a
+        starved ring than the GPU pays, so the measured chain figure is preferred.
 
         ``release_sample``: the probed launch's releases that did not wait for their async job
         (``replay_terms.clean_releases``): the replay pools them with this trace's own.
@@ -227,9 +226,9 @@ class DerivedPipeline:
         ``recorder_cost``: how much longer the recording kernel ran than the plain one on the
         GPU, as a fraction (0.15: 15% longer; time both, e.g. with torch.profiler, in the
         same rounds): what the records' own time does not account for is taken as the
-        compiler's slower schedule of the warps' work (``what_if.recorder_slowdown``;
-        FA4's forward: 12-16%, of which the records' own time is 1.5-2 points). Without it
-        only the records' own time is removed."""
+        compiler's slower schedule of the warps' work (``what_if.recorder_slowdown``; on FA4
+        most of the cost is that schedule, not the records' own time: docs/performance.md).
+        Without it only the records' own time is removed."""
         if record_chain_ns is not None and not record_chain_ns >= 0:
             raise ValueError(f"record_chain_ns must be a time >= 0 ns, got {record_chain_ns!r}")
         if recorder_cost is not None and not -1 < recorder_cost < 10:

@@ -57,8 +57,8 @@ def _cta_delta(group: np.ndarray, unit_delta: np.ndarray, ctas: int) -> np.ndarr
 
 
 # the dispatch moves the CTAs' starts only where it reproduces the measured ones: their
-# median distance at most this fraction of the median CTA's time (H100: FA4 b4 0.2%, its
-# causal variant 2.9%, ws_gemm 0.1%)
+# median distance at most this fraction of the median CTA's time. A single launch whose
+# CTAs waited only for an SM lands well inside it; a trace of several launches does not
 DISPATCH_MATCH = 0.05
 
 
@@ -101,9 +101,8 @@ def dispatched_span(first: np.ndarray, last: np.ndarray, sm: np.ndarray,
     longer, dispatched as the block scheduler does: the first wave (the CTAs that started
     before any ended) where they started, each later one, in the order they started, on
     the slot that frees first, after the launch gap the trace shows between one CTA's end
-    and the next one's start on an SM. The greedy order reproduces the measured schedule:
-    FA4 b4's 2,048 CTAs on 132 SMs gave 855.7 us against 856.0 measured (H100,
-    ``bench/whatif_fa4_lockstep.py``). A static chain per SM would pile a slower CTA's delay onto the
+    and the next one's start on an SM. The greedy order reproduces the measured schedule of
+    a launch of many waves. A static chain per SM would pile a slower CTA's delay onto the
     CTAs that followed it there, where the GPU hands them to the SMs that free first.
     ``gap_change_ns``: as ``dispatched_starts`` takes it."""
     starts = dispatched_starts(first, last, sm, delta, gap_change_ns=gap_change_ns)
@@ -126,7 +125,7 @@ def dispatched_starts(first: np.ndarray, last: np.ndarray, sm: np.ndarray,
     unchanged): where a change that slows some CTAs starts the later ones.
     ``gap_change_ns``: the launch gap that much longer than the trace's (a change of the
     cluster shape moves what the block scheduler spends between one CTA and the next on an
-    SM, which the base's trace cannot show: ``bench/cluster_launch_gap.py`` measures it)."""
+    SM, which the base's trace cannot show: ``bench/whatif.py cluster-gap`` measures it)."""
     order = np.argsort(first, kind="stable")
     wave = max(int(np.count_nonzero(first < last.min())), 1)
     starts = np.asarray(first, dtype=np.float64).copy()
@@ -147,5 +146,6 @@ def dispatched_starts(first: np.ndarray, last: np.ndarray, sm: np.ndarray,
 
 
 # replays of a what-if that re-dispatch its CTAs (``dispatch_shift``) until no start moves
-# by a timer tick (H100: 32 ns)
+# by a timer tick (``%globaltimer`` steps 32 ns): a smaller move is below what the trace
+# resolves
 DISPATCH_ROUNDS, DISPATCH_TOLERANCE_NS = 24, 32.0

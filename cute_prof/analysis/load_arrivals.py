@@ -96,9 +96,10 @@ def load_arrival_sample(trace: Trace) -> dict[str, np.ndarray]:
     return out
 
 
-# probed launches whose spans against the base differ by less than this ran alike: the
-# probes' own cost spread this much over FA4's and the GEMMs' launches of one H100 run
-# (gpu42: -0.9% .. +0.7% against their bases)
+# probed launches whose spans against the base differ by less than this ran alike: it is
+# the spread of the probes' own cost over launches of one kernel, so a larger difference is
+# the memory system's state, not the probes (set from the what-if check's probed launches;
+# bench/results/whatif/probes.txt)
 PROBED_SPAN_TIE = 0.016
 
 
@@ -108,15 +109,11 @@ def probed_launches_like(trace: Trace, probed: list[Trace], *,
     base launch ``trace``, nearest first: the one whose span is nearest its own, and those
     within ``tie`` of it (the probes' own cost spreads that much). Where the probes cost a
     launch little, a probed launch that ran much longer than its base met a slower memory
-    system than the base did, and its sampled latencies are that state's (where they cost
-    more, as one load in 7 costs quack's GEMM about 3-4% of a launch, the nearest can be the
-    one launch whose memory ran fast: ``probe_density_quack.txt``, stop54/moved_from_results/
-    in bench/results/whatif/history/stops_31-64.tar.xz):
-    quack's three probed launches of one H100 run (gpu42) ran +4.4%, +3.3% and +0.1%
-    against their bases, their loads' medians 992, 992 and 896 ns, and the 3-stage
-    variant's own loads took 896 ns. Each alike launch's sample is one draw of the base's
-    state (gpu44's alike pair, 832 and 960 ns, put quack's 4 -> 2 at +88% and +99% against
-    +96% measured): read them all."""
+    system than the base did, and its sampled latencies are that state's. Where the probes
+    cost more (a dense probe on a GEMM), the nearest can instead be the one launch whose
+    memory ran fast, with latencies below the base's. Each alike launch's sample is one
+    draw of the base's memory state, and one draw alone can put a prediction on either
+    side of the measured change: read them all."""
     if not probed:
         raise ProfileBufferError("no probed launch to choose from")
     if tie < 0:
@@ -158,9 +155,9 @@ def leader_gaps(commits: dict, pairs: dict, sampled: np.ndarray, latency: np.nda
 
     CTAs that read the same tile at once share one L2 miss: the first waits for the memory,
     those right behind it for the same line, the later ones hit the L2. On FA4's forward the
-    CTAs of one head are consecutive in launch order (32 for s4096), and in the base the
-    first of each 32 to load a tile took 768-832 ns (median), those 600 ns behind it 352
-    (gpu31, b1 s4096). The group size is the one (``LEADER_GROUPS``, CTAs ranked by their
+    CTAs of one head are consecutive in launch order, and the first of a head's CTAs to
+    load a tile takes about twice as long as those well behind it. The group size is the
+    one (``LEADER_GROUPS``, CTAs ranked by their
     first commit) whose gaps rank the latencies best (most negative rank correlation), past
     each CTA's first ``LEADER_START`` loads (its start burst)."""
     none = (np.zeros(int(sampled.sum())), 0)

@@ -20,7 +20,7 @@ __all__ = ["latency_sample", "load_congestion", "loop_queueing", "lighter_load_p
 # prediction repeats exactly
 LATENCY_DRAW_SEED = 2027
 # each replayed item draws its latency from this many sampled loads, those nearest its place
-# in the loop (what_if: _draw_latencies)
+# in the loop (``draw_latencies``)
 NEAREST_ARRIVALS = 64
 PLACE_SAMPLE_MIN = 16  # ... unless this many were sampled at the place itself: those
 
@@ -77,7 +77,8 @@ def _place_windows(sorted_places: np.ndarray, at: np.ndarray) -> tuple[np.ndarra
     ``NEAREST_ARRIVALS`` of them) an item there draws from: those sampled at that very place
     where there are ``PLACE_SAMPLE_MIN``, else the ``NEAREST_ARRIVALS`` nearest. A CTA's
     first loads meet its start burst, and a window reaching into them from a later place
-    carried their latency there (FA4 b1 s1024 samples 18 loads a place: 64 spanned four)."""
+    carried their latency there (where a place holds few samples, ``NEAREST_ARRIVALS`` of
+    them span several places)."""
     first = np.searchsorted(sorted_places, at, side="left")
     count = np.searchsorted(sorted_places, at, side="right") - first
     own = count >= PLACE_SAMPLE_MIN
@@ -131,17 +132,14 @@ def draw_latencies(rng, sample, shape: tuple[int, int]
     load's own deviation from its congestion (its path, its CTA's start burst) is fixed,
     drawn from the loads sampled near the item's place.
 
-    So the base's congested stretches are not carried into the change: on the GPU a 3-deep
-    ring met loads as slow as its 4-deep base's own, but not its congested stretches
-    (ws_gemm: the base's sample spread 330 ns, the 3-deep ring's waits 167), and independent
-    draws of them stalled the replay (+8.1% predicted, +1.0% measured). Nor are the places
-    where the base's own schedule congested it (stop 49): CTAs that start in step fill their
-    rings together (as many loads each as the ring is deep, so the burst is the base's own),
-    and a persistent GEMM refills its ring at each tile's start. On an H100 its 2-stage
-    variant waited 704 / 704 ns over its first tile's halves, where the base's sampled loads
-    took 822 / 598; over the loop the variant's waits came to 596 ns (mean of its eighths),
-    the draws by place (stop 48) to 548, the loop's congestion to 568
-    (bench/whatif_variants.py, gpu34).
+    So the base's congested stretches are not carried into the change: a shallower ring
+    meets loads as slow on average as its base's, but not the base's congested stretches,
+    and independent draws of them stalled the replay and over-predicted the change. Nor are
+    the places where the base's own schedule congested it: CTAs that start in step fill
+    their rings together (as many loads each as the ring is deep, so the burst is the
+    base's own), and a persistent GEMM refills its ring at each tile's start, so a shallower
+    variant's waits follow the loop's typical congestion more closely than the base's loads
+    at the same place.
 
     Without issue times, the part above the sample's ``UNQUEUED_QUANTILE`` is queued:
     iteration k draws from the loads sampled nearest place k, or without places from the
@@ -216,16 +214,16 @@ def lighter_load_point(floor: float, queued: float,
 # group's first load of the same place was that first load (a miss); one issued more than
 # ``HIT_AFTER`` of them after it found the line in the L2
 MISS_WITHIN, HIT_AFTER = 0.1, 1.5
-# the least a miss takes over a hit (medians) for a group's loads to be coupled: FA4's
-# first loads took 2.0-2.45x the hits (H100: 768-864 against 352-384 ns), a memory miss
-# against an L2 hit; the GEMMs' 1.21-1.44x, where coupling every group over-predicted the
-# 2-stage rows by 7-15 points (gpu27, gpu29: tiles shared along rows and columns, which
-# one launch-order group does not describe)
+# the least a miss takes over a hit (medians) for a group's loads to be coupled: a memory
+# miss takes about twice an L2 hit, as FA4's heads' first loads do. A GEMM shares its tiles
+# along rows and columns, which one launch-order group does not describe: its ratio stays
+# below this, and coupling its groups over-predicted its shallow rings. Set between the two
+# from the what-if check's runs (bench/results/whatif/README.md)
 MISS_OVER_HIT = 2.0
-# ... and the least share of the sampled loads that hit for the groups to be real: FA4's
-# hits were 45-70% of its K and V samples (b4 and b1 s4096, H100 and H200); ws_gemm's 0-25
-# of its 4,096 (gpu50-79), stragglers that put its ratio at 1.91-1.98 (gpu69, gpu79): 10 ns
-# less latency on every load coupled its groups, its 4 -> 2 -5.8 points (stop 64)
+# ... and the least share of the sampled loads that hit for the groups to be real: where
+# the groups are real (FA4's heads), a large share of the loads hit; a GEMM has only a few
+# stragglers that look like hits, and they can put its ratio just under MISS_OVER_HIT, where
+# a timer tick less latency would couple groups it does not have
 MIN_HIT_SHARE = 0.1
 
 
@@ -264,11 +262,10 @@ def _draw_in_class(rng, values: np.ndarray, member: np.ndarray, shape: tuple[int
 def one_draw_per_cluster(data: PipelineData, spec: PipelineSpec, draws: dict) -> dict:
     """``draws`` (wait index -> (U, K) latencies) with every CTA of a cluster that shares the
     wait's ring taking its cluster's first CTA's draw: a multicast item is one load, landing
-    in every peer's shared memory together. Measured on the sampled arrivals of ws_gemm,
-    the persistent GEMM and quack (2x1 clusters): the peers' latencies of one item correlate
-    0.97-0.99 and differ by one timer tick (median); independent draws made the later of
-    two peers 145-195 ns late on average (real peers: 15-20), and the ring, which waits for
-    both, paid that on every item of a starved pipeline."""
+    in every peer's shared memory together, and the sampled arrivals of clustered GEMMs
+    show the peers' latencies of one item nearly equal. Independent draws made the later of
+    two peers far later than a real peer is, and the ring, which waits for both, paid that
+    on every item of a starved pipeline."""
     out = {}
     for i, x in draws.items():
         shared = spec.resource(spec.regions[i].relations["consumes"].resource).shared_by

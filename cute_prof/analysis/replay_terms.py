@@ -219,11 +219,11 @@ def shortest(data: PipelineData, dur: np.ndarray, quantile: float = 0.0) -> np.n
 
 
 # the share of a job region's instances below the duration that tells whether a release
-# waited for its job (``_waited_for_job``): the shortest one alone let one stray instance
-# decide. quack's 4 -> 2 stages on an H100 (gpu34) read +97.95%, +90.85% and +76.09% from
-# three traced launches of the same base; the third's shortest work after a wait took 352
-# ns where the others' took 416-448 (a 32 ns timer), so fewer of its releases counted as
-# not waiting. At this share: +99.01%, +90.85%, +89.99% (bench/whatif_variants.py)
+# waited for its job (``_waited_for_job``). The shortest instance alone let one stray
+# instance decide: a launch whose shortest work after a wait read a timer tick low counted
+# fewer of its releases as not waiting, and its prediction parted from those of the other
+# traced launches of the same base. Chosen so that those launches agree (the what-if
+# check: bench/results/whatif/README.md)
 SHORTEST_TYPICAL = 0.001
 
 
@@ -239,8 +239,8 @@ def _find_drains(data: PipelineData, i: int) -> tuple[np.ndarray, np.ndarray]:
     (``wait_group(0)``), releases the tile's last item and runs the epilogue, and the next
     tile's first wait follows; its calls, numbered per warp, put that release in the next
     iteration. The job issued before it ends at its stamp, and the epilogue is the role's
-    own work after that job: taken as job time (the persistent GEMM, 4 -> 2 stages), a
-    blocked wait before it made the replayed epilogue 512 ns short at every tile's end."""
+    own work after that job: taken as job time, a blocked wait before it would absorb the
+    epilogue and replay every tile's end short."""
     spec = data.spec
     first = next(j for j, q in enumerate(spec.regions) if q.role == spec.regions[i].role)
     units, iters, _ = data.shape
@@ -255,8 +255,9 @@ def _find_drains(data: PipelineData, i: int) -> tuple[np.ndarray, np.ndarray]:
 
 def unblocked_wait_times(data: PipelineData, cost: np.ndarray) -> np.ndarray:
     """(U, K, n) how long each wait takes when its event is already there: as measured
-    where the base's wait was not blocked (a try_wait that succeeds at once, its timer
-    reads; 32 ns in one instance, 96 in the next), else the region's median unblocked time.
+    where the base's wait was not blocked (a try_wait that succeeds at once still reads a
+    few timer ticks, more in one instance than the next), else the region's median
+    unblocked time.
     The shortest instance alone (``cost``) made every replayed iteration shorter than the
     measured one by the waits' spread."""
     own = np.zeros(data.shape)
@@ -320,15 +321,13 @@ def trailing_lag(data: PipelineData, i: int) -> float | None:
     releases after the leading one, as the replay keeps it: the lag's lower state, its
     ``TRAILING_LAG_QUANTILE`` over the launch. None: region i has no leading group's release.
 
-    The lag is the phase the two groups hold, not work: in FA4 causal's bases it sits at
-    480-512 ns or at 736-800 (a CTA starts in the lower state and may take the upper one a
-    few iterations in: 30% of K's items in some runs' launches and 62% in others', the
-    recording kernel's cost 11.6-13.2% either way), and a starved ring, which makes both
-    groups wait for the same load, holds them at one state (the 1-deep variants' own
-    traces, diagnosis only: 576-608 ns for K, 0-0.3% above 640;
-    ``bench/results/whatif/trailing_lag.txt``). Kept item by item, the upper state put
-    causal's 2 -> 1 prediction 3-4 points higher in the runs that had more of it (+5.4 to
-    +6.3 against +0.3 to +2.7)."""
+    The lag is the phase the two groups hold, not work: it sits in one of two states (a
+    CTA starts in the lower one and may take the upper one a few iterations in), and how
+    many items take the upper state changes from launch to launch of the same kernel while
+    the kernel's time does not. A starved ring, which makes both groups wait for the same
+    load, holds them near the lower state. Kept item by item, the upper state moved a
+    shallower ring's prediction with that launch-to-launch share
+    (``bench/results/whatif/trailing_lag.txt``)."""
     if data.lead_end is None:
         return None
     lag = data.end[:, :, i] - data.lead_end[:, :, i]
@@ -341,8 +340,8 @@ def stamp_offsets_of(data: PipelineData, stamps: tuple, measured_begin: np.ndarr
     """Per work region and the end of its record a relation reads (index, ``at``): (U, K)
     how far that stamp lies after the region's begin, and before its end. A release
     happens there; so does a produce (the commit, after the load's issue: the latency is
-    read from it, so a 1- or 2-deep ring pays the gap from the acquire's end, 32-64 ns in
-    ws_gemm and quack, on every item). ``lagging``: regions whose stamp is a trailing
+    read from it, so a 1- or 2-deep ring pays the gap from the acquire's end to the commit
+    on every item). ``lagging``: regions whose stamp is a trailing
     track group's release, held to ``trailing_lag`` after the leading group's."""
     out = {}
     for i, at in stamps:
@@ -367,10 +366,9 @@ def leading_job_left(data: PipelineData, measured_begin: np.ndarray, jobs: dict)
     records' stamps are at least that far apart). That is the leading group's own async job
     (its QK GEMM) still running when its wait ended; a wait that blocks runs it meanwhile,
     and the group's release, the trailing group's after it and the region's end come that
-    much sooner after the wait. FA4's 1-deep K/V rings: 384-416 ns in the bases, 96-128 in
-    the variants whose V wait blocked; without it the replay kept the bases' 928-960 ns from
-    the V wait to the trailing release (704-768 measured) and put the recorded b1 s1024
-    kernel's change 13-15 points high."""
+    much sooner after the wait. Without it the replay kept the base's whole time from the
+    V wait to the trailing release in a change whose V wait blocks, and predicted FA4's
+    shallower K/V rings too slow."""
     if data.lead_end is None:
         return {}
     out = {}
@@ -395,10 +393,9 @@ def after_wait_floor(data: PipelineData, i: int) -> float:
     """The least a warp of region i's role takes from a wait's end to its next stamp with
     no job to wait for: the role's gaps from one wait's end to the next wait's start
     (FA4: K's wait to V's, the QK GEMM's issue and a record between them), their
-    ``UNQUEUED_QUANTILE``; one timer step where the role has no such pair. FA4's 1-deep
-    variants released 96-128 ns after a V wait that blocked (``bench/whatif_diagnose.py``);
-    the timer step alone left 32 ns and replayed the fast CTAs' iterations 64 ns short
-    (stop 45's ``bench/whatif_fa4_lockstep.py``: 1,728 ns against 1,792 measured)."""
+    ``UNQUEUED_QUANTILE``; one timer step where the role has no such pair. A release after
+    a wait that blocked still pays that issue work: the timer step alone is less than it,
+    and replayed the fast CTAs' iterations short."""
     spec = data.spec
     prev, _ = role_sequences(spec)
     gaps = [data.start[:, :, j] - data.end[:, :, prev[j]]
@@ -472,12 +469,11 @@ def unwaited_release_offsets(data: PipelineData, jobs: dict, measured_begin: np.
     Where the trace's own clean releases (``_clean_release_offsets``) and another launch's
     (``release_sample``: tag -> offsets, ``clean_releases``) make ``MIN_CLEAN_RELEASES``,
     their mean and quantile. Else the offsets of the regions no longer than the shortest
-    typical one and the blocked margin, their median: those regions still waited for part
-    of their job (quack 4 -> 2 on an H100: a median of 416-480 ns by launch where the
-    2-stage variant released 377-382 ns after its waits, the clean releases' mean 393-422:
-    bench/results/whatif/release_after_wait.txt),
-    and a 32 ns timer moves a median of so few by whole ticks, 11 points of quack's 2-stage
-    prediction between launches of one run (gpu36)."""
+    typical one and the blocked margin, their median. That fallback reads long: those
+    regions still waited for part of their job, so their median lies above what a starved
+    ring pays (``bench/results/whatif/release_after_wait.txt``); and a 32 ns timer moves a
+    median of so few by whole ticks, which moves a starved ring's prediction from one
+    traced launch to the next."""
     clean = _clean_release_offsets(data, jobs, measured_begin)
     out = {}
     for i in jobs:
@@ -502,7 +498,7 @@ def unwaited_release(data: PipelineData, *, release_sample: dict | None = None,
     """Per region that releases after an async job (by tag): the time from a wait's end to
     the release where the release does not wait for its job, (typical, least loaded), as
     the replay takes it (``unwaited_release_offsets``); ``min_clean=inf`` reads it by the
-    shortest regions alone, as the model did before stop 50."""
+    shortest regions alone (the fallback where too few clean releases were seen)."""
     measured_begin, measured_dur, floor, jobs = measured_jobs(data)
     return {data.spec.regions[i].tag: value for i, value in unwaited_release_offsets(
         data, jobs, measured_begin, measured_dur, floor, release_sample, min_clean).items()}

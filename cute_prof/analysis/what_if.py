@@ -25,7 +25,7 @@ from .replay_terms import (infer_terms, MIN_LATENCY_SAMPLE, never_blocked, slowe
 
 __all__ = ["what_if", "predict_what_if", "latency_sensitivity", "pool_predictions", "recorder_slowdown", "blocked_as_base", "busy_share"]
 RECORDER_SLOWDOWN_FLOOR = 0.5  # the most a recorder is taken to slow the work (x 1 / 0.5)
-RECORDER_SLOWDOWN_STEPS = 8  # replays of the fit past its two ends (it needs 2-4)
+RECORDER_SLOWDOWN_STEPS = 8  # replays of the fit past its two ends (regula falsi needs fewer)
 
 
 def recorder_slowdown(data: PipelineData, recorder_cost: float, *, terms=None,
@@ -37,9 +37,10 @@ def recorder_slowdown(data: PipelineData, recorder_cost: float, *, terms=None,
     jobs' engine time kept) that, with ``record_ns`` of each work region removed as well,
     replays the base ``recorder_cost`` faster (the recording kernel's time over the plain
     kernel's, less 1, both timed on the GPU). A record's own time on a dependency chain is
-    only part of what recording costs: on FA4 the compiler's schedule around the records
-    costs 12-16% of the kernel, and it slows the code between them. 1.0 where the records'
-    own time already accounts for the cost, and where slowing the work cannot (the base's
+    only part of what recording costs: the compiler schedules the code around the records
+    differently, and that slows the code between them (on FA4 well beyond the records' own
+    time: docs/performance.md). 1.0 where the records' own time already accounts for the
+    cost, and where slowing the work cannot (the base's
     time is its async jobs', a GEMM's tensor core: the cost is not in the work, and the
     model leaves it). ``recorded_end``: each unit's end in the replay with nothing removed,
     where the caller has it."""
@@ -101,7 +102,8 @@ def what_if(data: PipelineData, *, depth: dict | None = None, shared_by: dict | 
     holds no steady-state observation of it, e.g. a consumer that never waited).
     ``gap_change_ns``: ns the change adds to the gap between one CTA and the next on an SM
     (``dispatched_starts``: a cluster shape's own launch cost, measured apart from the
-    kernel, e.g. -64 ns on an H100 going from clusters of two to none).
+    kernel, e.g. with ``bench/whatif.py cluster-gap``; negative where the change drops the
+    clusters).
 
     ``loaded_latency``: the latency of every ``consumes`` wait not named in ``latency``
     depends on the load the change puts on memory (a slower pipeline sees shorter loads).
@@ -121,9 +123,9 @@ def what_if(data: PipelineData, *, depth: dict | None = None, shared_by: dict | 
     ``recorder_cost``: what recording cost the base on the GPU (the recording kernel's
     time over the plain kernel's, less 1): the part of it ``record_ns`` does not account
     for slows the warps' own work (``recorder_slowdown``), in the change's replay by each
-    unit's busy share of it (the recorder's schedule costs where the warps work: FA4's
-    1-deep variants paid 0.41-0.50 of the base's cost on an H100, causal's 0.65), so both
-    replay the kernel unrecorded. The change's replay runs at each unit's busy share
+    unit's busy share of it (the recorder's schedule costs where the warps work, so a
+    change whose warps wait more pays less of it), so both replay the kernel unrecorded.
+    The change's replay runs at each unit's busy share
     (``replay(load_share=)``, ``busy_share``), to a fixed point, and keeps a unit's own
     work's departure from the iteration's median only in the iterations whose waits
     block as the base's did (``replay(departure_kept=)``, ``blocked_as_base``; once
@@ -319,10 +321,9 @@ def blocked_as_base(data: PipelineData, base: Schedule, changed: Schedule) -> np
     """(units, iterations) 1.0 where each wait of the non-producing roles blocked in the
     ``changed`` replay as in the ``base`` one (the iteration ran in the schedule its work's
     departure from the iteration's median was measured in), else 0.0: there the departure
-    is the base's situation, not the unit's work. FA4 b1 s1024 on an H100 (gpu68): each
-    CTA's consumer work over its loop spread 258-267 ns (sd) in three traced launches of
-    the base and correlated 0.05-0.25 between them; in the 1-deep variant, whose V waits
-    block, it spread 75 ns and correlated 0.12-0.18 with the base's."""
+    is the base's situation, not the unit's work. A CTA's work departure barely repeats
+    from one traced launch of the base to the next, and it shrinks in a change whose waits
+    block: it comes from where the CTA ran in the base's schedule, not from the CTA."""
     waits = [i for i in worker_regions(data.spec) if data.spec.regions[i].kind == "wait"]
     if not waits:
         return np.ones(data.shape[:2])
@@ -458,8 +459,8 @@ def latency_sensitivity(data: PipelineData, change: dict, *, arrivals: dict,
     keywords as :func:`what_if` takes them. The whole sampled latency moves, base and change
     alike (``what_if(latency_shift_ns=)``, the interval's tick, moves the queued part only,
     which a slower change scales down). A change that starves a ring hangs on its loads'
-    latency under the change, which the base does not show: on an H200 the 2-stage GEMMs
-    moved 3.2-4.1 points per 32 ns (``bench/results/whatif/README.md``, stop 64), so such
+    latency under the change, which the base does not show: a starved GEMM ring's
+    prediction moves by points per timer tick (``bench/results/whatif/README.md``), so such
     a prediction is no closer than the latency is known."""
     if not arrivals:
         raise ValueError("latency_sensitivity needs the base's sampled loads (arrivals)")
@@ -482,8 +483,8 @@ def pool_predictions(preds: list[dict], *, widen: bool = False) -> dict:
     the interval the median of their bounds, every change kept (``changes``). A change
     that one of them cannot model stays unmodelled. ``widen``: the interval reaches every
     one's own change too, where each comes from another traced launch of the base (a
-    launch's trace carries its own noise: quack's 4 -> 2 read +94.65% from one run's,
-    +78.37% from another's)."""
+    launch's trace carries its own noise: one change read from two traced launches of the
+    same base can differ by many points)."""
     if not preds:
         raise ValueError("no predictions to pool")
     if len(preds) == 1 or not all(p["modelled"] for p in preds):

@@ -142,10 +142,11 @@ def finish_zero_edit_trace(trace: Trace) -> Trace:
 RECORD_GAP_QUANTILE = 0.05
 
 # what one zero-edit record adds to a dependency chain, by the GPU a trace ran on (its
-# metadata's "device", as torch.cuda.get_device_name() reads it): bench/record_cost.py chain,
-# CUPTI medians, 12.1-12.17 ns in four H100 runs (bench/results/record_cost/chain.json; the
-# what-if README, stops 41-42). DerivedPipeline.what_if_terms removes it per record where the
-# caller gives no figure of their own; a GPU not listed keeps the trace's own gap estimate
+# metadata's "device", as torch.cuda.get_device_name() reads it), in ns: measured with
+# ``bench/record_cost.py chain`` (CUPTI medians; bench/results/record_cost/chain.md).
+# DerivedPipeline.what_if_terms removes it per record where the caller gives no figure of
+# their own; a GPU not listed keeps the trace's own gap estimate (record_cost_ns), which
+# also holds the kernel's code between the stamps
 RECORD_CHAIN_NS = {"NVIDIA H100 80GB HBM3": 12.1}
 
 
@@ -166,8 +167,8 @@ def record_cost_ns(trace: Trace) -> float:
     A timer that steps in ticks (``%globaltimer``: 32 ns) reads a constant gap g as the tick
     below it or the tick above, in the proportions that keep the mean at g (records fall at
     any phase of the tick). So the cost is the mean of the gaps at the low end's tick and the
-    tick above it: the low end alone is always a whole tick (32 ns) where records take
-    41-54 ns (the six checked kernels)."""
+    tick above it: the low end alone is always a whole tick, short of a record that takes
+    a tick and a fraction."""
     ev = trace.events
     # columns first: gathering from one column reads less memory than from the records
     tid, start = np.ascontiguousarray(ev["tid"]), np.ascontiguousarray(ev["start_ns"])
@@ -275,8 +276,9 @@ def cluster_ctas(trace: Trace) -> int:
 
 
 # one consumer warpgroup ends a ring's wait first in at least this share of the items: the
-# warpgroups are staggered (FA4's ping-pong: V's wait 100%, K's 86-97% one way), not peers
-# that take turns by chance (a cooperative GEMM's two warpgroups: 50-78%)
+# warpgroups are staggered (FA4's ping-pong: one warpgroup leads on nearly every item), not
+# peers that take turns by chance (a cooperative GEMM's two warpgroups each lead on a good
+# part of the items). Set between the two from their zero-edit traces
 STAGGER_SHARE = 0.9
 
 
