@@ -1,5 +1,5 @@
 """Sampled load arrivals (issue #27): a producer that probes one load in N records when the
-load's full barrier completed (``autoprofile(load_arrivals=N)``). The host measures each
+load's full barrier completed (``autoprofile_probed(load_arrivals=N)``). The host measures each
 probed load from the commit before it; the what-if draws every item's latency from that
 sample instead of one latency read from the waits that happened to block."""
 

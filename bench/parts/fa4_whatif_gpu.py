@@ -36,8 +36,8 @@ sys.path.insert(0, str(ROOT / "bench"))
 from tools.columns import launch_path, save_columns  # noqa: E402
 from tools.cupti import time_shuffled, traced_launches  # noqa: E402
 
-import cute_prof  # noqa: E402
 from cute_prof.calibration import paired_change  # noqa: E402
+from cute_prof.experimental import autoprofile_probed  # noqa: E402
 
 # variant -> (keyword arguments of _flash_attn_fwd, keyword overrides of the kernel class)
 VARIANTS = {
@@ -90,7 +90,7 @@ def main(argv=None) -> int:
     ap.add_argument("--variants", default=",".join(VARIANTS))
     ap.add_argument("--load-arrivals", type=int, default=7, metavar="N",
                     help="one more base trace (trace_base_arrivals.npz) whose producer probes "
-                         "one load in N (autoprofile(load_arrivals=N)); 0: none")
+                         "one load in N (autoprofile_probed(load_arrivals=N)); 0: none")
     ap.add_argument("--traces", type=int, default=3, metavar="K",
                     help="traced launches of the base (and of the probed base), each after ten "
                          "of its own: trace_base.npz, trace_base.launch1.npz, ...")
@@ -138,7 +138,7 @@ def main(argv=None) -> int:
             with kernel_class_overrides(overrides):
                 out = fa._flash_attn_fwd(q, k, v, causal=args.causal, **call_kwargs)[0]
                 torch.cuda.synchronize()
-                with cute_prof.autoprofile(per_warp=4096, load_arrivals=probes,
+                with autoprofile_probed(per_warp=4096, load_arrivals=probes,
                                            barriers=barriers,
                                            caches=[(fa._flash_attn_fwd, "compile_cache")]) as prof:
                     fa._flash_attn_fwd(q, k, v, causal=args.causal, **call_kwargs)

@@ -51,7 +51,7 @@ def main(argv=None) -> int:
                     help="the persistent kernel (GemmConfig(persistent=True)) and its variants")
     ap.add_argument("--load-arrivals", type=int, default=7, metavar="N",
                     help="one more base trace whose producer probes one load in about N "
-                         "(autoprofile(load_arrivals=N)): the model's load latencies; 0: none")
+                         "(autoprofile_probed(load_arrivals=N)): the model's load latencies; 0: none")
     ap.add_argument("--traces", type=int, default=3, metavar="K",
                     help="traced launches of the base (and of the probed base): "
                          "trace_ze_base.npz, trace_ze_base.launch1.npz, ...")
@@ -67,7 +67,7 @@ def main(argv=None) -> int:
         log_file.flush()
 
     from examples import ws_gemm as W
-    import cute_prof
+    from cute_prof.experimental import autoprofile_probed
 
     dev = torch.cuda.get_device_name()
     log(f"device: {dev}, torch {torch.__version__}, driver/cuda {torch.version.cuda}, "
@@ -101,7 +101,7 @@ def main(argv=None) -> int:
         c = torch.empty(m, n, device="cuda", dtype=torch.bfloat16)
         warps = runner.gemm.num_ctas(m, n) * (runner.gemm.threads_per_cta // 32)
         probes = args.load_arrivals if name.endswith("_arrivals") else 0
-        with cute_prof.autoprofile(per_warp=4096, max_warps=warps, load_arrivals=probes) as zprof:
+        with autoprofile_probed(per_warp=4096, max_warps=warps, load_arrivals=probes) as zprof:
             launch = runner.prepare(a, b, c, dummy, 0, 0)
             launch()
         # the base (with and without probes): several launches, predicted from each

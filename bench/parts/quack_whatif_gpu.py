@@ -34,8 +34,8 @@ ROOT = Path(__file__).resolve().parents[2]
 sys.path.insert(0, str(ROOT))
 sys.path.insert(0, str(ROOT / "bench"))
 
-import cute_prof  # noqa: E402
 from cute_prof.calibration import paired_change  # noqa: E402
+from cute_prof.experimental import autoprofile_probed  # noqa: E402
 from tools.columns import launch_path, save_columns  # noqa: E402
 from tools.cupti import time_shuffled, traced_launches  # noqa: E402
 
@@ -82,7 +82,7 @@ def main(argv=None) -> int:
     ap.add_argument("--rounds", type=int, default=20)
     ap.add_argument("--load-arrivals", type=int, default=7, metavar="N",
                     help="one more base trace (trace_base_arrivals.npz) whose producer probes "
-                         "one load in N (autoprofile(load_arrivals=N)); 0: none")
+                         "one load in N (autoprofile_probed(load_arrivals=N)); 0: none")
     ap.add_argument("--traces", type=int, default=3, metavar="K",
                     help="traced launches of the base (and of the probed base), each after ten "
                          "of its own: trace_base.npz, trace_base.launch1.npz, ...")
@@ -140,7 +140,7 @@ def main(argv=None) -> int:
     for name, offset in list(traced.items()):
         probes = args.load_arrivals if name.endswith("_arrivals") else 0
         try:
-            with cute_prof.autoprofile(per_warp=4096, load_arrivals=probes) as prof:
+            with autoprofile_probed(per_warp=4096, load_arrivals=probes) as prof:
                 build(offset)
             # the base (with and without probes): several launches, the model predicts from each
             count = (probed_launches if name == "base_arrivals"

@@ -40,7 +40,6 @@ def build(iters: int, consumer_warps: int = 1, *, cluster_size: int = 1, smem_by
     import cutlass
     import cutlass.cute as cute
     from cutlass import pipeline
-    from cutlass.cute.runtime import from_dlpack  # noqa: F401  (the DSL's own import order)
     try:
         from cutlass.utils import SmemAllocator
     except ImportError:

@@ -54,7 +54,7 @@ class Entry:
     timings: str = "timings.json"
     timings_key: str = "times"  # sub-dict of the timings file holding the per-variant lists
     timings_ns: float = 1.0  # ns per unit of the timings file
-    # the base's launches whose producer probed sampled loads (autoprofile(load_arrivals=N)):
+    # the base's launches whose producer probed sampled loads (autoprofile_probed(load_arrivals=N)):
     # the model's load latencies, where the GPU half recorded them
     arrivals_trace: str | None = None
 

@@ -22,6 +22,9 @@ The pipeline model, stage by stage (each imports only the stages above it):
 * ``what_if.py``        a changed pipeline's predicted kernel time
 * ``pipeline_report.py``  all of it for one trace, as JSON and text
 * ``load_arrivals.py``  sampled load latencies from an experiment's probed launches
+
+The package owns the analysis stage: its modules may import the trace, decode and device
+layers below them, and may not import the exporters, the session or the CLI above.
 """
 
 from .derived_pipeline import DerivedPipeline, derive_pipeline

@@ -1,8 +1,9 @@
 """What a replay says about the measured kernel: each unit's critical path and each
 region's share of it, the waits' blockers, ring occupancy and initiation intervals.
 
-Reads a replay's :class:`~cute_prof.analysis.replay.Schedule`; it may not change the
-pipeline (that is :mod:`.what_if`).
+It owns those four readings of a schedule. Reads a replay's
+:class:`~cute_prof.analysis.replay.Schedule`; it may not change the pipeline (that is
+:mod:`.what_if`).
 """
 
 from __future__ import annotations

@@ -3,8 +3,9 @@
 and their depth, each call's place in the loop, the prologue and epilogue calls kept out of
 it), and the terms the what-ifs take from the recording (:class:`DerivedPipeline`).
 
-It builds the spec and reads the records; replaying and predicting stay in the stages of the
-pipeline model (:mod:`.replay`, :mod:`.what_if`).
+It owns :func:`derive_pipeline` and :class:`DerivedPipeline`. It builds the spec and reads
+the records, and may not replay or predict: that stays in the stages of the pipeline model
+(:mod:`.replay`, :mod:`.what_if`).
 """
 
 from __future__ import annotations
@@ -209,7 +210,7 @@ class DerivedPipeline:
         as the loaded latency, one record's own time, and the sampled loads
         (:func:`load_arrival_sample`, their latencies from the copies' issue:
         ``copy_issue_delay_ns``) of
-        ``arrivals_from``, a run of the same kernel with ``autoprofile(load_arrivals=N)``
+        ``arrivals_from``, a run of the same kernel with ``autoprofile_probed(load_arrivals=N)``
         (this trace's own, if it was that run).
 
         ``record_chain_ns``: what one record adds to a dependency chain on this GPU, ns
@@ -264,7 +265,7 @@ class DerivedPipeline:
         """``what_if(lighter_load=)``: per ring, each of ``lighter_from``'s sampled loads
         and throughput against ``arrivals`` (the base's sampled loads, ``probed_terms``).
         ``lighter_from``: launches of this kernel with the same probes
-        (``autoprofile(load_arrivals=N)``, the same N) at a lighter memory load, such as the
+        (``autoprofile_probed(load_arrivals=N)``, the same N) at a lighter memory load, such as the
         persistent kernel on half the SMs or a problem of half as many tiles as SMs; the
         rates of their sampled loads' issue (``arrival_issue_rate``) stand as the loads'
         throughputs. A ring the base did not sample gets nothing."""

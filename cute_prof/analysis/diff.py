@@ -5,6 +5,8 @@ Tags are matched by name, so traces with different tag tables compare. A change 
 *flagged* when the difference of the means exceeds three standard errors of that
 difference; where a trace holds several launches, the spread of its per-launch means is
 used instead of the per-region spread when it is larger (launch-to-launch noise).
+
+It owns the comparison and its text; it may not import the pipeline model or exporters.
 """
 
 from __future__ import annotations

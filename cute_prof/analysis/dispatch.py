@@ -2,7 +2,8 @@
 ends), the gap between one CTA and the next, and how a change per unit carries through
 each SM's sequence of units to the kernel's time.
 
-Reads matched data (:mod:`.pipeline_data`) only; it may not replay or predict.
+It owns the dispatch order and launch gaps. Reads matched data (:mod:`.pipeline_data`) only;
+it may not replay or predict.
 """
 
 from __future__ import annotations

@@ -1,5 +1,8 @@
 """Who fed whom: flow arrows from the producer region that issued k-tile k to every consumer
-region that acquired it in the same group (CTA), for the exporters' ``flows=`` option."""
+region that acquired it in the same group (CTA), for the exporters' ``flows=`` option.
+
+It owns the arrows only; it may not import the exporters that draw them.
+"""
 
 from __future__ import annotations
 

@@ -7,6 +7,8 @@ sorts, and rows already in time order need a stable sort by warp alone where
 ``np.lexsort`` sorts by both. Each function returns exactly what the form it replaces
 returns, and falls back to it where the values do not allow the shortcut (negative, too
 spread out, not in time order).
+
+It owns these grouping primitives; it may not import any other analysis module.
 """
 
 from __future__ import annotations

@@ -2,8 +2,9 @@
 (an experiment, ``cute_prof.experimental.autoprofile_probed(load_arrivals=N)``), each measured
 from the commit before it, and which of several probed launches stand for a base launch.
 
-The what-if draws its load latencies from these samples (``cute-prof analyze --arrivals``).
-It reads zero-edit traces only; it may not replay or predict.
+It owns the reading of the probes. The what-if draws its load latencies from these samples
+(``cute-prof analyze --arrivals``). It reads zero-edit traces only; it may not replay or
+predict.
 """
 
 from __future__ import annotations
@@ -20,7 +21,7 @@ __all__ = ["load_arrival_pairs", "load_arrival_latency", "load_arrival_sample"]
 
 
 def load_arrival_pairs(trace: Trace) -> dict[str, np.ndarray]:
-    """Every probed load that arrived (``autoprofile(load_arrivals=N)``) with the commit it
+    """Every probed load that arrived (``autoprofile_probed(load_arrivals=N)``) with the commit it
     measures: the warp's latest commit of that ring before the probe (the stamp the model
     produces an item at). Columns: ``ring`` (pipeline index), ``tid`` (the producer
     warp), ``commit`` (its stamp),
@@ -105,7 +106,7 @@ PROBED_SPAN_TIE = 0.016
 
 def probed_launches_like(trace: Trace, probed: list[Trace], *,
                          tie: float = PROBED_SPAN_TIE) -> list[int]:
-    """Which of several probed launches (``autoprofile(load_arrivals=N)``) stand for the
+    """Which of several probed launches (``autoprofile_probed(load_arrivals=N)``) stand for the
     base launch ``trace``, nearest first: the one whose span is nearest its own, and those
     within ``tie`` of it (the probes' own cost spreads that much). Where the probes cost a
     launch little, a probed launch that ran much longer than its base met a slower memory

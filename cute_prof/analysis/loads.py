@@ -2,7 +2,8 @@
 a probed launch's sampled loads), each replayed item's draw from the loads sampled near its
 place in the loop, the shared miss of a group's loads, and the queueing a load meets.
 
-Reads matched data and the replay terms; it may not replay or predict.
+It owns the latency sample and its draws. Reads matched data and the replay terms; it may
+not replay or predict.
 """
 
 from __future__ import annotations

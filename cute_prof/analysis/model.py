@@ -34,6 +34,9 @@ Loads from JSON (``load_pipeline``)::
        {"tag": "ws.wait_full", "role": "consumer", "kind": "wait", "consumes": {"resource": "smem"}},
        {"tag": "ws.mma_ktile", "role": "consumer", "kind": "work",
         "releases": {"resource": "smem", "distance": 1}}]}
+
+This module owns the spec (its JSON form, checks and changes) and the layout of a
+sampled load; it reads no trace and may not import any stage of the model.
 """
 
 from __future__ import annotations

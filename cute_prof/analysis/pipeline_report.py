@@ -2,7 +2,9 @@
 JSON-ready dict (:func:`analyze_pipeline`), its text (:func:`format_pipeline_report`) and
 the flows, counters and critical rows the exporters draw (:func:`perfetto_outputs`).
 
-It aggregates and formats what the stages compute; the model's arithmetic stays in them.
+It owns :func:`analyze_pipeline`, :func:`format_pipeline_report` and
+:func:`perfetto_outputs`. It aggregates and formats what the stages compute, and may not
+hold the model's arithmetic: that stays in them.
 """
 
 from __future__ import annotations

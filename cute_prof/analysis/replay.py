@@ -3,8 +3,9 @@
 its latency arrives), vectorised over units with a loop over iterations only, and the rule
 by which a load's queueing follows a change of throughput.
 
-Takes its terms and latencies from :mod:`.replay_terms` and :mod:`.loads`; it does not
-judge the result (:mod:`.critical_path`) or predict a change (:mod:`.what_if`).
+It owns :func:`replay` and :class:`Schedule`. It takes its terms and latencies from
+:mod:`.replay_terms` and :mod:`.loads`, and may not judge the result (:mod:`.critical_path`)
+or predict a change (:mod:`.what_if`).
 """
 
 from __future__ import annotations

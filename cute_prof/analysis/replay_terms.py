@@ -2,7 +2,8 @@
 inferred latency and blocked cost (:func:`infer_terms`), the asynchronous jobs a wait waits
 for, the drains, where releases fall after a wait, and which regions a recorder slows.
 
-Reads matched data (:mod:`.pipeline_data`, :mod:`.dispatch`); it may not replay or predict.
+It owns :func:`infer_terms` and the measured offsets the replay reads. Reads matched data
+(:mod:`.pipeline_data`, :mod:`.dispatch`); it may not replay or predict.
 """
 
 from __future__ import annotations
@@ -444,7 +445,7 @@ def clean_releases(data: PipelineData) -> dict[str, np.ndarray]:
     """Per region that releases after an async job (by tag): the offsets, ns, from the wait's
     end to the release of the releases that did not wait for their job
     (``_clean_release_offsets``). A launch whose producer was probed
-    (``autoprofile(load_arrivals=N)``) starves its consumers now and then and has many more
+    (``autoprofile_probed(load_arrivals=N)``) starves its consumers now and then and has many more
     of them than a plain one: ``replay(release_sample=)`` pools that launch's with the
     trace's own."""
     measured_begin, _, _, jobs = measured_jobs(data)

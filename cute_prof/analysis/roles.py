@@ -14,6 +14,9 @@ A spec is plain data and loads from JSON (``RoleSpec.from_dict``)::
      "tags": {"ws.wait_empty": "wait", "ws.tma_issue": "work", "ws.producer_mainloop": "phase"}}
 
 Without ``tid_stride`` the role lists hold tids themselves.
+
+It owns the role spec and applying it to a trace; it may not import any other analysis
+module.
 """
 
 from __future__ import annotations

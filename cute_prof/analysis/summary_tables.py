@@ -3,8 +3,8 @@ and per-track tables, distributions with their percentiles, and the fused passes
 them in one sweep over the records where numba is installed (the same numbers as the
 vectorised numpy path, with no sort).
 
-It computes tables only; naming, formatting and the Summary object stay in
-:mod:`.summary`.
+It owns the table dtypes and the passes that fill them. It computes tables only, and may not
+name, format or build the Summary object: those stay in :mod:`.summary`.
 """
 
 from __future__ import annotations

@@ -13,6 +13,8 @@ Definitions (every number is a union over a track, so nested regions count once)
   is how many k-tiles the group's producer had issued by then, minus k + 1; a *stall* is an
   acquire wait longer than ``stall_ns``.
 * The *tail* of an SM is the kernel's last end minus the SM's last end.
+
+It owns the role split and its verdict; it may not import the pipeline model or exporters.
 """
 
 from __future__ import annotations

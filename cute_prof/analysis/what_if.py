@@ -3,7 +3,8 @@ against the base replay, the change per unit carried to the kernel's time; as th
 predicts it, with loaded latencies, the recorder's cost removed, an interval, the
 sensitivity to load latency and the pooled predictions of several probed launches.
 
-Uses every stage below; it may not format or export (that is :mod:`.pipeline_report`).
+It owns :func:`what_if`, :func:`predict_what_if` and how predictions are pooled. Uses every
+stage below; it may not format or export (that is :mod:`.pipeline_report`).
 """
 
 from __future__ import annotations

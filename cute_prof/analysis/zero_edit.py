@@ -26,7 +26,7 @@ __all__ = ["finish_zero_edit_trace", "wait_breakdown", "format_wait_breakdown", 
 PRODUCER_OPS = ("producer_acquire", "producer_commit")
 CONSUMER_OPS = ("consumer_wait", "consumer_release")
 BARRIER_OPS = ("barrier", "barrier_arrive", "sync_threads")
-# a sampled load's arrival (autoprofile(load_arrivals=N)): a region of the producer from just
+# a sampled load's arrival (autoprofile_probed(load_arrivals=N)): a region of the producer from just
 # after the load's commit to when the load's full barrier completed; payload 1 = arrived, 0 =
 # the probe gave up
 LOAD_ARRIVAL_OP = "load_arrival"
