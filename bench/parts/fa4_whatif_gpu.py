@@ -34,7 +34,7 @@ sys.path.insert(0, str(ROOT))
 sys.path.insert(0, str(ROOT / "bench"))
 
 from tools.columns import launch_path, save_columns  # noqa: E402
-from tools.cupti import time_shuffled, traced_launches  # noqa: E402
+from tools.cupti import add_traced_base_options, time_shuffled, traced_launches  # noqa: E402
 
 from cute_prof.calibration import paired_change  # noqa: E402
 from cute_prof.experimental import autoprofile_probed  # noqa: E402
@@ -88,12 +88,7 @@ def main(argv=None) -> int:
     ap.add_argument("--rounds", type=int, default=20)
     ap.add_argument("--sms", type=int, default=16, help="keep the CTAs of SMs 0..N-1 in each trace")
     ap.add_argument("--variants", default=",".join(VARIANTS))
-    ap.add_argument("--load-arrivals", type=int, default=7, metavar="N",
-                    help="one more base trace (trace_base_arrivals.npz) whose producer probes "
-                         "one load in N (autoprofile_probed(load_arrivals=N)); 0: none")
-    ap.add_argument("--traces", type=int, default=3, metavar="K",
-                    help="traced launches of the base (and of the probed base), each after ten "
-                         "of its own: trace_base.npz, trace_base.launch1.npz, ...")
+    add_traced_base_options(ap, "trace_base")
     ap.add_argument("--block-rounds", type=int, default=0, metavar="R",
                     help="also time every variant in R rounds of back-to-back blocks "
                          "(tools.cupti.time_shuffled's per_block; times_blocks_ms in "

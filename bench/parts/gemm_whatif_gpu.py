@@ -32,7 +32,7 @@ sys.path.insert(0, str(ROOT / "bench"))
 
 import torch  # noqa: E402
 from tools.columns import launch_path, save_columns  # noqa: E402
-from tools.cupti import traced_launches  # noqa: E402
+from tools.cupti import add_traced_base_options, traced_launches  # noqa: E402
 
 VARIANTS = {  # name -> GemmConfig overrides; "base" is the default (4 stages, 2x1 cluster)
     "base": {},
@@ -49,12 +49,7 @@ def main(argv=None) -> int:
     ap.add_argument("--per-round", type=int, default=10)
     ap.add_argument("--persistent", action="store_true",
                     help="the persistent kernel (GemmConfig(persistent=True)) and its variants")
-    ap.add_argument("--load-arrivals", type=int, default=7, metavar="N",
-                    help="one more base trace whose producer probes one load in about N "
-                         "(autoprofile_probed(load_arrivals=N)): the model's load latencies; 0: none")
-    ap.add_argument("--traces", type=int, default=3, metavar="K",
-                    help="traced launches of the base (and of the probed base): "
-                         "trace_ze_base.npz, trace_ze_base.launch1.npz, ...")
+    add_traced_base_options(ap, "trace_ze_base")
     args = ap.parse_args(argv)
     m, n, k = (int(x) for x in args.mnk.split(","))
     out = Path(os.environ.get("OUT", "whatif_out"))

@@ -37,7 +37,7 @@ sys.path.insert(0, str(ROOT / "bench"))
 from cute_prof.calibration import paired_change  # noqa: E402
 from cute_prof.experimental import autoprofile_probed  # noqa: E402
 from tools.columns import launch_path, save_columns  # noqa: E402
-from tools.cupti import time_shuffled, traced_launches  # noqa: E402
+from tools.cupti import add_traced_base_options, time_shuffled, traced_launches  # noqa: E402
 
 QUACK_VERSION = "0.6.5"
 # quack takes as many A/B stages as shared memory holds (one more fails to launch, and a
@@ -80,12 +80,7 @@ def main(argv=None) -> int:
     ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     ap.add_argument("--mnk", default="4096,4096,4096")
     ap.add_argument("--rounds", type=int, default=20)
-    ap.add_argument("--load-arrivals", type=int, default=7, metavar="N",
-                    help="one more base trace (trace_base_arrivals.npz) whose producer probes "
-                         "one load in N (autoprofile_probed(load_arrivals=N)); 0: none")
-    ap.add_argument("--traces", type=int, default=3, metavar="K",
-                    help="traced launches of the base (and of the probed base), each after ten "
-                         "of its own: trace_base.npz, trace_base.launch1.npz, ...")
+    add_traced_base_options(ap, "trace_base")
     ap.add_argument("--probed", type=int, default=None, metavar="K",
                     help="launches of the probed base (default: --traces; "
                          "bench/gpu.sh takes 9). The check reads those that ran "

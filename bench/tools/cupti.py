@@ -43,3 +43,13 @@ def traced_launches(prof, launch, count: int, *, warm: int = 10):
         trace.metadata["launch_cupti_ns"] = sum(
             e.time_range.elapsed_us() for e in kernels[-per_call:]) * 1e3
         yield trace
+
+
+def add_traced_base_options(parser, base: str) -> None:
+    """``--load-arrivals`` and ``--traces``, as every what-if GPU part takes them."""
+    parser.add_argument("--load-arrivals", type=int, default=7, metavar="N",
+                        help=f"one more base trace ({base}_arrivals.npz) whose producer probes "
+                             "one load in N (autoprofile_probed(load_arrivals=N)); 0: none")
+    parser.add_argument("--traces", type=int, default=3, metavar="K",
+                        help="traced launches of the base (and of the probed base), each after "
+                             f"ten of its own: {base}.npz, {base}.launch1.npz, ...")
