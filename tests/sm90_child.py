@@ -1,5 +1,6 @@
-"""Compile in a child process for sm_90a on a CPU box, with the PTX kept: zero-edit mode's
-tests compile the same kernel inside and outside ``autoprofile()`` in a fresh interpreter."""
+"""Compile in a child process for sm_90a (or another ``arch``, e.g. sm_100a) on a CPU box,
+with the PTX kept: zero-edit mode's tests compile the same kernel inside and outside
+``autoprofile()`` in a fresh interpreter."""
 
 from __future__ import annotations
 
@@ -15,11 +16,13 @@ ROOT = Path(__file__).resolve().parents[1]
 
 
 def compile_in_child(out: Path, child: str, *, timeout: int = 900,
-                     python_flags: tuple[str, ...] = (), path: tuple[Path, ...] = ()) -> dict:
+                     python_flags: tuple[str, ...] = (), path: tuple[Path, ...] = (),
+                     arch: str = "sm_90a") -> dict:
     """Run ``child`` (Python source that writes JSON to ``sys.argv[1]``) and return that JSON;
     a failed compile fails the test with the child's output. ``python_flags``: options for
-    the child's interpreter; ``path``: more folders for its PYTHONPATH (after the repo)."""
-    env = dict(os.environ, CUTE_DSL_ARCH="sm_90a", CUTE_DSL_KEEP="ptx", CUTE_DSL_DUMP_DIR=str(out))
+    the child's interpreter; ``path``: more folders for its PYTHONPATH (after the repo);
+    ``arch``: the target the DSL compiles for (``CUTE_DSL_ARCH``)."""
+    env = dict(os.environ, CUTE_DSL_ARCH=arch, CUTE_DSL_KEEP="ptx", CUTE_DSL_DUMP_DIR=str(out))
     env["PYTHONPATH"] = os.pathsep.join(p for p in [str(ROOT), *map(str, path),
                                                     env.get("PYTHONPATH", "")] if p)
     result = out / "result.json"

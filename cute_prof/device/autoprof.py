@@ -3,13 +3,14 @@
 CuTe DSL runs a kernel's Python body once, while tracing, to build its IR. While
 :func:`recording` is active, the methods of every ``cutlass.pipeline`` class (and of every
 subclass, such as FlashAttention-4's) and ``cute.arch.barrier`` / ``barrier_arrive`` /
-``sync_threads`` and the cluster barrier's ``cluster_arrive`` / ``cluster_wait`` are wrapped,
-so each call the kernel makes also emits a record on the per-warp slices path
+``sync_threads``, the cluster barrier's ``cluster_arrive`` / ``cluster_wait`` and the NVVM
+dialect's ``barrier_cta_sync`` (a named barrier built without ``cute.arch``) are wrapped, so
+each call the kernel makes also emits a record on the per-warp slices path
 (:class:`~cute_prof.device.slices.SliceRecorder`):
 
-* ``producer_acquire``, ``consumer_wait``, a named-barrier ``barrier``, ``sync_threads`` or
-  a cluster's ``cluster_wait``: a region from just before the call to just after it (the
-  blocked time), two words;
+* ``producer_acquire``, ``consumer_wait``, a named-barrier ``barrier`` (or
+  ``barrier_cta_sync``), ``sync_threads`` or a cluster's ``cluster_wait``: a region from
+  just before the call to just after it (the blocked time), two words;
 * ``producer_commit``, ``consumer_release``, ``barrier_arrive``, ``cluster_arrive`` (and
   its ``_relaxed`` form): an instant, one word.
 
@@ -77,6 +78,11 @@ BARRIER_SIGNALS = ("barrier_arrive",)
 # tags ``cluster.wait``, ``cluster.arrive``, ``cluster.arrive_relaxed``
 CLUSTER_WAITS = ("cluster_wait",)
 CLUSTER_SIGNALS = ("cluster_arrive", "cluster_arrive_relaxed")
+# a named barrier built from the NVVM dialect itself, not through ``cute.arch`` (FA4's
+# ``NamedBarrier.arrive_and_wait_unaligned``, the TMEM-allocation handshake of its Blackwell
+# kernels): a region tagged ``bar<id>.sync`` like ``barrier``'s, op ``barrier``. ``cute.arch``'s
+# own barriers build other ops (``nvvm.barrier``), and a wrapped call inside another records once
+NVVM_BARRIER_WAITS = ("barrier_cta_sync",)
 # pipeline records carry no payload: a warp makes a pipeline's calls in order, so the host
 # numbers them (iteration = ordinal per warp and call, stage = iteration mod depth); a
 # dynamic payload would cost four more instructions per record
@@ -133,6 +139,38 @@ def _barrier_function(original, op: str, kind: str):
 
     wrapper.__wrapped__ = original
     wrapper.__name__ = getattr(original, "__name__", op)
+    wrapper._cute_prof_autoprof = True
+    return wrapper
+
+
+def _constant_int(value):
+    """The int an ``arith.constant`` MLIR value holds, else None."""
+    try:
+        return int(value.owner.opview.attributes["value"].value)
+    except (AttributeError, KeyError, TypeError, ValueError):
+        return None
+
+
+def _nvvm_barrier_function(original):
+    """``nvvm.barrier_cta_sync(barrier_id, ...)``: the id is an MLIR value, a constant where
+    the kernel's barrier id is (the tag names it), else packed as the payload on the device."""
+
+    def wrapper(*args, **kwargs):
+        if STATE.active is None or in_call():
+            return original(*args, **kwargs)
+        value = args[0] if args else kwargs.get("barrier_id")
+        static = _constant_int(value)
+        if static is None:
+            from cutlass import Int32
+
+            payload, name = Int32(value), "bar.sync"
+        else:
+            payload, name = static, f"bar{static}.sync"
+        return record_call(lambda rec: (rec.site(name, "barrier", "wait", None), "wait"),
+                           lambda: payload, lambda: original(*args, **kwargs))
+
+    wrapper.__wrapped__ = original
+    wrapper.__name__ = getattr(original, "__name__", "barrier_cta_sync")
     wrapper._cute_prof_autoprof = True
     return wrapper
 
@@ -251,6 +289,12 @@ def _patch_barriers() -> None:
             if function is None or getattr(function, "_cute_prof_autoprof", False):
                 continue
             _patch(module, op, _barrier_function(function, op, kind))
+    from cutlass._mlir.dialects import nvvm
+
+    for op in NVVM_BARRIER_WAITS:
+        function = nvvm.__dict__.get(op)
+        if function is not None and not getattr(function, "_cute_prof_autoprof", False):
+            _patch(nvvm, op, _nvvm_barrier_function(function))
 
 
 def _kernel_start_hook():
