@@ -273,7 +273,8 @@ def _cmd_report(args, progress: _Progress) -> int:
         progress(f"loading {args.compare}")
     compare = load_any(args.compare) if args.compare else None
     progress("drawing the report")
-    output = write_report(trace, args.output, spec=spec, compare=compare, title=args.title)
+    output = write_report(trace, args.output, spec=spec, compare=compare, title=args.title,
+                          derived=not args.no_derived)
     print(output)
     return EXIT_OK
 
@@ -319,7 +320,7 @@ def _cmd_export(args, progress: _Progress) -> int:
         options["flows"] = pipeline_flows(trace, spec)
         progress(f"{options['flows'].shape[0]:,} producer -> consumer flow arrows")
     progress(f"writing {fmt} to {output}")
-    export_trace(trace, output, format=fmt, **options)
+    export_trace(trace, output, format=fmt, derived=not args.no_derived, **options)
     progress(f"wrote {output} ({output.stat().st_size:,} bytes)")
     print(output)
     return EXIT_OK
@@ -336,6 +337,7 @@ def _cmd_plot(args, progress: _Progress) -> int:
     plot_timeline(
         trace, output, format=fmt, group_by=args.group_by or "tid", width_px=args.width,
         height_px=args.height, max_tracks=args.max_tracks, title=args.title,
+        derived=not args.no_derived,
     )
     progress(f"wrote {output} ({output.stat().st_size:,} bytes)")
     print(output)
@@ -415,6 +417,7 @@ def _parser() -> argparse.ArgumentParser:
     report.add_argument("--roles", metavar="SPEC.json", help="role spec: adds who waited on what")
     report.add_argument("--compare", metavar="B", help="a second trace: adds before/after")
     report.add_argument("--title", help="page title (default: the trace's file)")
+    _add_derived_option(report)
     report.set_defaults(run=_cmd_report)
 
     export = commands.add_parser("export", help="write .pftrace, .json, .png or .svg")
@@ -432,6 +435,7 @@ def _parser() -> argparse.ArgumentParser:
     export.add_argument("--flows", action="store_true",
                         help="arrows from each k-tile's producer region to its consumers "
                         "(needs --roles with pipeline tags)")
+    _add_derived_option(export)
     export.set_defaults(run=_cmd_export)
 
     plot = commands.add_parser("plot", help="draw a timeline picture")
@@ -445,6 +449,7 @@ def _parser() -> argparse.ArgumentParser:
     plot.add_argument("--max-tracks", type=int, default=64,
                       help="rows drawn; more tids/SMs share rows (64)")
     plot.add_argument("--title", help="picture title")
+    _add_derived_option(plot)
     plot.set_defaults(run=_cmd_plot)
 
     merge = commands.add_parser(
@@ -464,6 +469,12 @@ def _parser() -> argparse.ArgumentParser:
     flight.add_argument("-o", "--output", help="also write the partial trace (.json/.pftrace)")
     flight.set_defaults(run=_cmd_flight)
     return parser
+
+
+def _add_derived_option(parser: argparse.ArgumentParser) -> None:
+    parser.add_argument("--no-derived", action="store_true",
+                        help="a zero-edit trace: leave out the work between each warp's pipeline "
+                        "calls, drawn by default as regions marked (derived)")
 
 
 def _add_pipeline_options(parser: argparse.ArgumentParser) -> None:

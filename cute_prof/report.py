@@ -1,7 +1,10 @@
 """One self-contained HTML page about a trace: what was recorded and lost, the per-tag
-statistics, who waited on what (with a role spec), the timeline picture, per-tag duration
-histograms and, given a second trace, the before/after comparison. Pictures are embedded
-as base64 PNG, styles inline: the file opens anywhere, with no network.
+statistics (regions, then instants), who waited on what (with a role spec, or from a zero-edit
+trace's own roles with a verdict per ring), the timeline picture, per-tag duration histograms
+and, given a second trace, the before/after comparison. A zero-edit trace's page shows the
+work between its warps' pipeline calls as derived regions (``derived=False``: the records
+alone). Pictures are embedded as base64 PNG, styles inline: the file opens anywhere, with no
+network.
 
 Owns the HTML page (stage 6): its numbers are the analysis's and its picture the exporter's; it
 may not import the CLI.
@@ -19,8 +22,11 @@ import numpy as np
 
 from .analysis.diff import diff_traces
 from .analysis.waits import analyze_waits
-from .analysis.roles import RoleSpec
+from .analysis.roles import RoleSpec, apply_roles
 from .analysis.summary import format_duration, span_mask, summarize
+from .analysis.zero_edit import format_wait_breakdown, wait_breakdown, zero_edit_roles
+from .analysis.zero_edit_work import (derived_tag_ids, ring_headline, ring_verdicts, ring_waits,
+    with_work_regions)
 from .export.picture import plot_timeline
 from .files import atomic_open, check_output_path
 from .trace import Trace
@@ -84,6 +90,62 @@ def _histograms(trace: Trace, *, max_tags: int = 12) -> str:
     return f'<img alt="duration histograms" src="data:image/png;base64,{image}">'
 
 
+def _tag_tables(summary, derived: np.ndarray) -> str:
+    """The per-tag statistics: recorded regions, derived regions (each with its share of its
+    own table's total), then the tags of instants alone, with their counts."""
+    tags = summary.tags
+    is_derived = np.isin(tags["tag"], derived)
+    parts = []
+    for label, rows_here in (("", tags[(tags["count"] > 0) & ~is_derived]),
+                             ("Derived regions (not recorded: the work between each warp's "
+                              "pipeline calls)", tags[(tags["count"] > 0) & is_derived])):
+        if not rows_here.shape[0]:
+            continue
+        total = max(int(rows_here["total_ns"].sum()), 1)
+        rows = [[summary.tag_name(row["tag"]), f"{row['count']:,}",
+                 *(format_duration(row[k]) for k in ("total_ns", "mean_ns", "p50_ns", "p99_ns",
+                                                     "max_ns")),
+                 f"{row['total_ns'] / total:.1%}"]
+                for row in rows_here[np.argsort(-rows_here["total_ns"], kind="stable")]]
+        if label:
+            parts.append(f"<p>{html.escape(label)}:</p>")
+        parts.append(_table(["tag", "count", "total", "mean", "p50", "p99", "max", "share"],
+                            rows))
+    instants = tags[(tags["count"] == 0) & (tags["instants"] > 0)]
+    if instants.shape[0]:
+        parts.append("<p>Instants (signals: no duration):</p>")
+        parts.append(_table(["tag", "count"], [
+            [summary.tag_name(row["tag"]), f"{row['instants']:,}"]
+            for row in instants[np.argsort(-instants["instants"], kind="stable")]]))
+    return "".join(parts)
+
+
+def _zero_edit_waits(trace: Trace, shown: Trace) -> str:
+    """Who waited on what in a zero-edit trace, from its own roles: a verdict per ring, each
+    role's work / wait / idle (work: the derived regions where ``shown`` has them), and what
+    each role waited on."""
+    roles = zero_edit_roles(trace)
+    rings = ring_waits(trace)
+    parts = ["<h2>Who waited on what</h2>"]
+    if rings:
+        parts.append(f'<p class="verdict"><b>{html.escape(ring_headline(rings))}.</b></p>')
+        parts += [f'<p class="verdict">{html.escape(v)}</p>' for v in ring_verdicts(rings)]
+    else:
+        parts.append('<p class="verdict">No ring has both a producer and a consumer in this '
+                     "trace: no verdict.</p>")
+    analysis = analyze_waits(shown, roles)
+    role_rows = [[str(r["role"]), f"{r['tracks']:,}",
+                  *(f"{r[k] / max(int(r['window_ns']), 1):.1%}"
+                    for k in ("work_ns", "wait_ns", "idle_ns"))] for r in analysis.roles]
+    derived_note = (" Work is the derived regions'." if derived_tag_ids(shown).size else
+                    " Only waits were recorded: work shows as idle.")
+    parts.append(f"<p>Time per role (shares of each warp's first-to-last record).{derived_note}"
+                 "</p>")
+    parts.append(_table(["role", "tracks", "work", "wait", "idle"], role_rows))
+    parts.append("<pre>" + html.escape(format_wait_breakdown(wait_breakdown(trace))) + "</pre>")
+    return "".join(parts)
+
+
 def write_report(
     trace: Trace,
     path: str | os.PathLike,
@@ -91,10 +153,19 @@ def write_report(
     spec: RoleSpec | None = None,
     compare: Trace | None = None,
     title: str | None = None,
+    derived: bool = True,
 ) -> Path:
-    """Write the report page for ``trace`` (and the comparison with ``compare``)."""
+    """Write the report page for ``trace`` (and the comparison with ``compare``).
+
+    A zero-edit trace gets its tracks named by its roles (where it has no names), who waited
+    on what from those roles with a verdict per ring, and, with ``derived``, the work between
+    its warps' pipeline calls as derived regions in the statistics and the timeline."""
     target = check_output_path(path)
-    summary = summarize(trace)
+    zero_edit = bool(((trace.metadata or {}).get("autoprof") or {}).get("roles"))
+    if zero_edit and not trace.track_names:
+        trace = apply_roles(trace, zero_edit_roles(trace))
+    shown = with_work_regions(trace) if derived else trace
+    summary = summarize(shown)
     name = title or str(trace.metadata.get("source_file") or "cute_prof trace")
     parts = [f"<h1>{html.escape(name)}</h1>"]
     device = trace.metadata.get("device", "unknown device")
@@ -108,16 +179,10 @@ def write_report(
                  + "</p>" if lost else "<p>No records were lost.</p>")
 
     parts.append("<h2>Per-tag statistics</h2>")
-    rows = []
-    for row in summary.tags[np.argsort(-summary.tags["total_ns"])]:
-        rows.append([summary.tag_name(row["tag"]), f"{row['count']:,}",
-                     format_duration(row["total_ns"]), format_duration(row["mean_ns"]),
-                     format_duration(row["p50_ns"]), format_duration(row["p99_ns"]),
-                     format_duration(row["max_ns"]), f"{row['share']:.1%}"])
-    parts.append(_table(["tag", "count", "total", "mean", "p50", "p99", "max", "share"], rows))
+    parts.append(_tag_tables(summary, derived_tag_ids(shown)))
 
     if spec is not None:
-        analysis = analyze_waits(trace, spec)
+        analysis = analyze_waits(shown, spec)
         parts.append("<h2>Who waited on what</h2>")
         parts.append(f'<p class="verdict">{html.escape(analysis.verdict)}</p>')
         role_rows = [[str(r["role"]), f"{r['tracks']:,}",
@@ -125,12 +190,14 @@ def write_report(
                         for k in ("work_ns", "wait_ns", "idle_ns"))] for r in analysis.roles]
         parts.append(_table(["role", "tracks", "work", "wait", "idle"], role_rows))
         parts.append("<pre>" + html.escape(analysis.format_text()) + "</pre>")
+    elif zero_edit:
+        parts.append(_zero_edit_waits(trace, shown))
 
     parts.append("<h2>Timeline</h2>")
-    timeline = _png(lambda p: plot_timeline(trace, p, width_px=1150, title=name))
+    timeline = _png(lambda p: plot_timeline(shown, p, width_px=1150, title=name, derived=False))
     parts.append(f'<img alt="timeline" src="data:image/png;base64,{timeline}">')
     parts.append("<h2>Region durations</h2>")
-    parts.append(_histograms(trace))
+    parts.append(_histograms(shown))
 
     if compare is not None:
         diff = diff_traces(trace, compare, spec=spec)

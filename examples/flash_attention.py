@@ -94,6 +94,17 @@ def first_ctas(trace, count: int):
                                attempted=int(keep.sum()), overflow=0)
 
 
+def draw_picture(trace, path, device: str) -> None:
+    """The picture in docs/: the first two CTAs of SM 0, one row per warp named by its role,
+    the work between each warp's pipeline calls drawn as derived regions."""
+    from cute_prof.analysis.roles import apply_roles
+    from cute_prof.analysis.zero_edit import zero_edit_roles
+
+    named = apply_roles(first_ctas(trace, 2), zero_edit_roles(trace))
+    cute_prof.plot_timeline(named, path, max_tracks=48,
+                            title=f"FA4 forward (causal), two CTAs of SM 0, {device}")
+
+
 def completeness(trace) -> dict:
     """Every consumer warp of a CTA waits on K and V as often as the CTA's producer acquires
     them: per CTA, the counts must agree (nothing lost, nothing doubled)."""
@@ -131,7 +142,17 @@ def main(argv=None) -> int:
     ap.add_argument("--out", default=str(ROOT / "examples" / "traces"))
     ap.add_argument("--picture", default=str(ROOT / "docs" / "fa4_zero_edit_timeline.png"))
     ap.add_argument("--no-save", action="store_true", help="print the analysis only")
+    ap.add_argument("--picture-from", metavar="TRACE",
+                    help="only draw --picture from a saved causal trace (no GPU needed), e.g. "
+                         "examples/traces/fa4_fwd_causal_h100.json.gz")
     args = ap.parse_args(argv)
+    if args.picture_from:
+        trace = cute_prof.load_trace(args.picture_from)
+        device = str(trace.metadata.get("device", "")).split()[1].lower() \
+            if len(str(trace.metadata.get("device", "")).split()) > 1 else "gpu"
+        draw_picture(trace, args.picture, device)
+        print(f"wrote {args.picture}")
+        return 0
 
     import torch
 
@@ -156,11 +177,11 @@ def main(argv=None) -> int:
             os.makedirs(args.out, exist_ok=True)
             small = one_sm(trace)
             stem = Path(args.out) / f"fa4_fwd_{mask}_{device}"
-            cute_prof.write_trace(small, f"{stem}.json")  # gzip it to commit it
+            # the records as recorded (gzip it to commit it): no derived work regions
+            cute_prof.export_trace(small, f"{stem}.json", derived=False)
             cute_prof.save_trace(f"{stem}.npz", small, compress=True)
             if mask == "causal":
-                cute_prof.plot_timeline(first_ctas(small, 2), args.picture, max_tracks=48,
-                                        title=f"FA4 forward (causal), two CTAs of SM 0, {device}")
+                draw_picture(small, args.picture, device)
             print(f"wrote {stem}.json and .npz")
     return 0
 

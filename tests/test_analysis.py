@@ -173,8 +173,11 @@ def test_format_table_is_aligned_and_complete(summary):
         assert word in text
     lines = text.splitlines()
     header = next(i for i, line in enumerate(lines) if line.lstrip().startswith("tag "))
-    table = lines[header:header + 2 + 3]  # header, rule, 3 tags
+    table = lines[header:header + 2 + 2]  # header, rule, the 2 tags of regions
     assert len({len(line) for line in table}) == 1, table
+    # the tag of an instant alone is no region of count 0: it is listed with the instants
+    instants = lines.index("Instants per tag (tags with no region)")
+    assert lines[header + 4] == "" and lines[instants + 3].split() == ["marker", "1"]
     # columns line up: "count" header ends where the count cells end
     end = table[0].index("count") + len("count")
     assert all(line[end - 1].isdigit() for line in table[2:])

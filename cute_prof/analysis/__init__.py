@@ -8,6 +8,8 @@ Statistics and roles:
 * ``flows.py``    producer -> consumer arrows for the exporters
 * ``diff.py``     two traces side by side
 * ``zero_edit.py``  a zero-edit trace's roles, tracks, waits and record cost
+* ``zero_edit_work.py``  a zero-edit trace's work between its pipeline calls, derived as
+  regions, and its verdict per ring
 
 The pipeline model, stage by stage (each imports only the stages above it):
 

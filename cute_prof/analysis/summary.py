@@ -491,19 +491,25 @@ def _format_summary(summary: Summary, *, max_rows: int, unit: str | None) -> str
     if tags.shape[0] == 0:
         lines.append("  (no records)")
     else:
+        # tags of instants alone (a zero-edit trace's commits and releases) are no regions:
+        # they get their own table below, with their counts
+        regions = tags[tags["count"] > 0]
         headers = ["tag", "count", "total", "mean", "min", "p50", "p90", "p99", "max",
                    "share", "instants"]
         rows = []
-        for r in tags[np.argsort(-tags["total_ns"], kind="stable")]:
-            has = r["count"] > 0
-            cell = (lambda v: _fmt_time(v, tag_unit)) if has else (lambda v: "-")
-            rows.append([
-                summary.tag_name(r["tag"]), f"{int(r['count']):,}", cell(r["total_ns"]),
-                cell(r["mean_ns"]), cell(r["min_ns"]), cell(r["p50_ns"]), cell(r["p90_ns"]),
-                cell(r["p99_ns"]), cell(r["max_ns"]), _pct(r["share"]) if has else "-",
-                f"{int(r['instants']):,}",
-            ])
-        lines += ["  " + s for s in _render(headers, rows)]
+        for r in regions[np.argsort(-regions["total_ns"], kind="stable")]:
+            times = [_fmt_time(r[f"{k}_ns"], tag_unit)
+                     for k in ("total", "mean", "min", "p50", "p90", "p99", "max")]
+            rows.append([summary.tag_name(r["tag"]), f"{int(r['count']):,}", *times,
+                         _pct(r["share"]), f"{int(r['instants']):,}"])
+        lines += ["  " + s for s in _render(headers, rows)] if rows else ["  (no regions)"]
+        instants = tags[(tags["count"] == 0) & (tags["instants"] > 0)]
+        if instants.shape[0]:
+            lines.append("")
+            lines.append("Instants per tag (tags with no region)")
+            rows = [[summary.tag_name(r["tag"]), f"{int(r['instants']):,}"]
+                    for r in instants[np.argsort(-instants["instants"], kind="stable")]]
+            lines += ["  " + s for s in _render(["tag", "count"], rows)]
 
     track_unit = unit or pick_unit(span)
     lines.append("")

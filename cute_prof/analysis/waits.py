@@ -29,7 +29,8 @@ from ..trace import Trace
 from .roles import TAG_KINDS, RoleSpec
 from .summary import busy_union, format_duration, span_mask
 
-__all__ = ["ROLE_SPLIT_DTYPE", "WaitAnalysis", "analyze_waits"]
+__all__ = ["ROLE_SPLIT_DTYPE", "WaitAnalysis", "analyze_waits", "bound_kind", "bound_verdict",
+           "BOUND_KINDS"]
 
 ROLE_SPLIT_DTYPE = np.dtype([
     ("role", "U64"), ("tracks", np.int64), ("window_ns", np.int64), ("work_ns", np.int64),
@@ -224,22 +225,50 @@ def _verdict(roles: np.ndarray, spec: RoleSpec, facts: dict[str, Any]) -> str:
     p_wait, _ = shares[producer]
     c_wait, c_work = shares[consumer]
     facts.update(producer_wait=p_wait, consumer_wait=c_wait, consumer_work=c_work)
+    return bound_verdict(producer, consumer, p_wait, c_wait)
+
+
+# what bound_kind finds a pipeline (or ring) bound by
+BOUND_KINDS = ("consumers", "producer", "both", "balanced")
+
+
+def bound_kind(p_wait: float, c_wait: float, rings: tuple[int, int] = (1, 1)) -> str:
+    """What a pipeline (or one ring) is bound by (one of ``BOUND_KINDS``), from the share of
+    time the producer waits for empty stages and the consumers wait for full ones.
+    ``rings``: on how many rings (producer, consumer) wait in turn: such a side can spend
+    about 1/n of its time on each, so a ring's shares are judged against the thresholds
+    over n."""
+    p_judged, c_judged = p_wait * max(rings[0], 1), c_wait * max(rings[1], 1)
+    if p_judged >= 0.5 and c_judged < 0.5 * p_judged:
+        return "consumers"
+    if c_judged >= 0.3 and p_judged < 0.3:
+        return "producer"
+    if c_judged >= 0.3 and p_judged >= 0.3:
+        return "both"
+    return "balanced"
+
+
+def bound_verdict(producer: str, consumer: str, p_wait: float, c_wait: float, *,
+                  subject: str = "the pipeline", rings: tuple[int, int] = (1, 1)) -> str:
+    """The verdict in words: what ``subject`` (the pipeline, or one ring) is bound by
+    (:func:`bound_kind`), the shares it is judged on, and what would help."""
     said = (f"{consumer} tracks wait {c_wait:.0%} of their time for full stages while the "
             f"{producer} waits {p_wait:.0%} for empty ones")
-    if p_wait >= 0.5 and c_wait < 0.5 * p_wait:
-        return (f"{said}: the pipeline is bound by the {consumer}s (the ring stays full and "
+    kind = bound_kind(p_wait, c_wait, rings)
+    if kind == "consumers":
+        return (f"{said}: {subject} is bound by the {consumer}s (the ring stays full and "
                 f"the {producer} waits for stages to be released). Faster {consumer} work "
                 "(fewer instructions per k-tile, more math per stage) would help; more stages "
                 f"would not. The {consumer}s' own {c_wait:.0%} wait is load latency after a "
                 "release: releasing a stage earlier, or one more stage, hides part of it.")
-    if c_wait >= 0.3 and p_wait < 0.3:
-        return (f"{said}: the pipeline is bound by the {producer} (loads arrive late and the "
+    if kind == "producer":
+        return (f"{said}: {subject} is bound by the {producer} (loads arrive late and the "
                 f"{consumer}s starve). More stages in flight, larger loads, multicast or a "
                 f"faster {producer} loop would help; faster math would not.")
-    if c_wait >= 0.3 and p_wait >= 0.3:
+    if kind == "both":
         return (f"{said}: both sides wait on each other, so the ring is too shallow for the "
                 "load latency: one more stage (or releasing stages earlier) would help.")
-    return f"{said}: neither side waits much; the pipeline is balanced."
+    return f"{said}: neither side waits much; {subject} is balanced."
 
 
 def analyze_waits(trace: Trace, spec: RoleSpec, *, stall_ns: int = 64) -> WaitAnalysis:

@@ -21,7 +21,7 @@ from ..trace import Trace
 from .grouping import unique_ints, warp_order
 from .roles import RoleSpec
 
-__all__ = ["finish_zero_edit_trace", "wait_breakdown", "format_wait_breakdown", "zero_edit_roles", "call_balance", "format_recording", "warpgroup_ends", "warpgroup_lead_shares", "RECORD_CHAIN_NS", "record_chain_ns_of", "cluster_ctas"]
+__all__ = ["finish_zero_edit_trace", "wait_breakdown", "format_wait_breakdown", "role_windows", "zero_edit_roles", "call_balance", "format_recording", "warpgroup_ends", "warpgroup_lead_shares", "RECORD_CHAIN_NS", "record_chain_ns_of", "cluster_ctas"]
 
 PRODUCER_OPS = ("producer_acquire", "producer_commit")
 CONSUMER_OPS = ("consumer_wait", "consumer_release")
@@ -222,6 +222,20 @@ def format_recording(trace: Trace) -> str:
 
 
 # --------------------------------------------------------------------- wait breakdown
+def role_windows(trace: Trace, spec: RoleSpec) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
+    """Per warp (tid, ascending) of ``trace``: its window, from its first record's start to
+    its last record's end (ns), and its role (index into ``spec.role_names``, -1: none)."""
+    ev = trace.events
+    tid = ev["tid"].astype(np.int64)
+    end = ev["start_ns"] + ev["dur_ns"]
+    utid, inverse = np.unique(tid, return_inverse=True)
+    first = np.full(utid.size, np.iinfo(np.int64).max)
+    last = np.full(utid.size, np.iinfo(np.int64).min)
+    np.minimum.at(first, inverse, ev["start_ns"])
+    np.maximum.at(last, inverse, end)
+    return utid, last - first, spec.role_of(utid)
+
+
 def wait_breakdown(trace: Trace) -> list[dict[str, Any]]:
     """Per role and wait tag: blocked time per warp (mean over the role's warps), and its
     share of those warps' time from their first to their last record."""
@@ -230,16 +244,9 @@ def wait_breakdown(trace: Trace) -> list[dict[str, Any]]:
     ev = trace.events
     if ev.shape[0] == 0:
         return []
-    tid = ev["tid"].astype(np.int64)
-    role = spec.role_of(tid)
-    end = ev["start_ns"] + ev["dur_ns"]
-    utid, inverse = np.unique(tid, return_inverse=True)
-    first = np.full(utid.size, np.iinfo(np.int64).max)
-    last = np.full(utid.size, np.iinfo(np.int64).min)
-    np.minimum.at(first, inverse, ev["start_ns"])
-    np.maximum.at(last, inverse, end)
-    active = (last - first).astype(np.float64)
-    track_role = spec.role_of(utid)
+    role = spec.role_of(ev["tid"].astype(np.int64))
+    _, window, track_role = role_windows(trace, spec)
+    active = window.astype(np.float64)
     rows = []
     wait_tags = [t for t, s in sites.items() if s["kind"] == "wait"]
     for r, name in enumerate(spec.role_names):

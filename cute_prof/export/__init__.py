@@ -61,7 +61,7 @@ def format_of(path: Path, format: str | None) -> str:
 
 def export_trace(trace: Trace, path: str | os.PathLike, *, format: str | None = None,
                  aggregate: str | None = None, bins: int | None = None,
-                 wait_tags: list[str] | None = None, **options) -> Path:
+                 wait_tags: list[str] | None = None, derived: bool = True, **options) -> Path:
     """Export ``trace`` in the format named by ``path``'s suffix (or ``format``):
 
     ``.json`` -> Chrome JSON (:func:`~cute_prof.export.chrome_json.events_to_perfetto`),
@@ -73,10 +73,21 @@ def export_trace(trace: Trace, path: str | os.PathLike, *, format: str | None = 
     busy and wait counters over ``bins`` time bins (default 1000; see
     :mod:`cute_prof.export.aggregate`), a whole-kernel overview of any size; ``wait_tags``
     names the tags that mean waiting (default: the role spec's). JSON and pftrace only.
+
+    ``derived``: a zero-edit trace (``cute_prof.autoprofile``) records its warps' waits and
+    signals, not their work: by default the work between each warp's pipeline calls is added
+    as regions named ``<ring>.<side>_work (derived)``
+    (:func:`~cute_prof.analysis.zero_edit_work.with_work_regions`), after the recorded rows,
+    whose row numbers (``flows=``) stay. False writes the recorded records alone. Other
+    traces are written as they are.
     Returns the path written.
     """
     path = Path(path)
     fmt = format_of(path, format)
+    if derived:
+        from ..analysis.zero_edit_work import with_work_regions
+
+        trace = with_work_regions(trace)
     if aggregate is not None:
         if fmt not in ("json", "pftrace"):
             raise ProfileBufferError(f"aggregate= makes counter tracks: export .json or "
@@ -106,4 +117,4 @@ def export_trace(trace: Trace, path: str | os.PathLike, *, format: str | None = 
         return path
     from .picture import plot_timeline
 
-    return plot_timeline(trace, path, format=fmt, **options)
+    return plot_timeline(trace, path, format=fmt, derived=derived, **options)

@@ -12,7 +12,9 @@ Rows are tids (or SMs), the x axis is time since the kernel started, one colour 
 * More tracks than ``max_tracks``: neighbouring tracks are merged into one row each
   (labelled with the range they hold), so the picture always has readable row heights.
 
-Instants are drawn as small black ticks at the bottom of their row.
+Instants are drawn as small black ticks at the bottom of their row. Derived regions (a
+zero-edit trace's work between its warps' pipeline calls, tags ending ``(derived)``) are
+drawn lighter and hatched, and the legend and a note say so.
 
 Owns the pictures (matplotlib is imported only when one is drawn); it may not import the
 session, the CLI or the device code.
@@ -25,14 +27,15 @@ from pathlib import Path
 
 import numpy as np
 
-from .. import layout
+from .. import jit, layout
 from ..analysis.summary import pick_unit
+from ..analysis.zero_edit_work import derived_tag_ids, with_work_regions
 from ..errors import ProfileBufferError
 from ..files import atomic_write
 from ..trace import Trace
 from .regions import SPAN_KINDS, build_region_ops
 
-__all__ = ["plot_timeline", "picture_format_of", "GROUP_BY", "FORMATS"]
+__all__ = ["plot_timeline", "picture_format_of", "stack_tops", "GROUP_BY", "FORMATS"]
 
 GROUP_BY = ("tid", "device", "sm")  # "device" is the JSON exporter's name for "tid"
 FORMATS = ("png", "svg", "pdf")
@@ -41,6 +44,9 @@ _OTHER = "other tags"
 _LEFT_PX, _RIGHT_PX, _TOP_PX, _BOTTOM_PX = 120, 190, 50, 55
 _UNIT_SCALE = {"ns": 1.0, "us": 1e3, "ms": 1e6, "s": 1e9}
 _UNIT_LABEL = {"ns": "ns", "us": "µs", "ms": "ms", "s": "s"}
+# a derived region: its tag's colour this far towards white, hatched
+_DERIVED_LIGHTEN = 0.5
+_DERIVED_HATCH = "///"
 
 
 def _palette(count: int) -> np.ndarray:
@@ -110,16 +116,10 @@ def _stack_view(track: np.ndarray, start: np.ndarray, end: np.ndarray):
     candidate_span = ops.span[candidate]
     valid &= closes_at[candidate_span] > reopened
     top[reopened[valid]] = candidate_span[valid]
-    for track_id in np.unique(ops.track[reopened[~valid]]).tolist():  # misnested tracks
-        mine = np.flatnonzero(ops.track == track_id)
-        open_spans: list[int] = []
-        for position, kind, span in zip(mine.tolist(), ops.type[mine].tolist(),
-                                        ops.span[mine].tolist()):
-            if kind == 1:
-                open_spans.append(span)
-            else:
-                open_spans.remove(span)
-            top[position] = open_spans[-1] if open_spans else -1
+    misnested = np.unique(ops.track[reopened[~valid]])
+    if misnested.size:  # tracks whose regions overlap without nesting: a stack walk
+        mine = np.flatnonzero(np.isin(ops.track, misnested))
+        top[mine] = stack_tops(ops.type[mine].astype(np.int64), ops.span[mine].astype(np.int64))
 
     same_track_next = np.r_[ops.track[1:] == ops.track[:-1], False]
     keep = same_track_next & (top >= 0)
@@ -127,6 +127,31 @@ def _stack_view(track: np.ndarray, start: np.ndarray, end: np.ndarray):
     index = np.flatnonzero(keep)
     segments = (ops.track[index], ops.ts[index], ops.ts[index + 1], top[index])
     return levels, segments
+
+
+@jit.kernel
+def stack_tops(kinds: np.ndarray, spans: np.ndarray) -> np.ndarray:
+    """The region on top of its track's stack after each begin (kind 1) or end of
+    ``spans``, in their order, each track's begins and ends together and balanced: the
+    latest begun that is still open (-1: none). A compiled loop with numba (a zero-edit
+    trace's derived regions overlap on every consumer warp), plain Python without."""
+    top = np.full(kinds.shape[0], -1, np.int64)
+    open_spans = np.empty(kinds.shape[0], np.int64)
+    depth = 0
+    for i in range(kinds.shape[0]):
+        if kinds[i] == 1:
+            open_spans[depth] = spans[i]
+            depth += 1
+        else:
+            at = depth - 1
+            while at > 0 and open_spans[at] != spans[i]:
+                at -= 1
+            for j in range(at, depth - 1):
+                open_spans[j] = open_spans[j + 1]
+            depth -= 1
+        if depth > 0:
+            top[i] = open_spans[depth - 1]
+    return top
 
 
 def _coverage(row, slot, a, b, n_rows: int, n_slots: int, n_cols: int) -> np.ndarray:
@@ -172,6 +197,7 @@ def plot_timeline(
     max_legend_tags: int = 12,
     title: str | None = None,
     format: str | None = None,
+    derived: bool = True,
 ) -> Path:
     """Draw the trace as a timeline picture; the format comes from ``path``'s suffix
     (``.png``, ``.svg``, ``.pdf``) or ``format``. Returns the path written.
@@ -179,7 +205,10 @@ def plot_timeline(
     ``group_by``: rows per ``"tid"`` (alias ``"device"``) or per ``"sm"``. ``width_px`` /
     ``height_px``: picture size in pixels (height defaults to fit the rows).
     ``max_tracks``: above this many tids/SMs, neighbours share a row. ``max_legend_tags``:
-    tags beyond the busiest ones are drawn grey as "other tags".
+    tags beyond the busiest ones are drawn grey as "other tags". ``derived``: a zero-edit
+    trace gets the work between its warps' pipeline calls drawn as derived regions, lighter
+    and hatched (:func:`~cute_prof.analysis.zero_edit_work.with_work_regions`); False draws
+    the recorded records alone.
     """
     from matplotlib.collections import PolyCollection
     from matplotlib.figure import Figure
@@ -197,6 +226,8 @@ def plot_timeline(
             "max_tracks >= 1 and dpi >= 10"
         )
 
+    if derived:
+        trace = with_work_regions(trace)
     events = trace.events
     kind = events["kind"]
     is_span = (kind == SPAN_KINDS[0]) | (kind == SPAN_KINDS[1])
@@ -251,6 +282,10 @@ def plot_timeline(
                          np.full((1 if has_other else 0, 3), 0.6)])
     slot_names = [trace.tag_name(int(t)) if hasattr(trace, "tag_name") else str(t)
                   for t in tags[coloured].tolist()] + ([_OTHER] if has_other else [])
+    # derived tags: lighter colours (the raster's pixels too), hatched where drawn as shapes
+    derived_slot = np.zeros(n_slots, dtype=bool)
+    derived_slot[:len(coloured)] = np.isin(tags[coloured], derived_tag_ids(trace))
+    colours[derived_slot] = colours[derived_slot] * (1 - _DERIVED_LIGHTEN) + _DERIVED_LIGHTEN
 
     # figure with fixed pixel margins
     if height_px is None:
@@ -291,8 +326,21 @@ def plot_timeline(
         h = half[order]
         verts = np.stack([np.stack([x0, yc - h], 1), np.stack([x0, yc + h], 1),
                           np.stack([x1, yc + h], 1), np.stack([x1, yc - h], 1)], axis=1)
-        ax.add_collection(PolyCollection(verts, facecolors=colours[span_slot[order]],
-                                         edgecolors="none", linewidths=0))
+        faces = colours[span_slot[order]]
+        hatched = derived_slot[span_slot[order]]
+        if not hatched.any():
+            ax.add_collection(PolyCollection(verts, facecolors=faces, edgecolors="none",
+                                             linewidths=0))
+        else:  # a collection per nesting level and kind, outer first: nested ones on top
+            level = levels[order]
+            for at in np.unique(level).tolist():
+                for derived_here in (False, True):
+                    pick = np.flatnonzero((level == at) & (hatched == derived_here))
+                    if pick.size:
+                        ax.add_collection(PolyCollection(
+                            verts[pick], facecolors=faces[pick], linewidths=0,
+                            edgecolors="white" if derived_here else "none",
+                            hatch=_DERIVED_HATCH if derived_here else None))
     elif rel_start.shape[0]:
         n_cols = plot_w
         col_scale = n_cols / span_ns
@@ -328,7 +376,9 @@ def plot_timeline(
     ax.set_xlabel(f"time since first record ({_UNIT_LABEL[unit]})")
     for spine in ("top", "right"):
         ax.spines[spine].set_visible(False)
-    handles = [Patch(facecolor=c, label=n) for c, n in zip(colours, slot_names)]
+    handles = [Patch(facecolor=c, label=n, hatch=_DERIVED_HATCH, edgecolor="white", linewidth=0)
+               if d else Patch(facecolor=c, label=n)
+               for c, n, d in zip(colours, slot_names, derived_slot)]
     if inst_sel.any():
         handles.append(Line2D([], [], color="black", marker="|", linestyle="none",
                               markersize=8, label="instant"))
@@ -346,6 +396,9 @@ def plot_timeline(
         notes.append(f"each row merges ~{n_tracks / n_rows:.0f} {label}s; shade = share busy")
     elif not vector:
         notes.append("one pixel shows its dominant tag")
+    if derived_slot.any():
+        notes.append("hatched: derived from the pipeline calls (a wait's end to its item's "
+                     "release or commit), not recorded")
     if trace.overflow:
         notes.append(f"{trace.overflow:,} records lost to overflow")
     fig.text(left_px / width_px, 1 - 12 / height_px, heading, fontsize=10, va="top")
