@@ -45,7 +45,7 @@ GEMM_FIXTURES = [
 ]
 # every trace the summary and the role analysis read
 SUMMARY_TRACES = [FA4, WS_GEMM, "examples/traces/two_gpu_trace.json.gz",
-                  "tests/data/iket_compare.trace.json.gz", "tests/data/iket_warp_trace.trace.json",
+                  "tests/data/iket_compare.trace.json.gz", "tests/data/iket_warp_trace.trace.json.gz",
                   "tests/data/ours_compare.npz", "tests/data/torch_loop_h200_recording.npz",
                   *(path for path, _, _ in GEMM_FIXTURES)]
 GEMM_WHAT_IFS = [{"depth": {"smem_ab": 2}}, {"depth": {"smem_ab": 6}},
@@ -86,6 +86,13 @@ def digest(*arrays) -> dict:
     return {"shapes": shapes, "sha256": h.hexdigest()}
 
 
+def json_digest(value) -> dict:
+    """A hash of a JSON value's exact text (floats by ``repr``): the statistics tables are
+    large, and their text form beside them says what changed."""
+    text = json.dumps(jsonable(value), sort_keys=True, separators=(",", ":"))
+    return {"sha256": hashlib.sha256(text.encode()).hexdigest(), "chars": len(text)}
+
+
 def jsonable(value):
     """The value as json.dumps writes it (numpy scalars and arrays included)."""
     return json.loads(json.dumps(value, default=lambda v: v.tolist()))
@@ -111,7 +118,7 @@ def outputs() -> dict:
 
     out: dict = {}
     for path in SUMMARY_TRACES:
-        out[f"summary {path}"] = cli_json("summary", path)
+        out[f"summary {path}"] = json_digest(cli_json("summary", path))
         out[f"summary text {path}"] = cli("summary", path)
     out[f"analyze roles {WS_GEMM}"] = cli_json("analyze", WS_GEMM, "--roles", WS_ROLES)
     out[f"analyze roles text {WS_GEMM}"] = cli("analyze", WS_GEMM, "--roles", WS_ROLES)

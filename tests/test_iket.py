@@ -21,7 +21,7 @@ from cute_prof.readers import iket
 
 DATA = Path(__file__).resolve().parent / "data"
 CAPTURE_GZ = DATA / "iket_compare.trace.json.gz"
-WARP_TRACE = DATA / "iket_warp_trace.trace.json"
+WARP_TRACE = DATA / "iket_warp_trace.trace.json.gz"
 REPO = Path(__file__).resolve().parents[1]
 CTAS, WARPS, ITERS, LAUNCHES = 8, 4, 16, 3  # 2 launches + 1 graph replay
 
@@ -96,8 +96,16 @@ def test_lifetimes_as_spans_enclose_the_ranges(tmp_path):
     assert names.count(iket.LIFETIME_TAG) == len(life)
 
 
-def test_warp_trace_capture():
+def test_warp_trace_capture(tmp_path):
+    import gzip
+    import shutil
+
     capture = iket.read_iket(WARP_TRACE)
+    # run-iket writes it uncompressed: the same capture read from the plain file
+    plain = tmp_path / "warp.trace.json"
+    with gzip.open(WARP_TRACE) as src, open(plain, "wb") as dst:
+        shutil.copyfileobj(src, dst)
+    assert (iket.read_iket(plain).trace.launches == capture.trace.launches)
     assert len(capture.trace.events) == 0 and capture.trace.tag_names == ()
     assert len(capture.trace.launches) == 6 and capture.warp_lifetimes.shape[0] == 156
     kernels = [l["kernel"].startswith("kernel_cutlass_compare") for l in capture.trace.launches]
