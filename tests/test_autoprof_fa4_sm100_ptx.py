@@ -1,7 +1,8 @@
 """Zero-edit mode on FlashAttention-4's Blackwell forward (``flash_fwd_sm100``, ``_arch=100``),
 compiled for sm_100a on a CPU box: what can be proven about Blackwell without a Blackwell GPU.
 
-Outside ``autoprofile()`` the kernel's PTX is byte-identical to FA4's own and reads no timer;
+Outside ``autoprofile()`` the kernel's PTX reads no timer (the block leaves every wrapped call
+as it found it: ``test_autoprof_host.py``);
 inside, every pipeline of the kernel is named with its class (the TMA->UMMA rings for Q and
 K/V, the UMMA->threads and threads->UMMA handoffs, the threads' own rings), and every record
 the recorder made while tracing is in the PTX: each wait a region (a START and a SPAN store
@@ -100,9 +101,8 @@ def ptx():
 before = ptx()
 with cute_prof.autoprofile(per_warp=4096, max_warps=16384, device="cpu") as prof:
     recorded = ptx()
-after = ptx()
 rec = prof.recordings[-1]
-json.dump({"before": before, "recorded": recorded, "after": after,
+json.dump({"before": before, "recorded": recorded,
            "sites": [s.to_dict() for s in rec.sites.values()],
            "pipelines": [p.to_dict() for p in rec.pipelines],
            "made": {str(t): n for t, n in made.items()},
@@ -174,8 +174,9 @@ def records(ptx: str) -> list[dict]:
     return out
 
 
-def test_sm100_ptx_outside_the_block_is_byte_identical(compiled):
-    assert compiled["before"] == compiled["after"]
+def test_sm100_ptx_outside_the_block_reads_no_timer(compiled):
+    # that the block leaves every wrapped call as it found it is arch-independent:
+    # test_autoprof_host.py checks it without a compile, test_autoprof_fa4_ptx.py on sm90 PTX
     assert "%globaltimer" not in compiled["before"]
     assert compiled["recorded"] != compiled["before"]
     assert "tcgen05.mma" in compiled["before"]  # the Blackwell kernel, not a fallback

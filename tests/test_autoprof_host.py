@@ -175,3 +175,25 @@ def test_the_block_behind_both_entries_has_autoprofiles_defaults():
     assert block == user and set(user) == set(inspect.signature(recording_block).parameters) - {
         "experiments"}
     assert not {"load_arrivals", "consumer_delay_ns"} & set(inspect.signature(autoprofile).parameters)
+
+
+def test_the_block_leaves_every_wrapped_call_as_it_found_it():
+    """Inside the block the pipeline methods, the named, CTA and cluster barriers and the
+    NVVM named barrier are wrapped; after it each is the very object it was before, so a
+    kernel compiled later is the one it always was."""
+    pytest.importorskip("cutlass")
+    from cutlass import pipeline
+    from cutlass._mlir.dialects import nvvm
+    from cutlass.cute import arch
+
+    places = [(nvvm, "barrier_cta_sync"), (arch, "barrier"), (arch, "barrier_arrive"),
+              (arch, "sync_threads"), (arch, "cluster_wait"), (arch, "cluster_arrive"),
+              (pipeline.PipelineTmaAsync, "producer_acquire"),
+              (pipeline.PipelineAsync, "consumer_wait"),
+              (pipeline.PipelineAsync, "consumer_release")]
+    before = [getattr(owner, name) for owner, name in places]
+    with cute_prof.autoprofile(device="cpu"):
+        inside = [getattr(owner, name) for owner, name in places]
+    after = [getattr(owner, name) for owner, name in places]
+    assert all(a is not b for a, b in zip(inside, before))
+    assert all(a is b for a, b in zip(after, before))
