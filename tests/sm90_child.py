@@ -31,3 +31,24 @@ def compile_in_child(out: Path, child: str, *, timeout: int = 900,
     if proc.returncode != 0:
         pytest.fail(f"compile failed:\n{proc.stdout[-3000:]}\n{proc.stderr[-6000:]}")
     return json.loads(result.read_text())
+
+
+# Child code shared by the FA4 compile tests: ``fa4_ptx(causal, arch, suffix)`` clears FA4's
+# compile cache and the dump folder, compiles the forward once (the launch after it fails:
+# there is no GPU) and returns the PTX written. The child defines ``fa``, ``q``, ``k``, ``v``
+# and ``dump`` before it.
+FA4_PTX = r"""
+def fa4_ptx(causal, arch, suffix):
+    # one fresh compile and its PTX (the kernel keeps one file name, written anew)
+    for name in os.listdir(dump):
+        os.remove(os.path.join(dump, name))
+    fa._flash_attn_fwd.compile_cache.clear()
+    try:
+        fa._flash_attn_fwd(q, k, v, causal=causal, _arch=arch)
+    except Exception:  # the launch, after the compile: there is no GPU here
+        pass
+    written = [f for f in os.listdir(dump) if f.endswith(suffix)]
+    if len(written) != 1:
+        raise SystemExit(f"expected one {suffix} file from the compile, found {written}")
+    return open(os.path.join(dump, written[0])).read()
+"""

@@ -13,7 +13,7 @@ from __future__ import annotations
 import re
 
 import pytest
-from sm90_child import ROOT, compile_in_child
+from sm90_child import FA4_PTX, ROOT, compile_in_child
 
 pytest.importorskip("cutlass")
 pytest.importorskip("torch")
@@ -39,19 +39,11 @@ fa.get_num_sms_for_selection = lambda *a, **k: 132  # an H100's, instead of aski
 q, k, v = (torch.zeros(1, 1024, 16, 128, dtype=torch.bfloat16) for _ in range(3))
 
 
+""" + FA4_PTX + r"""
+
+
 def ptx(causal):
-    # one fresh compile and its PTX (the kernel keeps one file name, written anew)
-    for name in os.listdir(dump):
-        os.remove(os.path.join(dump, name))
-    fa._flash_attn_fwd.compile_cache.clear()
-    try:
-        fa._flash_attn_fwd(q, k, v, causal=causal, _arch=90)
-    except Exception:  # the launch, after the compile: there is no GPU here
-        pass
-    written = [f for f in os.listdir(dump) if f.endswith(".ptx")]
-    if len(written) != 1:
-        raise SystemExit(f"expected one PTX file from the compile, found {written}")
-    return open(os.path.join(dump, written[0])).read()
+    return fa4_ptx(causal, 90, ".ptx")
 
 
 out = {}

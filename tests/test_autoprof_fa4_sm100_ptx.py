@@ -28,7 +28,7 @@ import re
 from collections import Counter
 
 import pytest
-from sm90_child import ROOT, compile_in_child
+from sm90_child import FA4_PTX, ROOT, compile_in_child
 
 pytest.importorskip("cutlass")
 pytest.importorskip("torch")
@@ -38,7 +38,7 @@ if not (ROOT / "tests" / "stubs" / "triton").exists():  # pragma: no cover
 
 B200_SMS = 148
 
-CHILD = r"""
+CHILD = (r"""
 import collections, importlib.util, json, os, sys
 import torch, torch._dynamo  # before the stub: torch must see that there is no triton
 if importlib.util.find_spec("triton") is None:
@@ -83,19 +83,11 @@ dump = os.environ["CUTE_DSL_DUMP_DIR"]
 q, k, v = (torch.zeros(1, 1024, 16, 128, dtype=torch.bfloat16) for _ in range(3))
 
 
+""" + FA4_PTX + r"""
+
+
 def ptx():
-    # one fresh compile and its PTX (the kernel keeps one file name, written anew)
-    for name in os.listdir(dump):
-        os.remove(os.path.join(dump, name))
-    fa._flash_attn_fwd.compile_cache.clear()
-    try:
-        fa._flash_attn_fwd(q, k, v, causal=False, _arch=100)
-    except Exception:  # the launch, after the compile: there is no GPU here
-        pass
-    written = [f for f in os.listdir(dump) if f.endswith(".sm_100a.ptx")]
-    if len(written) != 1:
-        raise SystemExit(f"expected one sm_100a PTX file from the compile, found {written}")
-    return open(os.path.join(dump, written[0])).read()
+    return fa4_ptx(False, 100, ".sm_100a.ptx")
 
 
 before = ptx()
@@ -109,7 +101,7 @@ json.dump({"before": before, "recorded": recorded,
            "lines": {str(t): sorted(ls) for t, ls in lines.items()},
            "closed": rec.closed, "address": int(rec.buffer.data_ptr())},
           open(sys.argv[1], "w"))
-""" % {"sms": B200_SMS}
+""") % {"sms": B200_SMS}
 
 # what FA4's Blackwell forward creates (hdim 128, bf16, not causal), by variable and class
 PIPELINES = {
