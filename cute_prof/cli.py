@@ -218,7 +218,9 @@ def _cmd_analyze(args, progress: _Progress) -> int:
         return _cmd_analyze_pipeline(args, progress)
     spec = _role_spec(args)
     trace = _load(args, progress)
-    if spec is None and (trace.metadata or {}).get("autoprof", {}).get("roles"):
+    from .analysis.zero_edit import is_zero_edit
+
+    if spec is None and is_zero_edit(trace):
         from .analysis.zero_edit import zero_edit_roles
 
         try:  # a zero-edit trace: the pipeline model from the kernel's own pipelines

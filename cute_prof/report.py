@@ -24,7 +24,8 @@ from .analysis.diff import diff_traces
 from .analysis.waits import analyze_waits
 from .analysis.roles import RoleSpec, apply_roles
 from .analysis.summary import format_duration, span_mask, summarize
-from .analysis.zero_edit import format_wait_breakdown, wait_breakdown, zero_edit_roles
+from .analysis.zero_edit import (format_wait_breakdown, is_zero_edit, wait_breakdown,
+                                  zero_edit_roles)
 from .analysis.zero_edit_work import (derived_tag_ids, ring_headline, ring_verdicts, ring_waits,
     with_work_regions)
 from .export.picture import plot_timeline
@@ -120,6 +121,15 @@ def _tag_tables(summary, derived: np.ndarray) -> str:
     return "".join(parts)
 
 
+def _role_table(analysis) -> str:
+    """Each role's work / wait / idle as shares of its tracks' windows."""
+    rows = [[str(r["role"]), f"{r['tracks']:,}",
+             *(f"{r[k] / max(int(r['window_ns']), 1):.1%}"
+               for k in ("work_ns", "wait_ns", "idle_ns"))]
+            for r in analysis.roles]
+    return _table(["role", "tracks", "work", "wait", "idle"], rows)
+
+
 def _zero_edit_waits(trace: Trace, shown: Trace) -> str:
     """Who waited on what in a zero-edit trace, from its own roles: a verdict per ring, each
     role's work / wait / idle (work: the derived regions where ``shown`` has them), and what
@@ -134,14 +144,11 @@ def _zero_edit_waits(trace: Trace, shown: Trace) -> str:
         parts.append('<p class="verdict">No ring has both a producer and a consumer in this '
                      "trace: no verdict.</p>")
     analysis = analyze_waits(shown, roles)
-    role_rows = [[str(r["role"]), f"{r['tracks']:,}",
-                  *(f"{r[k] / max(int(r['window_ns']), 1):.1%}"
-                    for k in ("work_ns", "wait_ns", "idle_ns"))] for r in analysis.roles]
     derived_note = (" Work is the derived regions'." if derived_tag_ids(shown).size else
                     " Only waits were recorded: work shows as idle.")
     parts.append(f"<p>Time per role (shares of each warp's first-to-last record).{derived_note}"
                  "</p>")
-    parts.append(_table(["role", "tracks", "work", "wait", "idle"], role_rows))
+    parts.append(_role_table(analysis))
     parts.append("<pre>" + html.escape(format_wait_breakdown(wait_breakdown(trace))) + "</pre>")
     return "".join(parts)
 
@@ -161,7 +168,7 @@ def write_report(
     on what from those roles with a verdict per ring, and, with ``derived``, the work between
     its warps' pipeline calls as derived regions in the statistics and the timeline."""
     target = check_output_path(path)
-    zero_edit = bool(((trace.metadata or {}).get("autoprof") or {}).get("roles"))
+    zero_edit = is_zero_edit(trace)
     if zero_edit and not trace.track_names:
         trace = apply_roles(trace, zero_edit_roles(trace))
     shown = with_work_regions(trace) if derived else trace
@@ -185,10 +192,7 @@ def write_report(
         analysis = analyze_waits(shown, spec)
         parts.append("<h2>Who waited on what</h2>")
         parts.append(f'<p class="verdict">{html.escape(analysis.verdict)}</p>')
-        role_rows = [[str(r["role"]), f"{r['tracks']:,}",
-                      *(f"{r[k] / max(int(r['window_ns']), 1):.1%}"
-                        for k in ("work_ns", "wait_ns", "idle_ns"))] for r in analysis.roles]
-        parts.append(_table(["role", "tracks", "work", "wait", "idle"], role_rows))
+        parts.append(_role_table(analysis))
         parts.append("<pre>" + html.escape(analysis.format_text()) + "</pre>")
     elif zero_edit:
         parts.append(_zero_edit_waits(trace, shown))

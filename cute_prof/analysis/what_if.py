@@ -24,7 +24,8 @@ from .replay import QUEUE_RULES, queued_under_load, replay, Schedule
 from .replay_terms import (infer_terms, MIN_LATENCY_SAMPLE, never_blocked, slowed_by_recorder,
     unit_ends, UNQUEUED_QUANTILE, worker_regions)
 
-__all__ = ["what_if", "predict_what_if", "latency_sensitivity", "pool_predictions", "recorder_slowdown", "blocked_as_base", "busy_share"]
+__all__ = ["what_if", "predict_what_if", "latency_sensitivity", "pool_predictions",
+           "recorder_slowdown", "blocked_as_base", "busy_share"]
 RECORDER_SLOWDOWN_FLOOR = 0.5  # the most a recorder is taken to slow the work (x 1 / 0.5)
 RECORDER_SLOWDOWN_STEPS = 8  # replays of the fit past its two ends (regula falsi needs fewer)
 

@@ -21,7 +21,9 @@ from ..trace import Trace
 from .grouping import unique_ints, warp_order
 from .roles import RoleSpec
 
-__all__ = ["finish_zero_edit_trace", "wait_breakdown", "format_wait_breakdown", "role_windows", "zero_edit_roles", "call_balance", "format_recording", "warpgroup_ends", "warpgroup_lead_shares", "RECORD_CHAIN_NS", "record_chain_ns_of", "cluster_ctas"]
+__all__ = ["is_zero_edit", "finish_zero_edit_trace", "wait_breakdown", "format_wait_breakdown", "role_windows",
+           "zero_edit_roles", "call_balance", "format_recording", "warpgroup_ends",
+           "warpgroup_lead_shares", "RECORD_CHAIN_NS", "record_chain_ns_of", "cluster_ctas"]
 
 PRODUCER_OPS = ("producer_acquire", "producer_commit")
 CONSUMER_OPS = ("consumer_wait", "consumer_release")
@@ -31,6 +33,11 @@ BARRIER_OPS = ("barrier", "barrier_arrive", "sync_threads")
 # the probe gave up
 LOAD_ARRIVAL_OP = "load_arrival"
 WARPS_PER_WARPGROUP = 4
+
+
+def is_zero_edit(trace: Trace) -> bool:
+    """Whether ``trace`` is a finished zero-edit trace (``autoprofile``'s: its roles known)."""
+    return bool(((trace.metadata or {}).get("autoprof") or {}).get("roles"))
 
 
 def autoprof_metadata(trace: Trace) -> dict[str, Any]:

@@ -117,4 +117,4 @@ def export_trace(trace: Trace, path: str | os.PathLike, *, format: str | None = 
         return path
     from .picture import plot_timeline
 
-    return plot_timeline(trace, path, format=fmt, derived=derived, **options)
+    return plot_timeline(trace, path, format=fmt, derived=False, **options)  # added above
