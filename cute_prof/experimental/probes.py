@@ -16,13 +16,10 @@ __all__ = ["autoprofile_probed"]
 
 def check_experiments(load_arrivals, consumer_delay_ns) -> None:
     """Refuse a probe period or a delay that is not an int >= 0 (bools too)."""
-    if isinstance(load_arrivals, bool) or not isinstance(load_arrivals, int) or load_arrivals < 0:
-        raise ProfileBufferError(f"load_arrivals must be an int >= 0 (0: off; N: probe one load "
-                                 f"in N), got {load_arrivals!r}")
-    if (isinstance(consumer_delay_ns, bool) or not isinstance(consumer_delay_ns, int)
-            or consumer_delay_ns < 0):
-        raise ProfileBufferError(f"consumer_delay_ns must be an int >= 0 (0: off), got "
-                                 f"{consumer_delay_ns!r}")
+    for name, value, meaning in (("load_arrivals", load_arrivals, "0: off; N: probe one load in N"),
+                                 ("consumer_delay_ns", consumer_delay_ns, "0: off")):
+        if isinstance(value, bool) or not isinstance(value, int) or value < 0:
+            raise ProfileBufferError(f"{name} must be an int >= 0 ({meaning}), got {value!r}")
 
 
 def autoprofile_probed(*, load_arrivals: int = 0, consumer_delay_ns: int = 0,
