@@ -13,6 +13,10 @@
     cute-prof diff    A B [--roles SPEC.json] [--json]
     cute-prof report  TRACE -o REPORT.html [--roles SPEC.json] [--compare B]
     cute-prof flight  DUMP [-o PARTIAL.json]   (where every warp was: a flight-recorder dump)
+    cute-prof record  [-o OUT] [-k PATTERN] [--launch-skip N] [--launch-count M] -- PROGRAM ARGS
+
+``record`` runs a program and writes a folder (:mod:`cute_prof.record_command`); every verb
+that reads a TRACE also reads such a folder, narrowed with ``--kernel`` / ``--launch``.
 
 TRACE is a file cute_prof wrote: a saved buffer (``.npz`` / ``.pt`` from
 ``cute_prof.storage.save_buffer``) or a Chrome JSON trace (``.json`` from
@@ -124,8 +128,30 @@ def load_any(path: str | Path):
     return load_trace(path)
 
 
+def _recorded_run(args):
+    """The run folder ``args.trace`` names, or None where it is a trace file."""
+    from .recorded_run import RecordedRun, is_run_folder
+
+    return RecordedRun(args.trace) if is_run_folder(args.trace) else None
+
+
+def _run_rows(run, args):
+    return run.select(kernel=getattr(args, "kernel", None), launch=getattr(args, "launch", None))
+
+
 def _load(args, progress: _Progress):
     path = Path(args.trace)
+    run = _recorded_run(args)
+    if run is not None:
+        rows = _run_rows(run, args)
+        progress(f"decoding {len(rows)} launch(es) of {args.trace}")
+        trace = run.combined_trace(rows)
+        progress(f"decoded {len(trace.events):,} records")
+        args = argparse.Namespace(**{**vars(args), "launch": None})  # --launch chose the rows
+        return _view(trace, args, progress)
+    if getattr(args, "kernel", None) is not None:
+        raise ProfileBufferError("--kernel selects kernels of a cute-prof record folder; "
+                                 f"{args.trace} is a trace file")
     if path.suffix.lower() == ".json" and path.is_file():
         size_mb = path.stat().st_size / 1e6
         progress(f"loading {args.trace}: parsing {size_mb:,.0f} MB of JSON"
@@ -134,6 +160,10 @@ def _load(args, progress: _Progress):
         progress(f"loading {args.trace}")
     trace = load_any(args.trace)
     progress(f"loaded {len(trace.events):,} records")
+    return _view(trace, args, progress)
+
+
+def _view(trace, args, progress: _Progress):
     spec = _role_spec(args)
     if spec is not None:  # names tracks in every output, and gives --ctas its CTAs
         from .analysis.roles import apply_roles
@@ -183,13 +213,24 @@ def _add_view_options(command) -> None:
     group.add_argument("--warps", help="warp indices inside the CTA")
     group.add_argument("--tags", help="tag names or ids")
     group.add_argument("--time-window", help="FROM_NS:TO_NS since the first record")
-    group.add_argument("--launch", help="launch indices")
+    group.add_argument("--launch", help="launch indices (a record folder: of each kernel "
+                       "name, e.g. 3, 2:5, 1,4)")
+    group.add_argument("--kernel", help="a record folder: kernels whose name contains this")
     group.add_argument("--every-nth-cta", type=int, help="keep CTAs whose index is a multiple of N")
 
 
 def _cmd_summary(args, progress: _Progress) -> int:
     from .analysis import summarize
 
+    run = _recorded_run(args)
+    if run is not None:  # a record folder: its kernels and launches, from the headers alone
+        rows = _run_rows(run, args)
+        if args.json:
+            json.dump(run.summary(rows), sys.stdout, indent=1)
+            sys.stdout.write("\n")
+        else:
+            print(run.format_summary(rows, max_rows=max(args.max_rows, 20)))
+        return EXIT_OK
     trace = _load(args, progress)
     progress("computing statistics")
     summary = summarize(trace)
@@ -269,6 +310,9 @@ def _cmd_report(args, progress: _Progress) -> int:
     from .report import write_report
 
     _check_output_is_not_input(args)
+    run = _recorded_run(args)
+    if run is not None:
+        return _report_run(run, args, progress)
     spec = _role_spec(args)
     trace = _load(args, progress)
     if args.compare:
@@ -277,6 +321,29 @@ def _cmd_report(args, progress: _Progress) -> int:
     progress("drawing the report")
     output = write_report(trace, args.output, spec=spec, compare=compare, title=args.title,
                           derived=not args.no_derived)
+    print(output)
+    return EXIT_OK
+
+
+def _report_run(run, args, progress: _Progress) -> int:
+    """A record folder's page: its summary, then a section per kernel (its last selected
+    launch: a warm one where the kernel ran more than once)."""
+    from .report import write_run_report
+
+    if args.roles or args.compare:
+        raise ProfileBufferError("--roles and --compare read one trace; a record folder's "
+                                 "report uses each kernel's own roles")
+    rows = _run_rows(run, args)
+    last = {}
+    for row in rows:
+        if row.slices:
+            last[row.kernel] = row
+    sections = []
+    for row in last.values():
+        progress(f"decoding {row.label()}")
+        sections.append((row.label(), run.trace(row)))
+    output = write_run_report(sections, args.output, title=args.title or f"cute-prof run {args.trace}",
+                              overview=run.format_summary(rows), derived=not args.no_derived)
     print(output)
     return EXIT_OK
 
@@ -419,6 +486,8 @@ def _parser() -> argparse.ArgumentParser:
     report.add_argument("--roles", metavar="SPEC.json", help="role spec: adds who waited on what")
     report.add_argument("--compare", metavar="B", help="a second trace: adds before/after")
     report.add_argument("--title", help="page title (default: the trace's file)")
+    report.add_argument("--kernel", help="a record folder: kernels whose name contains this")
+    report.add_argument("--launch", help="a record folder: launch indices of each kernel name")
     _add_derived_option(report)
     report.set_defaults(run=_cmd_report)
 
@@ -470,7 +539,17 @@ def _parser() -> argparse.ArgumentParser:
     flight.add_argument("dump", metavar="DUMP", help=".npz from cute_prof.flight.save_dump")
     flight.add_argument("-o", "--output", help="also write the partial trace (.json/.pftrace)")
     flight.set_defaults(run=_cmd_flight)
+
+    from .record_command import add_record_parser
+
+    add_record_parser(commands).set_defaults(run=_cmd_record)
     return parser
+
+
+def _cmd_record(args, progress: _Progress) -> int:
+    from .record_command import run_record
+
+    return run_record(args)
 
 
 def _add_derived_option(parser: argparse.ArgumentParser) -> None:

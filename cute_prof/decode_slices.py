@@ -32,7 +32,8 @@ from .launches import drop_outside_launch
 from .tags import as_tag_table
 from .trace import EVENT_DTYPE, Trace
 
-__all__ = ["is_slices_buffer", "decode_slices", "allocate_slices_buffer"]
+__all__ = ["is_slices_buffer", "decode_slices", "allocate_slices_buffer", "allocate_pool",
+           "pool_slices", "launch_slices_buffer"]
 
 _LOW32 = np.int64(0xFFFFFFFF)
 _HALF32 = np.int64(1 << 31)
@@ -79,8 +80,77 @@ def reset_slices(words) -> None:
         words.zero_()
         raise ProfileBufferError("not a slices buffer: word 0 is not SLICES_MAGIC")
     words.zero_()
+    n_slices, per_warp, pooled = layout.split_slices_dims(int(header[1]))
     words[: layout.SLICES_HEADER_WORDS] = torch.as_tensor(
-        layout.slices_header(int(header[1]) >> 32, int(header[1]) & 0xFFFFFFFF), dtype=torch.int64)
+        layout.slices_header(n_slices, per_warp, pooled=pooled), dtype=torch.int64)
+
+
+def allocate_pool(n_slices: int, per_warp: int, device="cuda", *, pin_memory: bool = False):
+    """A zeroed pooled slices buffer (``layout``'s "Pooled slices") for one run: ``n_slices``
+    slices of ``per_warp`` records that every recording kernel's warps claim, then its lost
+    and epoch tables. ``pin_memory=True``: in pinned host memory that the GPU writes through
+    its mapping (readable while a kernel hangs or after the context faulted; pass the tensor's
+    device address, ``cute_prof.flight``'s way), else on ``device``."""
+    import torch
+
+    n_slices, per_warp = int(n_slices), int(per_warp)
+    if not (0 < n_slices <= layout.MAX_SLICES and 0 < per_warp < (1 << 32)):
+        raise ProfileBufferError(
+            f"a pool needs 1..{layout.MAX_SLICES} slices of 1..2**32-1 records, got "
+            f"{n_slices} slices of {per_warp}")
+    size = layout.pool_buffer_words(n_slices, per_warp)
+    if pin_memory:
+        words = torch.zeros(size, dtype=torch.int64, pin_memory=True)
+    else:
+        words = torch.zeros(size, dtype=torch.int64, device=device)
+    words[: layout.SLICES_HEADER_WORDS] = torch.as_tensor(
+        layout.slices_header(n_slices, per_warp, pooled=True), dtype=torch.int64)
+    return words
+
+
+def pool_slices(words: np.ndarray) -> dict:
+    """Per claimed slice of a pooled buffer: ``kernel`` (id), ``epoch`` (the kernel's launch
+    epoch, unwrapped in claim order; -1 for a slice claimed but never opened), and the lost
+    table (kernels x ``layout.POOL_LOST_EPOCHS``). Reads the slice headers only."""
+    n_slices, per_warp, pooled = layout.split_slices_dims(int(words[1]))
+    if not pooled:
+        raise ProfileBufferError("not a pooled slices buffer (header word 1 has no pool bit)")
+    claimed = min(int(words[3]), n_slices)
+    stride = layout.SLICE_HEADER_WORDS + per_warp
+    first = layout.SLICES_HEADER_WORDS
+    heads = words[first:first + claimed * stride].reshape(claimed, stride)[:, :4]
+    fit_word = heads[:, 3]
+    opened = ((fit_word >> layout.SLICE_MAGIC_SHIFT) & 0x7F) == layout.SLICE_OPEN_MAGIC
+    kernel = (fit_word >> layout.SLICE_KERNEL_SHIFT) & layout.field_mask(layout.SLICE_KERNEL_BITS)
+    low = (fit_word >> layout.SLICE_EPOCH_SHIFT) & layout.field_mask(layout.SLICE_EPOCH_BITS)
+    epoch = np.full(claimed, -1, dtype=np.int64)
+    span = np.int64(1 << layout.SLICE_EPOCH_BITS)
+    for k in np.unique(kernel[opened]):  # one pass per kernel id (a handful), vectorised inside
+        rows = np.nonzero(opened & (kernel == k))[0]
+        step = np.diff(low[rows], prepend=np.int64(0))
+        step = ((step + span // 2) % span) - span // 2  # signed: claims are < 2**13 epochs apart
+        step[0] = low[rows[0]]
+        epoch[rows] = np.cumsum(step)
+    lost, _ = layout.pool_tables(words, n_slices, per_warp)
+    return {"kernel": np.where(opened, kernel, -1), "epoch": epoch, "lost": lost,
+            "claimed": int(words[3]), "per_warp": per_warp, "slices": n_slices}
+
+
+def launch_slices_buffer(words: np.ndarray, rows: np.ndarray, *, lost: int = 0) -> np.ndarray:
+    """The slices ``rows`` of a pooled buffer (one launch's) as a per-warp slices buffer of
+    their own, whose header word 2 holds ``lost`` (records of that launch's warps that found
+    no slice): what :func:`decode_slices` reads."""
+    _, per_warp, _ = layout.split_slices_dims(int(words[1]))
+    stride = layout.SLICE_HEADER_WORDS + per_warp
+    rows = np.asarray(rows, dtype=np.int64)
+    out = np.empty(layout.slices_buffer_words(rows.shape[0], per_warp), dtype=np.int64)
+    out[:layout.SLICES_HEADER_WORDS] = layout.slices_header(rows.shape[0], per_warp)
+    out[2] = int(lost)
+    body = words[layout.SLICES_HEADER_WORDS:layout.SLICES_HEADER_WORDS + (int(rows.max()) + 1 if
+                                                                          rows.size else 0) * stride]
+    if rows.size:
+        out[layout.SLICES_HEADER_WORDS:].reshape(rows.shape[0], stride)[:] = body.reshape(-1, stride)[rows]
+    return out
 
 
 def decode_slices(buf, tag_table=None, *, metadata: dict[str, Any] | None = None) -> Trace:
@@ -91,14 +161,16 @@ def decode_slices(buf, tag_table=None, *, metadata: dict[str, Any] | None = None
         raise ProfileBufferError("not a slices buffer: word 0 is not SLICES_MAGIC")
     if words.shape[0] < layout.SLICES_HEADER_WORDS:
         raise ProfileBufferError("slices buffer is shorter than its header")
-    per_warp = int(words[1]) & 0xFFFFFFFF
-    n_slices = (int(words[1]) >> 32) & 0x7FFFFFFF
-    if words.shape[0] != layout.slices_buffer_words(n_slices, per_warp):
+    n_slices, per_warp, pooled = layout.split_slices_dims(int(words[1]))
+    expected = (layout.pool_buffer_words if pooled else layout.slices_buffer_words)(n_slices, per_warp)
+    if words.shape[0] != expected:
         raise ProfileBufferError(
             f"slices buffer has {words.shape[0]} words but its header says {n_slices} slices of "
-            f"{per_warp} records ({layout.slices_buffer_words(n_slices, per_warp)} words)")
-    lost_no_slice = int(words[2])
-    slices = words[layout.SLICES_HEADER_WORDS:].reshape(n_slices, layout.SLICE_HEADER_WORDS + per_warp)
+            f"{per_warp} records{' and a pool' if pooled else ''} ({expected} words)")
+    # a pool: every launch's slices together (split them with pool_slices)
+    lost_no_slice = int(layout.pool_tables(words, n_slices, per_warp)[0].sum()) if pooled else int(words[2])
+    slices = words[layout.SLICES_HEADER_WORDS:layout.slices_buffer_words(n_slices, per_warp)].reshape(
+        n_slices, layout.SLICE_HEADER_WORDS + per_warp)
     base, ident, closing, fit_word = slices[:, 0], slices[:, 1], slices[:, 2], slices[:, 3]
     records = slices[:, layout.SLICE_HEADER_WORDS:]
 

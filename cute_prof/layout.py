@@ -377,6 +377,28 @@ def decode_where_words(words: np.ndarray) -> dict:
 # consecutive records of one warp are under 2**32 ns = 4.29 s apart); the difference into a
 # START record is taken as signed (exact while the start is under 2**31 ns = 2.1 s before
 # the record stored ahead of it).
+#
+# Pooled slices (the same format, for a run that keeps every launch: ``cute-prof record``).
+# Header word 1 bit 62 (SLICES_POOL_BIT) set: the slices are a pool that every launch of
+# every recording kernel of the run draws from, instead of one slice per warp index::
+#
+#     header word 2  zero (a pool counts the records of warps without a slice per launch)
+#     header word 3  slices claimed: each warp's open adds one atomically and takes the slice
+#                    the add returned (a claim >= the slice count finds no slice)
+#     slice word 3   bits 32..41 kernel id (the run's number of the recording kernel, compiled
+#                    into it), bits 42..55 the kernel's launch epoch at the open, low 14 bits
+#     lost table     POOL_LOST_WORDS words after the last slice: word
+#                    ``kernel * POOL_LOST_EPOCHS + epoch % POOL_LOST_EPOCHS`` counts the
+#                    records attempted by warps of that launch that found no slice
+#     epoch table    MAX_POOL_KERNELS words after it: word ``kernel`` is that kernel's launch
+#                    epoch, which the host bumps by one on the launch's stream before each
+#                    recorded launch (a CUDA graph captures the bump, so every replay of a
+#                    captured launch gets an epoch of its own); a warp loads it at its open
+#
+# The host numbers a kernel's recorded launches by epoch: consecutive claims of one kernel are
+# fewer than 2**13 epochs apart, so the low 14 bits unwrap in claim order. Slices are claimed
+# in order, so the claimed slices are the pool's first ones; a pool saved after a run keeps
+# only those (header word 1 rewritten to their count) and its two tables.
 SLICES_MAGIC = as_int64(0xC511_CE50_0000_0002)  # "slices", format 2; negative
 SLICES_HEADER_WORDS = 4
 SLICE_HEADER_WORDS = 4
@@ -401,7 +423,14 @@ MAX_SLICE_PAYLOAD = (1 << SLICE_PAYLOAD_BITS) - 1
 # a START record carries the high payload bits of the span it starts
 SLICE_START_PAYLOAD_SHIFT, SLICE_START_PAYLOAD_BITS = 32, PAYLOAD_BITS - SLICE_PAYLOAD_BITS
 MAX_SLICE_REGION_PAYLOAD = (1 << PAYLOAD_BITS) - 1
-MAX_SLICES = (1 << 31) - 1
+MAX_SLICES = (1 << 30) - 1  # bit 62 of header word 1 is SLICES_POOL_BIT
+SLICES_POOL_BIT = 62
+SLICES_COUNT_MASK = MAX_SLICES
+SLICE_KERNEL_SHIFT, SLICE_KERNEL_BITS = 32, 10
+SLICE_EPOCH_SHIFT, SLICE_EPOCH_BITS = 42, 14
+MAX_POOL_KERNELS = 1 << SLICE_KERNEL_BITS
+POOL_LOST_EPOCHS = 16
+POOL_LOST_WORDS = MAX_POOL_KERNELS * POOL_LOST_EPOCHS
 
 
 def slices_buffer_words(n_slices: int, per_warp: int) -> int:
@@ -409,9 +438,36 @@ def slices_buffer_words(n_slices: int, per_warp: int) -> int:
     return SLICES_HEADER_WORDS + int(n_slices) * (SLICE_HEADER_WORDS + int(per_warp))
 
 
-def slices_header(n_slices: int, per_warp: int) -> list[int]:
+def slices_header(n_slices: int, per_warp: int, *, pooled: bool = False) -> list[int]:
     """The host-written header words (the rest of the buffer starts zeroed)."""
-    return [SLICES_MAGIC, (int(n_slices) << 32) | int(per_warp), 0, 0]
+    pool = (1 << SLICES_POOL_BIT) if pooled else 0
+    return [SLICES_MAGIC, pool | (int(n_slices) << 32) | int(per_warp), 0, 0]
+
+
+def split_slices_dims(word: int) -> tuple[int, int, bool]:
+    """``(slices, records per slice, pooled)`` of header word 1."""
+    word = int(word)
+    return ((word >> 32) & SLICES_COUNT_MASK, word & 0xFFFFFFFF,
+            bool((word >> SLICES_POOL_BIT) & 1))
+
+
+def pool_buffer_words(n_slices: int, per_warp: int) -> int:
+    """int64 words of a pooled slices buffer: its slices, its lost table, its epoch table."""
+    return slices_buffer_words(n_slices, per_warp) + POOL_LOST_WORDS + MAX_POOL_KERNELS
+
+
+def pool_tables(words: np.ndarray, n_slices: int, per_warp: int) -> tuple[np.ndarray, np.ndarray]:
+    """``(lost table as kernels x POOL_LOST_EPOCHS, epoch table)`` views of a pooled buffer."""
+    first = slices_buffer_words(n_slices, per_warp)
+    lost = words[first:first + POOL_LOST_WORDS].reshape(MAX_POOL_KERNELS, POOL_LOST_EPOCHS)
+    return lost, words[first + POOL_LOST_WORDS:first + POOL_LOST_WORDS + MAX_POOL_KERNELS]
+
+
+def pool_slice_word(fit: int, *, kernel: int = 0, epoch: int = 0) -> int:
+    """Slice word 3 of a pooled slice, as the device's open writes it (host mirror)."""
+    return (int(fit) | ((int(kernel) & field_mask(SLICE_KERNEL_BITS)) << SLICE_KERNEL_SHIFT)
+            | ((int(epoch) & field_mask(SLICE_EPOCH_BITS)) << SLICE_EPOCH_SHIFT)
+            | (SLICE_OPEN_MAGIC << SLICE_MAGIC_SHIFT))
 
 
 def slice_record_high(tag: int, *, kind: int = SLICE_KIND_SPAN, payload: int = 0) -> int:

@@ -32,7 +32,7 @@ from .export.picture import plot_timeline
 from .files import atomic_open, check_output_path
 from .trace import Trace
 
-__all__ = ["write_report"]
+__all__ = ["report_sections", "write_report", "write_run_report"]
 
 _STYLE = """
 body { font: 14px/1.45 system-ui, sans-serif; margin: 24px auto; max-width: 1200px; color: #222; }
@@ -168,13 +168,43 @@ def write_report(
     on what from those roles with a verdict per ring, and, with ``derived``, the work between
     its warps' pipeline calls as derived regions in the statistics and the timeline."""
     target = check_output_path(path)
+    name = title or str(trace.metadata.get("source_file") or "cute_prof trace")
+    parts = report_sections(trace, spec=spec, compare=compare, title=name, derived=derived)
+    return _write_page(target, name, [f"<h1>{html.escape(name)}</h1>", *parts])
+
+
+def write_run_report(sections: list[tuple[str, Trace]], path: str | os.PathLike, *,
+                     title: str, overview: str = "", derived: bool = True) -> Path:
+    """One page for several kernels (``cute-prof report`` of a recorded run): ``overview``
+    (preformatted text) first, then a section per ``(heading, trace)``."""
+    target = check_output_path(path)
+    parts = [f"<h1>{html.escape(title)}</h1>"]
+    if overview:
+        parts.append(f"<pre>{html.escape(overview)}</pre>")
+    for heading, trace in sections:
+        parts.append(f'<h1 style="margin-top:40px">{html.escape(heading)}</h1>')
+        parts.extend(report_sections(trace, title=heading, derived=derived))
+    return _write_page(target, title, parts)
+
+
+def _write_page(target: Path, name: str, parts: list[str]) -> Path:
+    page = (f"<!DOCTYPE html><html><head><meta charset='utf-8'><title>{html.escape(name)}"
+            f"</title><style>{_STYLE}</style></head><body>{''.join(parts)}</body></html>")
+    with atomic_open(target, "w") as handle:
+        handle.write(page)
+    return target
+
+
+def report_sections(trace: Trace, *, spec: RoleSpec | None = None, compare: Trace | None = None,
+                    title: str = "cute_prof trace", derived: bool = True) -> list[str]:
+    """The report's HTML parts for one trace (below its heading)."""
     zero_edit = is_zero_edit(trace)
     if zero_edit and not trace.track_names:
         trace = apply_roles(trace, zero_edit_roles(trace))
     shown = with_work_regions(trace) if derived else trace
     summary = summarize(shown)
-    name = title or str(trace.metadata.get("source_file") or "cute_prof trace")
-    parts = [f"<h1>{html.escape(name)}</h1>"]
+    name = title
+    parts = []
     device = trace.metadata.get("device", "unknown device")
     parts.append(
         f"<p>{len(trace):,} records on {html.escape(str(device))}, "
@@ -214,9 +244,4 @@ def write_report(
                       format_duration(r["noise"])] for r in diff.tags]
         parts.append(_table(["tag", "count A", "count B", "mean A", "mean B", "change", "noise"],
                             diff_rows, flags=[bool(r["flagged"]) for r in diff.tags]))
-
-    page = (f"<!DOCTYPE html><html><head><meta charset='utf-8'><title>{html.escape(name)}"
-            f"</title><style>{_STYLE}</style></head><body>{''.join(parts)}</body></html>")
-    with atomic_open(target, "w") as handle:
-        handle.write(page)
-    return target
+    return parts

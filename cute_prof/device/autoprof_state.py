@@ -70,8 +70,9 @@ class KernelRecording:
     """The buffer and the meaning of the tags of one instrumented kernel."""
 
     def __init__(self, name: str, buffer, n_slices: int, per_warp: int, *,
-                 barriers: bool = True):
+                 barriers: bool = True, pool_kernel: int | None = None):
         self.name = name
+        self.pool_kernel = pool_kernel  # its kernel id in a run's pool (None: its own buffer)
         self.barriers = bool(barriers)  # were named barriers recorded
         self.buffer = buffer
         self.n_slices, self.per_warp = int(n_slices), int(per_warp)
@@ -92,6 +93,7 @@ class KernelRecording:
             "sites": [s.to_dict() for s in self.sites.values()],
             "pipelines": [p.to_dict() for p in self.pipelines],
             "barriers_recorded": self.barriers,
+            **({"pool_kernel": self.pool_kernel} if self.pool_kernel is not None else {}),
         }
 
 
@@ -116,6 +118,10 @@ class RecordingConfig:
     # recorded, only the pipelines (what the pipeline model reads; a kernel whose warps hand
     # off through named barriers makes about as many barrier calls as pipeline calls)
     barriers: bool = True
+    # a run's pool (``cute-prof record``): every kernel's slices come from its one pooled
+    # buffer, claimed per warp, and each kernel gets a kernel id there; the pool provides
+    # ``buffer``, ``capacity`` (slices), ``per_warp`` and ``new_kernel(name) -> id``
+    pool: Any = None
 
 
 class Tracing:
@@ -221,10 +227,15 @@ def tracing_here() -> Tracing | None:
     if active.kernels is not None and not any(k in name for k in active.kernels):
         STATE.skipped_kernels.add(name)
         return None
-    buffer = active.allocate(active.max_warps, active.per_warp)
-    STATE.live_buffers.append(buffer)
-    recording = KernelRecording(name, buffer, active.max_warps, active.per_warp,
-                                barriers=active.barriers)
+    if active.pool is not None:
+        recording = KernelRecording(name, active.pool.buffer, active.pool.capacity,
+                                    active.pool.per_warp, barriers=active.barriers,
+                                    pool_kernel=active.pool.new_kernel(name))
+    else:
+        buffer = active.allocate(active.max_warps, active.per_warp)
+        STATE.live_buffers.append(buffer)
+        recording = KernelRecording(name, buffer, active.max_warps, active.per_warp,
+                                    barriers=active.barriers)
     STATE.recordings.append(recording)
     STATE.pipeline_ids.clear()
     STATE.tracing = Tracing(function, recording)
@@ -254,14 +265,16 @@ def open_slice(state: Tracing) -> None:
     rec = state.recording
     entry = state.kernel_op.regions[0].blocks[0]
     address = int(rec.buffer.data_ptr())
-    dims = (rec.n_slices << 32) | rec.per_warp
+    dims = layout.slices_header(rec.n_slices, rec.per_warp,
+                                pooled=rec.pool_kernel is not None)[1]
     with ir.InsertionPoint.at_block_begin(entry):
         one = Int32(1).ir_value()
         pointer = llvm.PointerType.get()
         state.cursor_slot = llvm.alloca(pointer, one, T.i32(), alignment=4)
         state.storing_slot = llvm.alloca(pointer, one, T.bool(), alignment=1)
         header = SliceHeader(Int64(layout.SLICES_MAGIC), Int64(dims))
-        recorder = SliceRecorder(address, cta_linear_index(), ordered=False, header=header)
+        recorder = SliceRecorder(address, cta_linear_index(), ordered=False, header=header,
+                                 pool_kernel=rec.pool_kernel)
         cursor, storing = recorder.cursor_state()
         llvm.store(cursor.ir_value(), state.cursor_slot)
         llvm.store(storing.ir_value(), state.storing_slot)

@@ -95,6 +95,59 @@ _OPEN_LINES = (
 )
 
 
+
+def _pool_open_lines(kernel: int) -> tuple:
+    """A pooled slices buffer's open (``layout``'s "Pooled slices"): lane 0 claims the next
+    slice with one atomic and loads its kernel's launch epoch; the warp shares both."""
+    tables = layout.POOL_LOST_WORDS
+    return (
+        *LINEAR_TID_LINES,
+        "shr.u32 w, lin, 5;",  # warp in the CTA (%ntid.x is a multiple of 32 where warps record)
+        f"setp.eq.s64 valid, h0, {layout.SLICES_MAGIC};",
+        "mov.b64 {cap, nsl}, h1;",
+        f"shr.u32 x, nsl, {layout.SLICES_POOL_BIT - 32};",
+        "setp.ne.and.u32 valid, x, 0, valid;",  # a pool, not a per-warp-indexed buffer
+        f"and.b32 nsl, nsl, {layout.SLICES_COUNT_MASK};",
+        "cvt.u64.u32 t, cap;",
+        f"add.u64 t, t, {layout.SLICE_HEADER_WORDS};",
+        "cvt.u64.u32 x64, nsl;",
+        "mul.lo.u64 t, t, x64;",
+        f"add.u64 t, t, {layout.SLICES_HEADER_WORDS};",  # words of the slices
+        f"add.u64 a, t, {tables + layout.MAX_POOL_KERNELS};",
+        "setp.le.and.u64 valid, a, words, valid;",
+        f"add.u64 a, t, {tables + kernel};",
+        "shl.b64 a, a, 3;",
+        "add.u64 a, a, g;",  # this kernel's epoch word
+        "mov.u32 lane, %laneid;",
+        "setp.eq.and.u32 l0, lane, 0, valid;",
+        "mov.u64 sl, -1;",
+        "mov.u64 ep, 0;",
+        "@l0 atom.global.add.u64 sl, [g+24], 1;",
+        "@l0 ld.global.cg.u64 ep, [a];",
+        "mov.b64 {rlo, rhi}, sl;",
+        "shfl.sync.idx.b32 rlo, rlo, 0, 31, -1;",
+        "shfl.sync.idx.b32 rhi, rhi, 0, 31, -1;",
+        "mov.b64 sl, {rlo, rhi};",
+        "cvt.u32.u64 epl, ep;",
+        "shfl.sync.idx.b32 epl, epl, 0, 31, -1;",
+        "setp.lt.and.u64 ok, sl, x64, valid;",
+        "setp.eq.and.u32 l0, lane, 0, ok;",
+        "cvt.u64.u32 t, cap;",
+        f"add.u64 t, t, {layout.SLICE_HEADER_WORDS};",
+        "mul.lo.u64 a, sl, t;",
+        f"add.u64 a, a, {layout.SLICES_HEADER_WORDS};",
+        "shl.b64 a, a, 3;",
+        "add.u64 a, a, g;",  # the slice header
+        *_OPEN_LINES[_OPEN_LINES.index(
+            f"add.u64 r, a, {8 * layout.SLICE_HEADER_WORDS};"):],
+        # slice word 3 also names the kernel and the launch epoch
+        f"and.b32 x, epl, {layout.field_mask(layout.SLICE_EPOCH_BITS)};",
+        "cvt.u64.u32 x64, x;",
+        f"shl.b64 x64, x64, {layout.SLICE_EPOCH_SHIFT};",
+        "or.b64 fit, fit, x64;",
+        f"or.b64 fit, fit, {kernel << layout.SLICE_KERNEL_SHIFT};",
+    )
+
 class _SliceConstants:
     """What the open computes once per warp: the low halves of the records' first address
     (``start``) and of the end of what fits (``end``), the high half shared by every record
@@ -143,12 +196,17 @@ class SliceRecorder:
     through dynamic loops like any DSL value.
     """
 
-    def __init__(self, buf, tid, *, ordered: bool = True, enabled=None, header=None, _state=None,
-                 _const=None):
+    def __init__(self, buf, tid, *, ordered: bool = True, enabled=None, header=None,
+                 pool_kernel: int | None = None, _state=None, _const=None):
         self.buf, self.tid, self.ordered = buf, tid, bool(ordered)
+        self.pool_kernel = pool_kernel
         self.enabled = is_enabled(enabled)
         if not self.enabled:
             return
+        if pool_kernel is not None and not (
+                isinstance(pool_kernel, int) and 0 <= pool_kernel < layout.MAX_POOL_KERNELS):
+            raise ProfileBufferError(f"pool_kernel must be an int in 0..{layout.MAX_POOL_KERNELS - 1}, "
+                                     f"got {pool_kernel!r}")
         if header is not None and not isinstance(header, SliceHeader):
             raise ProfileBufferError("header= takes what cute_prof.device.slices.prefetch_header(buf) returns")
         if _const is None:
@@ -161,17 +219,19 @@ class SliceRecorder:
         return Int64(address)
 
     def _open(self, tid, header: SliceHeader):
+        pooled = self.pool_kernel is not None
         text = "\n".join([
             "{",
             ".reg .pred ok, l0, valid;",
             ".reg .u32 x, y, z, nx, ny, nz, nt, lin, w, wpc, cx, cy, cz, ncx, ncy, cl, cap, nsl, "
             "lane, sm, rlo, rhi, rend;",
             ".reg .u64 g, sl, t, h0, h1, a, r, tw, x64, words, fit;",
+            *([".reg .u32 epl;", ".reg .u64 ep;"] if pooled else []),
             "cvta.to.global.u64 g, $6;",
             "mov.u64 words, $8;",
             "mov.u64 h0, $9;",
             "mov.u64 h1, $10;",
-            *_OPEN_LINES,
+            *(_pool_open_lines(self.pool_kernel) if pooled else _OPEN_LINES),
             "cvt.u64.u32 x64, $7;",
             "or.b64 tw, tw, x64;",
             "@l0 st.global.u64 [a], t;",  # slices are 8-byte aligned only
@@ -182,6 +242,9 @@ class SliceRecorder:
             "mov.u32 $2, rend;",
             "selp.u32 $3, 0, 2, valid;",
             "selp.u32 $3, 1, $3, ok;",
+            # a pool's state also keeps the launch epoch, for close()'s lost table
+            *([f"and.b32 x, epl, {layout.field_mask(layout.SLICE_EPOCH_BITS)};",
+               "shl.b32 x, x, 2;", "or.b32 $3, $3, x;"] if pooled else []),
             f"shr.u64 t, t, {layout.SLICE_LONG_OPEN_SHIFT};",
             "cvt.u32.u64 $4, t;",
             "mov.pred $5, l0;",  # only lane 0 of a warp with a slice ever stores
@@ -208,6 +271,7 @@ class SliceRecorder:
         if not self.enabled:
             return SliceRecorder(self.buf, self.tid, ordered=self.ordered, enabled=False)
         return SliceRecorder(self.buf, self.tid, ordered=self.ordered, enabled=True,
+                             pool_kernel=self.pool_kernel,
                              _state=(Int32(values[0]), Boolean(values[1])), _const=self._const)
 
     def cursor_state(self) -> tuple:
@@ -338,14 +402,18 @@ class SliceRecorder:
         cursor, _ = self._state
         check_state_reachable(cursor, "SliceRecorder")
         const = self._const
+        pooled = self.pool_kernel is not None
         text = "\n".join([
             "{", ".reg .pred l0, ok, w, n, dv, lg;", ".reg .u32 lane, am, mn, mx, cnt, e;",
             ".reg .u64 c, g, r, t;",
+            *([".reg .u32 st, cap, nsl;", ".reg .u64 h1, x64;"] if pooled else []),
             "mov.u32 lane, %laneid;",
-            "setp.eq.u32 ok, $2, 1;",
+            *(["and.b32 st, $2, 3;"] if pooled else []),
+            f"setp.eq.u32 ok, {'st' if pooled else '$2'}, 1;",
             "setp.eq.and.u32 l0, lane, 0, ok;",
             "setp.eq.u32 n, lane, 0;",
-            "setp.eq.and.u32 n, $2, 0, n;",  # a valid buffer, but no slice for this warp
+            # a valid buffer, but no slice for this warp
+            f"setp.eq.and.u32 n, {'st' if pooled else '$2'}, 0, n;",
             # recorded from divergent code: the active lanes' counts differ, or close() itself
             # runs in a partial warp
             "activemask.b32 am;",
@@ -369,12 +437,34 @@ class SliceRecorder:
             "@l0 st.global.u64 [r+-16], c;",
             "cvta.to.global.u64 g, $3;",
             "cvt.u64.u32 c, cnt;",
-            "@n red.global.add.u64 [g+16], c;",
+            *(_pool_lost_lines(self.pool_kernel) if pooled else ["@n red.global.add.u64 [g+16], c;"]),
             "}",
         ])
         operands = [cursor.ir_value(), const.high.ir_value(), const.state.ir_value(),
                     self._address().ir_value(), const.start.ir_value(), const.opened.ir_value()]
         inline_asm(None, operands, text, "r,r,r,l,r,r,~{memory}")
+
+
+def _pool_lost_lines(kernel: int) -> list:
+    """close() of a pooled warp that found no slice: its count goes to the lost table's word of
+    its kernel and launch (the epoch the open kept in the state, ``$2`` bits 2..15)."""
+    return [
+        "ld.global.u64 h1, [g+8];",
+        "mov.b64 {cap, nsl}, h1;",
+        f"and.b32 nsl, nsl, {layout.SLICES_COUNT_MASK};",
+        "cvt.u64.u32 t, cap;",
+        f"add.u64 t, t, {layout.SLICE_HEADER_WORDS};",
+        "cvt.u64.u32 x64, nsl;",
+        "mul.lo.u64 t, t, x64;",
+        f"add.u64 t, t, {layout.SLICES_HEADER_WORDS + kernel * layout.POOL_LOST_EPOCHS};",
+        "shr.u32 st, $2, 2;",
+        f"and.b32 st, st, {layout.POOL_LOST_EPOCHS - 1};",
+        "cvt.u64.u32 x64, st;",
+        "add.u64 t, t, x64;",
+        "shl.b64 t, t, 3;",
+        "add.u64 t, t, g;",
+        "@n red.global.add.u64 [t], c;",
+    ]
 
 
 def _high_word_lines(tag, payload, kind, operands: list, cons: list, *, start_word=None) -> list:
