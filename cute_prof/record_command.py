@@ -14,7 +14,8 @@ Ctrl-C reaches the program as usual; the recording is saved as it exits. If it h
 and the program is killed. The output folder is checked before the program starts.
 
 Owns the ``record`` verb's options and the parent's side of a run (stage 7); the child's side
-is :mod:`cute_prof.record_run`, the folder's reading :mod:`cute_prof.recorded_run`.
+is :mod:`cute_prof.record_run`, the folder's reading :mod:`cute_prof.recorded_run`. It may not
+import the device ops: the parent never compiles or launches anything.
 """
 
 from __future__ import annotations

@@ -25,8 +25,8 @@ STAGES = {
     "analysis": 4,
     "export": 5,
     "merge": 6, "loops": 6, "distributed": 6, "flight": 6, "session": 6, "report": 6,
-    "autoprof": 6, "experimental": 6,
-    "cli": 7, "example": 7, "__init__": 8,
+    "autoprof": 6, "experimental": 6, "record_run": 6, "recorded_run": 6,
+    "cli": 7, "example": 7, "record_command": 7, "record_boot": 7, "__init__": 8, "__main__": 8,
 }
 
 

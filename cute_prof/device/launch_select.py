@@ -179,6 +179,7 @@ class LaunchSelector:
         self.lock = threading.RLock()
         self._patches: list[tuple[Any, str, Any]] = []
         self._builds: set[int] = set()
+        self._keep: list = []
 
     @property
     def pool(self) -> RunPool:
@@ -207,11 +208,12 @@ class LaunchSelector:
             return selector.compile(lambda: original_compile(this, func, *args, **kwargs), label)
 
         def run_compiled_program(this, exe_args):
-            if id(this) not in selector._builds:
-                name = getattr(getattr(this, "jit_module", None), "function_name", None)
-                name = name or getattr(this, "function_name", None) or type(this).__name__
+            module = getattr(this, "jit_module", None)
+            if id(getattr(module, "engine", None)) not in selector._builds:
+                kernels = [m.sym for m in getattr(module, "cuda_modules", None) or []]
+                name = ", ".join(kernels) or type(this).__name__
                 with selector.lock:
-                    selector.unknown[str(name)] = selector.unknown.get(str(name), 0) + 1
+                    selector.unknown[name] = selector.unknown.get(name, 0) + 1
             return original_run(this, exe_args)
 
         self._patch(CompileCallable, "_compile", _compile)
@@ -227,11 +229,11 @@ class LaunchSelector:
         setattr(owner, name, replacement)
 
     def _note_build(self, fn) -> None:
-        self._builds.add(id(fn))
-        for attr in ("jit_executor", "_executor", "executor"):  # a wrapper around one
-            inner = getattr(fn, attr, None)
-            if inner is not None:
-                self._builds.add(id(inner))
+        """Remember a build of the hook's: the executors it makes share its JIT engine."""
+        engine = getattr(fn, "engine", None)
+        if engine is not None:
+            self._builds.add(id(engine))
+            self._keep.append(engine)  # an id stays unique while the object lives
 
     # ------------------------------------------------------------------ compiling
     def compile(self, make: Callable[[], Any], label: str):

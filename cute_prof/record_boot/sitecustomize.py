@@ -1,6 +1,8 @@
 """Imported by Python at startup in a program that ``cute-prof record`` runs (this folder is
 first on its ``PYTHONPATH``): start the run, then run the environment's own ``sitecustomize``,
-if it has one, as Python would have."""
+if it has one, as Python would have.
+
+Owns that start-up order; it may import only :mod:`cute_prof.record_run`."""
 
 import importlib.machinery
 import importlib.util

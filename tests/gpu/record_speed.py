@@ -12,6 +12,7 @@ from __future__ import annotations
 
 import argparse
 import json
+import os
 import statistics
 import sys
 import tempfile
@@ -29,20 +30,25 @@ def main(argv=None) -> dict:
     ap.add_argument("--per-block", type=int, default=5)
     ap.add_argument("--json")
     args = ap.parse_args(argv)
+    # keep each build's PTX: the plain build must be the unhooked kernel's, byte for byte
+    os.environ.setdefault("CUTE_DSL_KEEP", "ptx")
+    os.environ.setdefault("CUTE_DSL_DUMP_DIR", tempfile.mkdtemp(prefix="record-speed-ptx-"))
     import torch
     import flash_attn.cute.interface as fa
 
     from cute_prof import record_run
     from cute_prof.calibration import time_shuffled
 
-    cache = fa._flash_attn_fwd.compile_cache
+    cache = fa._flash_attn_fwd.compile_cache.cache  # JITCache's own dict
     inputs, unhooked = {}, {}
     for label, batch, seqlen, causal in SHAPES:
         q, k, v = (torch.randn(batch, seqlen, 16, 128, device="cuda", dtype=torch.bfloat16)
                    for _ in range(3))
-        before = set(cache.keys()) if hasattr(cache, "keys") else set(cache)
+        before = set(cache)
         fa.flash_attn_func(q, k, v, causal=causal)
-        (key,) = set(cache.keys() if hasattr(cache, "keys") else cache) - before
+        new = set(cache) - before
+        # shapes are dynamic: a shape whose kernel is compiled already adds no key
+        key = new.pop() if new else next(i[4] for i in inputs.values() if i[3] == causal)
         inputs[label], unhooked[label] = (q, k, v, causal, key), cache[key]
     # the recorder, in this process, with a range no launch reaches: every launch runs plain
     out = Path(tempfile.mkdtemp(prefix="record-speed-"))
@@ -51,7 +57,8 @@ def main(argv=None) -> dict:
                       "barriers": True, "program": ["record_speed.py"]})
     selecting = {}
     for label, (q, k, v, causal, key) in inputs.items():
-        del cache[key]
+        if cache[key] is unhooked[label]:
+            del cache[key]
         fa.flash_attn_func(q, k, v, causal=causal)
         selecting[label] = cache[key]
         if type(selecting[label]).__name__ != "SelectingFunction":
@@ -69,25 +76,38 @@ def main(argv=None) -> dict:
     variants = {}
     for label in inputs:
         variants[f"{label} | unhooked"] = launcher(label, unhooked[label])
+        # the same function again: the A/A spread of this measurement
+        variants[f"{label} | unhooked again"] = launcher(label, unhooked[label])
         variants[f"{label} | record, outside range"] = launcher(label, selecting[label])
     times = time_shuffled(variants, rounds=args.rounds, per_block=args.per_block)
     rows = []
     for label in inputs:
         base = statistics.median(times[f"{label} | unhooked"]) / 1e3
+        again = statistics.median(times[f"{label} | unhooked again"]) / 1e3
         plain = statistics.median(times[f"{label} | record, outside range"]) / 1e3
+        entry = selecting[label]._entry
+        ptx = _ptx(unhooked[label])
+        same = ptx is not None and ptx == _ptx(entry.plain_fn)
         rows.append({"shape": label, "unhooked_us": base, "outside_range_us": plain,
-                     "ratio": plain / base})
+                     "ratio": plain / base, "a_a_ratio": again / base, "same_ptx": same})
     counts = record_run._RUN.selector.counts
     result = {"device": torch.cuda.get_device_name(), "rounds": args.rounds,
               "per_block": args.per_block, "rows": rows, "counts": counts,
               "recorded_launches": len(record_run._RUN.selector.launches)}
-    print(f"{'FA4 forward h16 d128 bf16':28s} {'unhooked us':>12s} {'outside range us':>17s} {'ratio':>7s}")
+    print(f"{'FA4 forward h16 d128 bf16':28s} {'unhooked us':>12s} {'outside range us':>17s} "
+          f"{'ratio':>7s} {'A/A ratio':>9s} {'same PTX':>8s}")
     for r in rows:
         print(f"{r['shape']:28s} {r['unhooked_us']:12.1f} {r['outside_range_us']:17.1f} "
-              f"{r['ratio']:7.4f}")
+              f"{r['ratio']:7.4f} {r['a_a_ratio']:9.4f} {str(r['same_ptx']):>8s}")
     if args.json:
         Path(args.json).write_text(json.dumps(result, indent=1))
     return result
+
+
+def _ptx(fn) -> str | None:
+    """The PTX a compiled function was built from (CUTE_DSL_KEEP=ptx keeps it)."""
+    artifacts = getattr(fn, "artifacts", None)  # read when the function was built
+    return getattr(artifacts, "PTX", None)
 
 
 if __name__ == "__main__":
