@@ -25,12 +25,14 @@ cute_prof`` needs no CUTLASS DSL); it may not take the what-if experiments' opti
 from __future__ import annotations
 
 import contextlib
+import sys
+
 from .analysis.zero_edit import finish_zero_edit_trace
 from .decode_slices import allocate_slices_buffer, decode_slices, reset_slices
 from .errors import ProfileBufferError
 from .trace import Trace
 
-__all__ = ["AutoProfile", "autoprofile"]
+__all__ = ["AutoProfile", "autoprofile", "framework_caches"]
 
 DEFAULT_PER_WARP = 1024
 DEFAULT_MAX_WARPS = 32768
@@ -123,6 +125,19 @@ class AutoProfile:
             reset_slices(recording.buffer)
 
 
+def framework_caches() -> list[tuple[object, str]]:
+    """The compile caches of frameworks a block empties without being told (``caches=``):
+    FlashAttention-4's, every function of ``flash_attn.cute.interface`` that keeps a
+    ``compile_cache``, once that module is imported (one imported later starts empty anyway).
+    quack's caches are not attributes a block can swap: pass them, or use ``cute-prof
+    record``, whose fresh process compiles everything."""
+    interface = sys.modules.get("flash_attn.cute.interface")
+    if interface is None:
+        return []
+    return [(fn, "compile_cache") for fn in list(vars(interface).values())
+            if callable(fn) and hasattr(fn, "compile_cache")]
+
+
 # the options autoprofile() used to take for the what-if experiments
 EXPERIMENT_OPTIONS = ("load_arrivals", "consumer_delay_ns")
 
@@ -137,10 +152,11 @@ def autoprofile(*, per_warp: int = DEFAULT_PER_WARP, max_warps: int = DEFAULT_MA
     per CTA; later warps only count what they lose). ``kernels``: instrument only kernels
     whose name contains one of these. ``device``: where buffers live (the current CUDA
     device by default). ``caches``: ``(owner, attribute)`` pairs naming a framework's
-    cache of compiled kernels (FA4: ``(interface._flash_attn_fwd, "compile_cache")``);
-    inside the block each is an empty cache of the same type, so the kernel compiles again
-    and records, and the old one is back afterwards (the block's cache stays on
-    ``AutoProfile.caches``, to launch the recording kernel again). ``synchronize``: wait for
+    cache of compiled kernels; inside the block each is an empty cache of the same type,
+    so the kernel compiles again and records, and the old one is back afterwards (the
+    block's caches stay on ``AutoProfile.caches``, in this order, to launch the recording
+    kernel again). FlashAttention-4's are added without being named
+    (:func:`framework_caches`). ``synchronize``: wait for
     the GPU before reading a buffer. ``barriers=False``: record the pipelines only, not the
     named barriers (nor a cluster's, ``cluster.wait`` / ``cluster.arrive``): a kernel whose
     warps hand off through named barriers inside their loop pays less for its recording. The
@@ -191,6 +207,9 @@ def recording_block(*, per_warp: int = DEFAULT_PER_WARP, max_warps: int = DEFAUL
     config = RecordingConfig(per_warp=per_warp, max_warps=max_warps, allocate=allocate,
                              kernels=tuple(kernels) if kernels is not None else None,
                              barriers=barriers, **(experiments or {}))
+    caches = list(caches)
+    caches += [(owner, name) for owner, name in framework_caches()
+               if not any(owner is o and name == n for o, n in caches)]
     saved = [(owner, name, getattr(owner, name)) for owner, name in caches]
     result = None
     try:

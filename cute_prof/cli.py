@@ -136,7 +136,9 @@ def _recorded_run(args):
 
 
 def _run_rows(run, args):
-    return run.select(kernel=getattr(args, "kernel", None), launch=getattr(args, "launch", None))
+    # merge's --kernel is a regex for the profiler's kernel names, not a choice of launches
+    kernel = None if args.command == "merge" else getattr(args, "kernel", None)
+    return run.select(kernel=kernel, launch=getattr(args, "launch", None))
 
 
 def _load(args, progress: _Progress):

@@ -262,16 +262,31 @@ def _at_exit() -> None:
     run = _RUN
     if run is None or run.saved:
         return
+    previous = signal.signal(signal.SIGINT, signal.SIG_IGN)  # a second Ctrl-C: save anyway
     try:
         run.save()
     except Exception as error:  # noqa: BLE001 - the program's own exit status stays
         print(f"cute-prof record: could not save the run: {error}", file=sys.stderr)
+    finally:
+        signal.signal(signal.SIGINT, previous)
 
 
 def _on_sigterm(signum, frame):
     if _RUN is not None:
         _RUN.exit_reason = "SIGTERM"
     raise SystemExit(128 + signum)
+
+
+def _note_uncaught_exceptions() -> None:
+    """The run says how the program ended: an uncaught exception (Ctrl-C's included) is named."""
+    previous = sys.excepthook
+
+    def excepthook(kind, value, traceback):
+        if _RUN is not None:
+            _RUN.exit_reason = f"uncaught {kind.__name__}"
+        previous(kind, value, traceback)
+
+    sys.excepthook = excepthook
 
 
 def _watchdog(fd: int) -> None:
@@ -309,6 +324,7 @@ def start(options: dict | None = None) -> None:
     else:  # after the whole package: cutlass/__init__ imports cutlass.cute half-way through
         sys.meta_path.insert(0, _AfterImport("cutlass", _RUN.install_safely))
     atexit.register(_at_exit)
+    _note_uncaught_exceptions()
     if signal.getsignal(signal.SIGTERM) in (signal.SIG_DFL, None):
         signal.signal(signal.SIGTERM, _on_sigterm)
     fd = options.get("watchdog_fd")

@@ -267,6 +267,7 @@ class RecordedRun:
             ev["launch"] = number
             launches.append({"index": number, "name": row.label(), "kernel": row.kernel,
                              "start_ns": row.start_ns, "end_ns": row.end_ns,
+                             "first_ns": row.start_ns, "last_ns": row.end_ns,
                              "tid_base": number * stride})
             parts.append(ev)
         events = np.concatenate(parts) if parts else np.zeros(0, dtype=EVENT_DTYPE)

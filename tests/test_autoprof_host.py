@@ -4,6 +4,8 @@ wait breakdown per role."""
 
 from __future__ import annotations
 
+import sys
+
 import numpy as np
 import pytest
 
@@ -197,3 +199,35 @@ def test_the_block_leaves_every_wrapped_call_as_it_found_it():
     after = [getattr(owner, name) for owner, name in places]
     assert all(a is not b for a, b in zip(inside, before))
     assert all(a is b for a, b in zip(after, before))
+
+
+def test_fa4_compile_caches_are_emptied_for_the_block_without_being_named(monkeypatch):
+    """A block hands FlashAttention-4's compile caches an empty one of their own type (its
+    kernels compile again, and record) and puts them back after; named caches stay first."""
+    pytest.importorskip("cutlass")
+    import types
+
+    class JITCache(dict):
+        pass
+
+    def _flash_attn_fwd():
+        pass
+
+    def _flash_attn_bwd():
+        pass
+
+    _flash_attn_fwd.compile_cache = JITCache(plain="fwd kernel")
+    _flash_attn_bwd.compile_cache = JITCache(plain="bwd kernel")
+    interface = types.ModuleType("flash_attn.cute.interface")
+    interface._flash_attn_fwd, interface._flash_attn_bwd = _flash_attn_fwd, _flash_attn_bwd
+    interface.not_a_function = 3
+    monkeypatch.setitem(sys.modules, "flash_attn.cute.interface", interface)
+    named = types.SimpleNamespace(cache={"other": 1})
+    with cute_prof.autoprofile(device="cpu", caches=[(named, "cache")]) as prof:
+        inside = (_flash_attn_fwd.compile_cache, _flash_attn_bwd.compile_cache)
+        assert all(type(c) is JITCache and not c for c in inside)
+        _flash_attn_fwd.compile_cache["recording"] = "fwd recording kernel"
+    assert _flash_attn_fwd.compile_cache == {"plain": "fwd kernel"}
+    assert _flash_attn_bwd.compile_cache == {"plain": "bwd kernel"}
+    assert prof.caches[0] == {} and prof.caches[1] == {"recording": "fwd recording kernel"}
+    assert named.cache == {"other": 1}

@@ -270,3 +270,37 @@ def test_a_default_output_folder_is_never_reused(tmp_path):
     for n in (1, 2):
         assert _cli(tmp_path, "--", "prog.py").returncode == 0
         assert (tmp_path / f"cute-prof-run-{n}" / RUN_FILE).exists()
+
+
+STUCK = """
+import pathlib, signal, sys, time
+if "--stuck" in sys.argv:  # a program that ignores Ctrl-C, as one waiting on a hung kernel does
+    signal.signal(signal.SIGINT, signal.SIG_IGN)
+pathlib.Path("ready").write_text("1")
+time.sleep(120)
+"""
+
+
+@pytest.mark.parametrize("stuck", [False, True])
+def test_ctrl_c_saves_the_run(tmp_path, stuck):
+    """Ctrl-C reaches the program (the terminal signals the whole foreground group); one that
+    exits is saved as it exits, one that does not is saved by its watchdog and killed."""
+    import signal
+    import time
+
+    (tmp_path / "prog.py").write_text(STUCK)
+    proc = subprocess.Popen([sys.executable, "-m", "cute_prof", "record", "-o", "out",
+                             "--grace", "1", "--", "prog.py", *(["--stuck"] if stuck else [])],
+                            cwd=tmp_path, stdout=subprocess.PIPE, stderr=subprocess.PIPE,
+                            text=True, start_new_session=True,
+                            env={**os.environ, "PYTHONPATH": str(ROOT)})
+    deadline = time.monotonic() + 60
+    while not (tmp_path / "ready").exists() and time.monotonic() < deadline:
+        time.sleep(0.05)
+    os.killpg(proc.pid, signal.SIGINT)
+    _, err = proc.communicate(timeout=120)
+    assert proc.returncode == 130, err
+    info = json.loads((tmp_path / "out" / RUN_FILE).read_text())
+    expected = "interrupted while the program was stuck" if stuck else "uncaught KeyboardInterrupt"
+    assert info["exit_reason"] == expected
+    assert ("did not exit 1 s after the interrupt" in err) == stuck
