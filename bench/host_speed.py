@@ -1,5 +1,5 @@
-"""How fast is the host side? Decoding and every writer on 1 M .. 50 M records and
-the multi-rank merge (CPU).
+"""How fast is the host side? Decoding and every writer on 1 M .. 50 M records, the
+multi-rank merge and a recorded run's folder (CPU).
 
     python bench/host_speed.py decode --records 1000000 --repeat 3 --no-write
     python bench/host_speed.py --help
@@ -16,6 +16,8 @@ PARTS = [
          "CPU", "bench/results/host_speed/export_scale.md"),
     Part("ranks", "bench/parts/distributed_merge_bench.py", "rank 0's cost of gathering N ranks' buffers",
          "CPU", "bench/results/host_speed/distributed_merge.json"),
+    Part("record", "bench/parts/record_folder_speed.py", "a 50 M-record cute-prof record run: its save, its summary",
+         "CPU", "bench/results/host_speed/record_folder.md"),
 ]
 
 if __name__ == "__main__":
