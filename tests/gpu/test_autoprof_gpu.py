@@ -154,3 +154,22 @@ def test_recorder_cost_of_flash_attention_forward():
     assert len(got["plain_ns"]) == len(got["recording_ns"]) == 15
     assert 5_000 < min(got["plain_ns"]) < 100_000  # one b1 s1024 forward: ~16 us
     assert 0.03 < got["cost"] < 0.4, got["cost"]
+
+
+def test_flash_attention_records_without_naming_its_cache():
+    """FA4 compiled its kernel before the block: the block empties FA4's compile caches
+    itself (``framework_caches``), so the kernel compiles again and records, and the plain
+    kernel is back in the cache afterwards."""
+    pytest.importorskip("flash_attn.cute")
+    from examples.flash_attention import fa4_interface, inputs
+
+    fa = fa4_interface()
+    q, k, v = inputs(1, 1024, 16, 128)
+    fa._flash_attn_fwd(q, k, v, causal=True)
+    before = dict(fa._flash_attn_fwd.compile_cache.cache)
+    with cute_prof.autoprofile() as prof:
+        fa._flash_attn_fwd(q, k, v, causal=True)
+    trace = prof.trace()
+    assert len(trace) > 0 and trace.overflow == 0
+    assert "pipeline_k.consumer_wait" in set(trace.tag_names)
+    assert dict(fa._flash_attn_fwd.compile_cache.cache) == before

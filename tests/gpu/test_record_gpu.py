@@ -111,11 +111,13 @@ def test_verbs_read_the_folder(runs, tmp_path):
 
 
 def test_launches_outside_the_range_run_at_plain_speed(tmp_path):
-    sys.path.insert(0, str(Path(__file__).resolve().parent))
-    import record_speed
-
-    result = record_speed.main(["--rounds", "30", "--per-block", "8",
-                                "--json", str(tmp_path / "speed.json")])
+    # a fresh interpreter: the DSL reads CUTE_DSL_KEEP (each build's PTX, compared) at import
+    env = {**os.environ, "CUTE_DSL_KEEP": "ptx", "CUTE_DSL_DUMP_DIR": str(tmp_path)}
+    proc = subprocess.run([sys.executable, "tests/gpu/record_speed.py", "--rounds", "30",
+                           "--per-block", "8", "--json", str(tmp_path / "speed.json")],
+                          cwd=ROOT, env=env, capture_output=True, text=True, timeout=900)
+    assert proc.returncode == 0, proc.stderr[-3000:]
+    result = json.loads((tmp_path / "speed.json").read_text())
     out = os.environ.get("OUT")
     if out:
         Path(out, "record_speed.json").write_text(json.dumps(result, indent=1))
