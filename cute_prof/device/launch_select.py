@@ -211,7 +211,7 @@ class LaunchSelector:
             module = getattr(this, "jit_module", None)
             if id(getattr(module, "engine", None)) not in selector._builds:
                 kernels = [m.sym for m in getattr(module, "cuda_modules", None) or []]
-                name = ", ".join(kernels) or type(this).__name__
+                name = ", ".join(kernels) or "a function cute.compile did not build in this run"
                 with selector.lock:
                     selector.unknown[name] = selector.unknown.get(name, 0) + 1
             return original_run(this, exe_args)
