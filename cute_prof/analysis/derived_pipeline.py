@@ -11,7 +11,6 @@ the records, and may not replay or predict: that stays in the stages of the pipe
 from __future__ import annotations
 
 import dataclasses
-from collections.abc import Sequence
 from typing import Any
 
 import numpy as np
@@ -20,7 +19,6 @@ from ..errors import ProfileBufferError
 from ..trace import Trace
 from .grouping import rows_by_value, tags_in, unique_ints, warp_order
 from .load_arrivals import load_arrival_sample
-from .model import arrival_issue_rate
 from .pipeline_data import match_records
 from .replay_terms import clean_releases, job_regions
 from .roles import RoleSpec
@@ -260,24 +258,6 @@ class DerivedPipeline:
             loads["latency_ns"] -= late.get(ring, 0.0)
             loads["position"] -= before_loop.get(ring, 0)
         return sample
-
-    def lighter_load_terms(self, lighter_from: Sequence[Trace], arrivals: dict) -> dict:
-        """``what_if(lighter_load=)``: per ring, each of ``lighter_from``'s sampled loads
-        and throughput against ``arrivals`` (the base's sampled loads, ``probed_terms``).
-        ``lighter_from``: launches of this kernel with the same probes
-        (``autoprofile_probed(load_arrivals=N)``, the same N) at a lighter memory load, such as the
-        persistent kernel on half the SMs or a problem of half as many tiles as SMs; the
-        rates of their sampled loads' issue (``arrival_issue_rate``) stand as the loads'
-        throughputs. A ring the base did not sample gets nothing."""
-        out: dict[str, list] = {}
-        for trace in lighter_from:
-            for ring, loads in self.arrival_sample(trace).items():
-                base = arrivals.get(ring)
-                if base is None or len(base) < 2 or loads.size < 2:
-                    continue
-                out.setdefault(ring, []).append(
-                    (loads, arrival_issue_rate(loads) / arrival_issue_rate(base)))
-        return out
 
     def _probed_releases(self, probed: Trace | None) -> dict[str, np.ndarray]:
         """The probed launch's releases that did not wait for their async job

@@ -16,7 +16,7 @@ from .model import (arrival_issue_times, arrival_latencies, arrival_leader_gaps,
 from .pipeline_data import cluster_index, memoized, PipelineData
 from .replay_terms import infer_terms, MIN_LATENCY_SAMPLE, never_blocked, UNQUEUED_QUANTILE
 
-__all__ = ["latency_sample", "load_congestion", "loop_queueing", "lighter_load_point"]
+__all__ = ["latency_sample", "load_congestion", "loop_queueing"]
 # the seed of the per-item latency draws from a sample of arrivals (what_if): fixed, so a
 # prediction repeats exactly
 LATENCY_DRAW_SEED = 2027
@@ -117,13 +117,11 @@ def load_congestion(latency: np.ndarray, issued: np.ndarray) -> np.ndarray:
 
 
 def draw_latencies(rng, sample, shape: tuple[int, int]
-                    ) -> tuple[np.ndarray, np.ndarray, float, tuple[float, float] | None]:
+                    ) -> tuple[np.ndarray, np.ndarray, float]:
     """(units, iterations) one latency per replayed item from a ring's sampled loads, as
-    (queued, fixed, unqueued, loop): the part that scales with the memory's load
+    (queued, fixed, unqueued): the part that scales with the memory's load
     (``queued_under_load``), the part that does not, and the least congested latency the
-    queued part lies above; the item's latency is queued + fixed. ``loop``: the
-    ``loop_queueing`` the items' queued part is, where the sample's issue times told the
-    congestion (else None).
+    queued part lies above; the item's latency is queued + fixed.
 
     With the loads' issue times (``ARRIVAL_SAMPLE_DTYPE``) a load's latency splits in two.
     Its congestion, the median latency of the ``NEAREST_ARRIVALS`` loads issued nearest it
@@ -164,51 +162,28 @@ def draw_latencies(rng, sample, shape: tuple[int, int]
             else:  # (2, U, K): as a group's first load of the place (a miss), as an L2 hit
                 drawn = np.stack([_draw_in_class(rng, own[order], c[order], shape,
                                                  position[order]) for c in classes])
-            return queued, floor + drawn, float(floor), (floor, typical)
+            return queued, floor + drawn, float(floor)
         drawn = latency[order][pick]  # no issue times to tell congestion by
     floor = np.quantile(latency, UNQUEUED_QUANTILE)
-    return np.maximum(drawn - floor, 0.0), np.minimum(drawn, floor), float(floor), None
+    return np.maximum(drawn - floor, 0.0), np.minimum(drawn, floor), float(floor)
 
 
-def loop_queueing(sample, places: int, *, floor: float | None = None,
+def loop_queueing(sample, places: int, *,
                   congestion: np.ndarray | None = None) -> tuple[float, float]:
     """(floor, queued) of a ring's sampled loads (with their places and issue times): the
-    least congested times' congestion (``UNQUEUED_QUANTILE`` of ``load_congestion``) unless
-    ``floor`` is given, and the loop's typical queueing above it: the mean over its first
-    ``places`` places of the median congestion sampled at each (``_place_windows``) less
-    the floor, none below it."""
+    least congested times' congestion (``UNQUEUED_QUANTILE`` of ``load_congestion``), and
+    the loop's typical queueing above it: the mean over its first ``places`` places of the
+    median congestion sampled at each (``_place_windows``) less the floor, none below it."""
     latency, position = arrival_latencies(sample), arrival_positions(sample)
     issued = arrival_issue_times(sample)
     if position is None or issued is None or latency.size <= NEAREST_ARRIVALS:
         raise ValueError("the loop's queueing needs more than "
                          f"{NEAREST_ARRIVALS} sampled loads with their places and issue times")
     congestion = load_congestion(latency, issued) if congestion is None else congestion
-    floor = float(np.quantile(congestion, UNQUEUED_QUANTILE)) if floor is None else float(floor)
+    floor = float(np.quantile(congestion, UNQUEUED_QUANTILE))
     order = np.argsort(position, kind="stable")
     by_place = _place_medians(congestion[order], position[order], np.arange(places))
     return floor, float(np.maximum(by_place - floor, 0.0).mean())
-
-
-def lighter_load_point(floor: float, queued: float,
-                       lighter: list) -> tuple[float, float] | None:
-    """The base kernel's loads at a lighter memory load, as ``queued_under_load`` takes it:
-    (f, h), the loop's queued part (``loop_queueing``, above the base sample's ``floor``) in
-    the lighter launches against the base's (``queued``), and their throughput against the
-    base's (each the median over ``lighter``: (sample, throughput) per lighter launch,
-    ``DerivedPipeline.lighter_load_terms``). None where the base's loads met no queue
-    (nothing to scale) or no lighter launch sampled enough loads."""
-    if queued <= 0.0:
-        return None
-    points = []  # each lighter launch's (queued part above the base's floor, throughput)
-    for sample, throughput in lighter:
-        if arrival_latencies(sample).size > NEAREST_ARRIVALS and 0.0 < throughput < 1.0:
-            own_places = int(arrival_positions(sample).max()) + 1  # its own loop's length
-            points.append((loop_queueing(sample, own_places, floor=floor)[1],
-                           float(throughput)))
-    if not points:
-        return None
-    lighter_queued, throughputs = zip(*points)
-    return float(np.median(lighter_queued)) / queued, float(np.median(throughputs))
 
 
 # a sampled load issued less than this many of the sample's median latency after its

@@ -348,16 +348,10 @@ def replay(data: PipelineData, spec: PipelineSpec | None = None, *,
 QUEUE_RULES = ("little", "open", "none")
 
 
-def queued_under_load(queued, unqueued: float, ratio: float, *, rule: str = "little",
-                      lighter: tuple[float, float] | None = None):
+def queued_under_load(queued, unqueued: float, ratio: float, *, rule: str = "little"):
     """A load's queued time (its latency above the least congested ``unqueued`` one) when the
     kernel's throughput changes by 1 / ``ratio`` (the change's time against the base's), by
-    ``rule`` (one of ``QUEUE_RULES``), or where the base kernel was also run at a lighter
-    load (``lighter``: (f, h), its queued part f times the base's at h of the base's
-    throughput, ``lighter_load_point``), a slower change's by that curve instead: the
-    queued part's factor runs straight from 1 at the base's throughput to f at h, and
-    from there to 0 at none (Little's law, the queued part's factor equal to the
-    throughput's, is that curve through (h, h)):
+    ``rule`` (one of ``QUEUE_RULES``):
 
     - ``"little"`` (the model's): Little's law at a fixed occupancy, queued / ratio;
     - ``"open"``: one open queue, W = W0 / (1 - rho), the base's utilisation rho = queued /
@@ -376,15 +370,6 @@ def queued_under_load(queued, unqueued: float, ratio: float, *, rule: str = "lit
         raise ValueError(f"unknown queue rule {rule!r}: one of {sorted(QUEUE_RULES)}")
     r = max(float(ratio), 1e-6)
     q = np.maximum(queued, 0.0)
-    if lighter is not None and r > 1.0:
-        factor, at = float(lighter[0]), float(lighter[1])
-        if not (0.0 < at < 1.0 and factor >= 0.0):
-            raise ValueError(f"a lighter load's point is (factor >= 0, throughput in (0, 1)), "
-                             f"got {lighter!r}")
-        throughput = 1.0 / r
-        if throughput >= at:
-            return q * (1.0 + (factor - 1.0) * (1.0 - throughput) / (1.0 - at))
-        return q * factor * throughput / at
     if rule == "none":
         return q
     if rule == "little" or r <= 1.0:

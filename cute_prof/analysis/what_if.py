@@ -16,8 +16,8 @@ import numpy as np
 from ..errors import ProfileBufferError
 from .critical_path import steady_bound
 from .dispatch import DISPATCH_ROUNDS, dispatch_shift, DISPATCH_TOLERANCE_NS, kernel_time
-from .loads import (draw_latencies, LATENCY_DRAW_SEED, latency_sample, lighter_load_point,
-    one_draw_per_cluster, with_latency)
+from .loads import (draw_latencies, LATENCY_DRAW_SEED, latency_sample, one_draw_per_cluster,
+    with_latency)
 from .model import arrival_latencies, arrival_leader_gaps, shifted_arrivals
 from .pipeline_data import PipelineData, timer_step
 from .replay import QUEUE_RULES, queued_under_load, replay, Schedule
@@ -96,8 +96,7 @@ def what_if(data: PipelineData, *, depth: dict | None = None, shared_by: dict | 
             record_ns: float = 0.0, arrivals: dict | None = None,
             recorder_cost: float = 0.0, slowdown: float | None = None,
             schedules: bool = False, release_sample: dict | None = None,
-            queue_rule: str = "little", gap_change_ns: float = 0.0,
-            lighter_load: dict | None = None) -> dict:
+            queue_rule: str = "little", gap_change_ns: float = 0.0) -> dict:
     """Predicted kernel-time change of a changed pipeline (ring depths, sharing, a region
     faster), from the replay of the change against the replay of the base. ``latency``:
     wait tag -> ns, replacing the inferred latency of that wait's event (when the trace
@@ -149,13 +148,7 @@ def what_if(data: PipelineData, *, depth: dict | None = None, shared_by: dict | 
     change that holds CTAs in step makes all of them wait for the first one's miss.
 
     ``release_sample``: another launch's releases that did not wait for their job
-    (``clean_releases``), for every replay (``replay(release_sample=)``).
-
-    ``lighter_load``: ring -> [(sample, throughput), ...], the base kernel's loads sampled
-    as they arrived in launches at a lighter memory load (``DerivedPipeline.
-    lighter_load_terms``): a slower change's drawn loads on that ring queue as the
-    curve through the base's and their point says (``lighter_load_point``,
-    ``queued_under_load(lighter=)``), not by ``queue_rule``."""
+    (``clean_releases``), for every replay (``replay(release_sample=)``)."""
     if queue_rule not in QUEUE_RULES:
         raise ValueError(f"unknown queue rule {queue_rule!r}: one of {sorted(QUEUE_RULES)}")
     terms = terms if terms is not None else infer_terms(data)
@@ -164,7 +157,7 @@ def what_if(data: PipelineData, *, depth: dict | None = None, shared_by: dict | 
         if tag not in tags:
             raise ProfileBufferError(f"latency names an unknown region {tag!r}")
         terms = with_latency(terms, tags.index(tag), value)
-    loaded, draws, leaders, lighter = {}, {}, {}, {}
+    loaded, draws, leaders = {}, {}, {}
     if loaded_latency:
         for i, r in enumerate(data.spec.regions):
             if "consumes" in r.relations and r.tag not in (latency or {}):
@@ -177,14 +170,9 @@ def what_if(data: PipelineData, *, depth: dict | None = None, shared_by: dict | 
                     # the base and the change see the same draws), its queued part moved
                     # by the quantile asked for less the sample's median
                     rng = np.random.default_rng(LATENCY_DRAW_SEED + i)
-                    queued, fixed, unqueued, loop = draw_latencies(rng, sample,
-                                                                    data.shape[:2])
+                    queued, fixed, unqueued = draw_latencies(rng, sample, data.shape[:2])
                     if fixed.ndim == 3:
                         leaders[i] = arrival_leader_gaps(sample)[1]
-                    light = (lighter_load or {}).get(r.relations["consumes"].resource)
-                    point = lighter_load_point(*loop, light) if light and loop else None
-                    if point is not None:
-                        lighter[i] = point
                     draws[i] = (queued + (at - np.median(probed)) + latency_shift_ns, fixed,
                                 unqueued)
                 elif first_load is not None and len(first_load) >= MIN_LATENCY_SAMPLE:
@@ -267,8 +255,7 @@ def what_if(data: PipelineData, *, depth: dict | None = None, shared_by: dict | 
             changed_terms = with_latency(changed_terms, i, value)
         # each drawn load's queueing scales the same way
         changed_draws = one_draw_per_cluster(data, changed_spec, {
-            i: fixed + queued_under_load(queued, unqueued, ratio, rule=queue_rule,
-                                         lighter=lighter.get(i))
+            i: fixed + queued_under_load(queued, unqueued, ratio, rule=queue_rule)
             for i, (queued, fixed, unqueued) in draws.items()})
         changed, new_end, changed_shift = dispatched(
             changed_spec, changed_shift, scale=scale, terms=changed_terms,
@@ -314,9 +301,7 @@ def what_if(data: PipelineData, *, depth: dict | None = None, shared_by: dict | 
             # the latency the change's replay waited on: the mean of its items' draws where
             # the ring's loads were sampled, else the one loaded latency
             "latency_ns": {tags[i]: float(np.mean(changed_draws[i])) if i in changed_draws
-                           else float(changed_terms[1][0, i]) for i in loaded},
-            # the lighter load's point each drawn wait's queueing followed: (f, h)
-            "lighter_load_point": {tags[i]: x for i, x in lighter.items()}}
+                           else float(changed_terms[1][0, i]) for i in loaded}}
 
 
 def blocked_as_base(data: PipelineData, base: Schedule, changed: Schedule) -> np.ndarray:
@@ -361,8 +346,7 @@ def predict_what_if(data: PipelineData, change: dict, *, terms=None,
                     interval: tuple[float, float] = (0.25, 0.75),
                     first_load: np.ndarray | None = None, record_ns: float = 0.0,
                     arrivals: dict | None = None, recorder_cost: float = 0.0,
-                    release_sample: dict | None = None, queue_rule: str = "little",
-                    lighter_load: dict | None = None) -> dict:
+                    release_sample: dict | None = None, queue_rule: str = "little") -> dict:
     """One what-if with its uncertainty from the base trace's own spread: the prediction
     at the median loaded latency, and the interval spanned by the latency quantiles
     ``interval`` (per-unit and per-load variation of the base), each widened by one tick
@@ -375,7 +359,7 @@ def predict_what_if(data: PipelineData, change: dict, *, terms=None,
     ``{"modelled": False, "reason": ...}`` instead of a number; so does one that hangs on
     a load latency the base never showed (its consumer never waited: with ``bounds``, the
     change at latency 0 and at the unblocked waits' bound). ``release_sample``,
-    ``queue_rule``, ``lighter_load``: as :func:`what_if` takes them."""
+    ``queue_rule``: as :func:`what_if` takes them."""
     unknown = set(change) - {"depth", "shared_by", "scale", "latency", "gap_change_ns"}
     if unknown:
         return {"modelled": False, "reason": f"no model term for {sorted(unknown)}"}
@@ -418,7 +402,7 @@ def predict_what_if(data: PipelineData, change: dict, *, terms=None,
                                     latency_shift_ns=shift, first_load=first_load,
                                     record_ns=max(record_ns + removed, 0.0), arrivals=arrivals,
                                     recorder_cost=recorder_cost, release_sample=release_sample,
-                                    queue_rule=queue_rule, lighter_load=lighter_load, **moved,
+                                    queue_rule=queue_rule, **moved,
                                     slowdown=runs[0]["recorder_slowdown"] if runs else None))
             if runs[0]["recorder_slowdown"] != 1.0:
                 # how much of the recorder's cost slows the work is the model's reading:
@@ -426,7 +410,7 @@ def predict_what_if(data: PipelineData, change: dict, *, terms=None,
                 runs.append(what_if(data, terms=terms, loaded_latency=True,
                                     first_load=first_load, record_ns=record_ns,
                                     arrivals=arrivals, release_sample=release_sample,
-                                    queue_rule=queue_rule, lighter_load=lighter_load, **change))
+                                    queue_rule=queue_rule, **change))
             if unobserved:
                 upper = {**change, "latency": {**(change.get("latency") or {}), **unobserved}}
                 runs.append(what_if(data, terms=terms, loaded_latency=True,
@@ -435,7 +419,7 @@ def predict_what_if(data: PipelineData, change: dict, *, terms=None,
                                     record_ns=max(record_ns - record_spread, 0.0),
                                     arrivals=arrivals, recorder_cost=recorder_cost,
                                     release_sample=release_sample, queue_rule=queue_rule,
-                                    lighter_load=lighter_load, **upper,
+                                    **upper,
                                     slowdown=runs[0]["recorder_slowdown"]))
     except ProfileBufferError as err:
         return {"modelled": False, "reason": str(err)}

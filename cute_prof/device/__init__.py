@@ -16,9 +16,8 @@ Zero-edit recording (``cute_prof.autoprofile``), imported from its own modules:
 * ``load_probes.py``      the what-if experiments' load-arrival probes and consumer delay
 * ``scope.py``            trace-time checks and the kernel-end hook
 
-Beside them, ``hold.py`` (``HeldSMs``): a launch run while other CTAs hold some of the SMs
-(the what-if check's lighter-load launches); import it from ``cute_prof.device.hold``;
-``flight.py`` (the flight recorder's ops) and ``timer_probe.py`` (the clock-pair kernel).
+Beside them, ``flight.py`` (the flight recorder's ops) and ``timer_probe.py`` (the
+clock-pair kernel).
 
 This package owns everything that runs inside a kernel or emits its PTX at trace time, and is
 the only part of cute_prof that imports the CUTLASS DSL; it may import only ``layout``,
