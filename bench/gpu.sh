@@ -5,7 +5,7 @@
 # whatif_table.md / .json to CHECK_OUT (default bench/results/whatif):
 #
 #     bash bench/gpu.sh                          # every what-if part, then the check
-#     PARTS=zero_edit_cost CHECK=0 bash bench/gpu.sh   # what zero-edit recording costs FA4 and the GEMM
+#     PARTS=light_cost CHECK=0 bash bench/gpu.sh       # what light and full zero-edit recording cost
 #
 # PARTS picks parts (default: all the check reads). A device call lasting 10 minutes at most
 # runs two halves with CHECK=0, PARTS="chain cluster_gap quack gemm_ze persistent_ze
@@ -45,7 +45,7 @@ for p in $RUN_PARTS; do
     persistent_ze) part persistent_ze $GEMM --persistent --mnk 4096,4096,1024 ;;
     chain) part chain python bench/record_cost.py chain --iters 5000 --rounds 10 ;;  # the time the model removes per record
     cluster_gap) part cluster_gap python bench/whatif.py cluster-gap --sizes 1,2 ;;  # a cluster change moves the launch gap by it
-    zero_edit_cost) part zero_edit_cost python bench/kernel_cost.py zero-edit --rounds ${ROUNDS:-20} --json "$PARTS_DIR/zero_edit_cost/cost.json" ;;
+    light_cost) part light_cost python bench/kernel_cost.py light --rounds ${ROUNDS:-20} --json "$PARTS_DIR/light_cost/light_cost.json" ;;
   esac
 done
 ls -la "$FINAL"

@@ -144,7 +144,8 @@ EXPERIMENT_OPTIONS = ("load_arrivals", "consumer_delay_ns")
 
 def autoprofile(*, per_warp: int = DEFAULT_PER_WARP, max_warps: int = DEFAULT_MAX_WARPS,
                 kernels: tuple[str, ...] | list[str] | str | None = None, device=None,
-                caches=(), synchronize: bool = True, barriers: bool = True, **unknown):
+                caches=(), synchronize: bool = True, barriers: bool = True,
+                mode: str = "full", **unknown):
     """Record every pipeline and barrier call of kernels compiled inside the block.
 
     ``per_warp``: records kept per warp (a wait is two, a signal one; the rest is counted
@@ -162,6 +163,12 @@ def autoprofile(*, per_warp: int = DEFAULT_PER_WARP, max_warps: int = DEFAULT_MA
     warps hand off through named barriers inside their loop pays less for its recording. The
     pipeline model reads no barrier record, yet its what-ifs come out less accurate from
     such traces: record the barriers for what-ifs (the figures: docs/performance.md).
+    ``mode="light"``: record the producer's calls alone (``producer_acquire``,
+    ``producer_commit``, ``producer_tail``), no consumer call and no barrier: a
+    warp-specialised kernel pays almost nothing, and the trace still says per ring whether
+    the loop is bound by its loads or its consumers, its interval per iteration and its
+    stragglers (:func:`cute_prof.analysis.light.light_verdicts`); the consumers' own waits
+    and the what-if model need ``mode="full"``.
 
     Any other keyword is a :class:`TypeError`; the load-arrival probes and the consumer delay
     of the what-if research are :func:`cute_prof.experimental.autoprofile_probed`'s.
@@ -174,14 +181,14 @@ def autoprofile(*, per_warp: int = DEFAULT_PER_WARP, max_warps: int = DEFAULT_MA
         raise TypeError(f"autoprofile() got an unexpected keyword argument {name!r}{hint}")
     return recording_block(per_warp=per_warp, max_warps=max_warps, kernels=kernels,
                            device=device, caches=caches, synchronize=synchronize,
-                           barriers=barriers)
+                           barriers=barriers, mode=mode)
 
 
 @contextlib.contextmanager
 def recording_block(*, per_warp: int = DEFAULT_PER_WARP, max_warps: int = DEFAULT_MAX_WARPS,
                     kernels: tuple[str, ...] | list[str] | str | None = None, device=None,
                     caches=(), synchronize: bool = True, barriers: bool = True,
-                    experiments: dict | None = None):
+                    mode: str = "full", experiments: dict | None = None):
     """The block behind :func:`autoprofile` (its options, with its defaults, checked here)
     and :func:`cute_prof.experimental.autoprofile_probed` (``experiments``: more fields of
     the device's ``RecordingConfig``, which that function checks). Yields an
@@ -204,9 +211,11 @@ def recording_block(*, per_warp: int = DEFAULT_PER_WARP, max_warps: int = DEFAUL
 
     if not isinstance(barriers, bool):
         raise ProfileBufferError(f"barriers must be True or False, got {barriers!r}")
+    if mode not in ("full", "light"):
+        raise ProfileBufferError(f"mode must be 'full' or 'light', got {mode!r}")
     config = RecordingConfig(per_warp=per_warp, max_warps=max_warps, allocate=allocate,
                              kernels=tuple(kernels) if kernels is not None else None,
-                             barriers=barriers, **(experiments or {}))
+                             barriers=barriers, mode=mode, **(experiments or {}))
     caches = list(caches)
     caches += [(owner, name) for owner, name in framework_caches()
                if not any(owner is o and name == n for o, n in caches)]

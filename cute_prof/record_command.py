@@ -95,6 +95,10 @@ def add_record_parser(commands) -> argparse.ArgumentParser:
     record.add_argument("--max-memory", type=parse_size, default=DEFAULT_MAX_MEMORY,
                         metavar="SIZE", help="GPU memory for the records of the whole run "
                         "(default 1G); launches after it filled run plain and are counted")
+    record.add_argument("--mode", choices=("full", "light"), default="full",
+                        help="full: every pipeline call and barrier (the default); light: the "
+                             "producers' waits alone, a few percent or less of a kernel's time "
+                             "(docs/record.md)")
     record.add_argument("--no-barriers", action="store_true",
                         help="record the pipelines only, not the named barriers")
     record.add_argument("--grace", type=float, default=DEFAULT_GRACE_S, metavar="S",
@@ -157,7 +161,7 @@ def run_record(args) -> int:
     options = {"out": str(out), "program": command, "kernels": list(args.kernel),
                "launch_skip": args.launch_skip, "launch_count": args.launch_count,
                "per_warp": args.per_warp, "max_memory": args.max_memory,
-               "barriers": not args.no_barriers, "watchdog_fd": watch_read}
+               "barriers": not args.no_barriers, "mode": args.mode, "watchdog_fd": watch_read}
     env = dict(os.environ)
     env.update(CACHE_OFF)
     env[ENV_VAR] = json.dumps(options)

@@ -79,7 +79,8 @@ class _Run:
                               skip=int(self.options.get("launch_skip", 0)),
                               count=self.options.get("launch_count"))
         self.selector = LaunchSelector(self._allocate_pool, selection,
-                                       barriers=bool(self.options.get("barriers", True)))
+                                       barriers=bool(self.options.get("barriers", True)),
+                                       mode=self.options.get("mode", "full"))
         self.selector.install()
 
     def _allocate_pool(self):
@@ -128,7 +129,7 @@ class _Run:
             "exit_reason": self.exit_reason,
             "selection": {k: self.options.get(k) for k in
                           ("kernels", "launch_skip", "launch_count", "per_warp", "max_memory",
-                           "barriers")},
+                           "barriers", "mode")},
             "cutlass_imported": selector is not None or self.install_error is not None,
             "install_error": self.install_error,
             "notes": notes,

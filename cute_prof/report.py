@@ -21,6 +21,7 @@ from pathlib import Path
 import numpy as np
 
 from .analysis.diff import diff_traces
+from .analysis.light import format_light_verdicts, light_verdicts
 from .analysis.waits import analyze_waits
 from .analysis.roles import RoleSpec, apply_roles
 from .analysis.summary import format_duration, span_mask, summarize
@@ -140,6 +141,10 @@ def _zero_edit_waits(trace: Trace, shown: Trace) -> str:
     if rings:
         parts.append(f'<p class="verdict"><b>{html.escape(ring_headline(rings))}.</b></p>')
         parts += [f'<p class="verdict">{html.escape(v)}</p>' for v in ring_verdicts(rings)]
+    elif light_verdicts(trace)["rings"]:  # a light recording: the producer's waits alone
+        parts.append("<p>A light recording: the producer's waits alone.</p>")
+        parts += [f'<p class="verdict">{html.escape(line)}</p>'
+                  for line in format_light_verdicts(light_verdicts(trace)).splitlines()]
     else:
         parts.append('<p class="verdict">No ring has both a producer and a consumer in this '
                      "trace: no verdict.</p>")

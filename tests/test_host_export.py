@@ -63,6 +63,18 @@ def random_overlapping_trace(seed: int, n: int = 3000, tracks: int = 7) -> Trace
     return Trace(ev, ("load", "mma", "epilogue"), n, n, 0, 0, metadata={"device": "test"})
 
 
+def assert_same_slices(a_path, b_path):
+    """Same slices on the same tracks (lanes included), as multisets: among identical twin
+    regions (same track, start and end) the order in the file is not part of the comparison."""
+    a, a_info = read_pftrace(a_path)
+    b, b_info = read_pftrace(b_path)
+    assert a.shape == b.shape
+    fields = list(a.dtype.names)
+    rows = lambda s: sorted(tuple(r[f] for f in fields) for r in s)  # noqa: E731
+    assert rows(a) == rows(b)
+    assert a_info == b_info
+
+
 def assert_slices_are_the_events(trace: Trace, path) -> None:
     """Every region and instant of ``trace`` is one slice of the file, with its exact start,
     duration and name, and nothing else is (as multisets: twin regions may come in any

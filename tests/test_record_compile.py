@@ -3,7 +3,7 @@ warp-specialised GEMM (examples/ws_gemm.py, no hand-placed record) comes back as
 recorder's function, whose recording build claims its slices from the run's pool (one atomic
 and one epoch load per warp at the open) and whose plain build is the kernel the program
 compiles without the recorder, byte for byte. The kernel filter is reported when it matches
-nothing."""
+nothing, and a light recording keeps the producers' waits alone."""
 
 from __future__ import annotations
 
@@ -69,11 +69,13 @@ def builds(tmp_path_factory):
     plain, _ = _run(tmp, "plain")
     recorded, proc = _run(tmp, "recorded", "--launch-skip", "1", "-k", "WsGemm")
     unmatched, unmatched_proc = _run(tmp, "unmatched", "-k", "no_such_kernel")
-    return plain, (recorded, proc, tmp / "recorded" / "run"), (unmatched, unmatched_proc)
+    light, _ = _run(tmp, "light", "--mode", "light")
+    return (plain, (recorded, proc, tmp / "recorded" / "run"), (unmatched, unmatched_proc),
+            (light, tmp / "light" / "run"))
 
 
 def test_the_plain_build_is_the_unrecorded_kernel(builds):
-    plain, (recorded, _, _), _ = builds
+    plain, (recorded, _, _), _, _ = builds
     assert plain["type"] != "SelectingFunction"
     assert recorded["type"] == "SelectingFunction"
     # a launch range: the plain build is compiled with the recording one
@@ -81,7 +83,7 @@ def test_the_plain_build_is_the_unrecorded_kernel(builds):
 
 
 def test_the_recording_build_claims_its_slice_from_the_pool(builds):
-    plain, (recorded, _, folder), _ = builds
+    plain, (recorded, _, folder), _, _ = builds
     ptx = recorded["recording_ptx"]
     assert ptx.count("atom.global.add.u64") == plain["plain_ptx"].count("atom.global.add.u64") + 1
     assert ptx.count("ld.global.cg.u64") >= 1  # the kernel's launch epoch
@@ -95,7 +97,20 @@ def test_the_recording_build_claims_its_slice_from_the_pool(builds):
 
 
 def test_a_filter_that_matches_nothing_is_reported(builds):
-    _, _, (unmatched, proc) = builds
+    _, _, (unmatched, proc), _ = builds
     assert unmatched["type"] != "SelectingFunction"
     assert "--kernel no_such_kernel matched no kernel" in proc.stderr
     assert "WsGemm" in proc.stderr  # the kernels it saw
+
+
+def test_light_mode_records_the_producers_waits_alone(builds):
+    """--mode light: only producer_acquire / producer_tail sites; a warp claims its slice where
+    it first records: one guarded open before each loop nest (and block) holding a record,
+    of which a warp runs the first it reaches; fewer timer reads than full."""
+    _, (recorded, _, _), _, (light, folder) = builds
+    (kernel,) = json.loads((folder / "run.json").read_text())["kernels"]
+    assert kernel["metadata"]["mode"] == "light"
+    assert {s["op"] for s in kernel["metadata"]["sites"]} == {"producer_acquire", "producer_tail"}
+    ptx = light["recording_ptx"]
+    assert ptx.count("atom.global.add.u64") > recorded["recording_ptx"].count("atom.global.add.u64")
+    assert 0 < ptx.count("%globaltimer_lo") < recorded["recording_ptx"].count("%globaltimer_lo")

@@ -64,7 +64,7 @@ from .load_probes import (
 )
 from .ptx import trace_time_int
 
-__all__ = ["KernelRecording", "LOAD_ARRIVAL_TIMEOUT_NS", "PipelineInfo", "RecordingConfig",
+__all__ = ["KernelRecording", "LIGHT_OPS", "LOAD_ARRIVAL_TIMEOUT_NS", "MODES", "PipelineInfo", "RecordingConfig",
            "Site", "is_recording", "is_tma_load_ring", "load_arrival_probe", "mark",
            "recording", "region", "sampling_offset", "skipped_kernels"]
 
@@ -83,6 +83,10 @@ CLUSTER_SIGNALS = ("cluster_arrive", "cluster_arrive_relaxed")
 # kernels): a region tagged ``bar<id>.sync`` like ``barrier``'s, op ``barrier``. ``cute.arch``'s
 # own barriers build other ops (``nvvm.barrier``), and a wrapped call inside another records once
 NVVM_BARRIER_WAITS = ("barrier_cta_sync",)
+# what a light recording keeps: the producer's waits alone (its blocked time at acquire says
+# when the consumers released; the acquires' ends pace the ring)
+LIGHT_OPS = ("producer_acquire", "producer_tail")
+MODES = ("full", "light")
 # pipeline records carry no payload: a warp makes a pipeline's calls in order, so the host
 # numbers them (iteration = ordinal per warp and call, stage = iteration mod depth); a
 # dynamic payload would cost four more instructions per record
@@ -97,7 +101,7 @@ _sync_owners: dict[int, tuple[Any, str]] = {}
 def _pipeline_method(original, op: str, kind: str):
     def wrapper(self, *args, **kwargs):
         active = STATE.active
-        if active is None or in_call():
+        if active is None or in_call() or (active.mode == "light" and op not in LIGHT_OPS):
             return original(self, *args, **kwargs)
 
         def tag_of(rec):
@@ -204,6 +208,8 @@ def _sync_object_method(original, method: str):
             return original(self, *args, **kwargs)
         pipeline, side = owner
         op = _SYNC_OPS[(side, method)]
+        if STATE.active.mode == "light" and op not in LIGHT_OPS:
+            return original(self, *args, **kwargs)
         kind = "wait" if op in PIPELINE_WAITS else "signal"
         probing = STATE.active.load_arrivals > 0
 
@@ -332,8 +338,10 @@ def recording(config: RecordingConfig):
         STATE.recordings.clear()
         STATE.skipped_kernels.clear()
         try:
+            if config.mode not in MODES:
+                raise ProfileBufferError(f"mode must be one of {MODES}, got {config.mode!r}")
             _patch_pipeline_classes()
-            if config.barriers:
+            if config.barriers and config.mode == "full":
                 _patch_barriers()
             _patch_sync_objects()
             _kernel_start_hook()

@@ -28,7 +28,11 @@ from .. import layout
 from ..errors import ProfileBufferError
 from ..tags import TagTable
 from .scope import is_library_file, on_kernel_end, user_location
-from .slices import SliceHeader, SliceRecorder
+from .slices import SliceConstants, SliceHeader, SliceRecorder
+
+# a slice's state before its warp opened it: close() stores nothing (SliceConstants.state)
+NEVER_OPENED = 3
+LOOP_OPS = ("scf.for", "scf.while", "scf.parallel", "scf.forall")
 
 KERNEL_OPS = ("cuda.kernel",)
 FUNCTION_OPS = ("cuda.kernel", "cuda.func", "func.func", "gpu.func", "llvm.func")
@@ -70,8 +74,9 @@ class KernelRecording:
     """The buffer and the meaning of the tags of one instrumented kernel."""
 
     def __init__(self, name: str, buffer, n_slices: int, per_warp: int, *,
-                 barriers: bool = True, pool_kernel: int | None = None):
+                 barriers: bool = True, pool_kernel: int | None = None, mode: str = "full"):
         self.name = name
+        self.mode = mode  # "full", or "light": the producer's calls alone
         self.pool_kernel = pool_kernel  # its kernel id in a run's pool (None: its own buffer)
         self.barriers = bool(barriers)  # were named barriers recorded
         self.buffer = buffer
@@ -92,7 +97,8 @@ class KernelRecording:
             "kernel": self.name,
             "sites": [s.to_dict() for s in self.sites.values()],
             "pipelines": [p.to_dict() for p in self.pipelines],
-            "barriers_recorded": self.barriers,
+            "barriers_recorded": self.barriers and self.mode == "full",
+            "mode": self.mode,
             **({"pool_kernel": self.pool_kernel} if self.pool_kernel is not None else {}),
         }
 
@@ -118,6 +124,10 @@ class RecordingConfig:
     # recorded, only the pipelines (what the pipeline model reads; a kernel whose warps hand
     # off through named barriers makes about as many barrier calls as pipeline calls)
     barriers: bool = True
+    # "light": only the producer's waits record (producer_acquire, producer_tail), no
+    # consumer call, no signal and no barrier: the records sit where a warp-specialised
+    # kernel has slack, outside its consumers' loops (autoprof.LIGHT_OPS)
+    mode: str = "full"
     # a run's pool (``cute-prof record``): every kernel's slices come from its one pooled
     # buffer, claimed per warp, and each kernel gets a kernel id there; the pool provides
     # ``buffer``, ``capacity`` (slices), ``per_warp`` and ``new_kernel(name) -> id``
@@ -133,6 +143,12 @@ class Tracing:
         self.recorder: SliceRecorder | None = None
         self.cursor_slot = None
         self.storing_slot = None
+        # light mode: the open's constants live in stack slots too, and each warp opens its
+        # slice where it first records (before the outermost loop around that call), so
+        # warps that never record carry nothing through the kernel
+        self.lazy = False
+        self.constant_slots: dict[str, Any] = {}
+        self.opened_before: list = []  # the loop ops and blocks a guarded open was placed in
         # pipeline index -> stack slot: 1 while the ring's latest full-barrier arm has had
         # no acquire after it (load_arrivals.previous_load_arrival_probe)
         self.armed_slots: dict[int, Any] = {}
@@ -230,15 +246,16 @@ def tracing_here() -> Tracing | None:
     if active.pool is not None:
         recording = KernelRecording(name, active.pool.buffer, active.pool.capacity,
                                     active.pool.per_warp, barriers=active.barriers,
-                                    pool_kernel=active.pool.new_kernel(name))
+                                    pool_kernel=active.pool.new_kernel(name), mode=active.mode)
     else:
         buffer = active.allocate(active.max_warps, active.per_warp)
         STATE.live_buffers.append(buffer)
         recording = KernelRecording(name, buffer, active.max_warps, active.per_warp,
-                                    barriers=active.barriers)
+                                    barriers=active.barriers, mode=active.mode)
     STATE.recordings.append(recording)
     STATE.pipeline_ids.clear()
     STATE.tracing = Tracing(function, recording)
+    STATE.tracing.lazy = active.mode == "light"
     return STATE.tracing
 
 
@@ -281,10 +298,108 @@ def open_slice(state: Tracing) -> None:
     state.recorder = recorder
 
 
+CONSTANT_FIELDS = ("start", "high", "end", "state", "opened")
+# light mode's region not stored yet: its start and end times and its tag (pending: 1 while
+# there is one). A wait's region is stored at the warp's next record, not right after the
+# call: the stores wait for the timer reads, and right after a producer's acquire they
+# would hold back the copy it issues next
+PENDING_FIELDS = ("pending", "pending_start", "pending_end", "pending_tag")
+
+
+def lazy_slots(state: Tracing) -> None:
+    """Light mode, at the kernel's entry: the cursor's and the open's stack slots, holding
+    "never opened" (a warp that never records stores nothing, not even at its close)."""
+    if state.cursor_slot is not None:
+        return
+    entry = state.kernel_op.regions[0].blocks[0]
+    with ir.InsertionPoint.at_block_begin(entry):
+        one = Int32(1).ir_value()
+        pointer = llvm.PointerType.get()
+        state.cursor_slot = llvm.alloca(pointer, one, T.i32(), alignment=4)
+        state.storing_slot = llvm.alloca(pointer, one, T.bool(), alignment=1)
+        llvm.store(Int32(0).ir_value(), state.cursor_slot)
+        llvm.store(Boolean(False).ir_value(), state.storing_slot)
+        for name in CONSTANT_FIELDS + PENDING_FIELDS:
+            state.constant_slots[name] = llvm.alloca(pointer, one, T.i32(), alignment=4)
+            value = NEVER_OPENED if name == "state" else 0
+            llvm.store(Int32(value).ir_value(), state.constant_slots[name])
+
+
+def outermost_loop(block, kernel_op):
+    """The outermost loop op of the kernel around ``block`` (None: the block is in none)."""
+    found = None
+    while block is not None:
+        op = block.owner
+        if op is None:
+            break
+        operation = op.operation if hasattr(op, "operation") else op
+        if operation == kernel_op:
+            break
+        if operation.name in LOOP_OPS:
+            found = operation
+        if not operation.attached or operation.parent is None:
+            break
+        block = operation.block
+    return found
+
+
+def lazy_open(state: Tracing) -> None:
+    """Light mode, at a record site: open the warp's slice before the outermost loop around
+    the site (here when there is none), guarded so that a warp opens once, whichever of the
+    kernel's record sites it reaches first."""
+    from cutlass._mlir.dialects import scf
+
+    lazy_slots(state)
+    block = current_block()
+    anchor = outermost_loop(block, state.kernel_op)
+    # one guarded open per loop nest, and per block for the sites outside any loop (a
+    # later site of the same block follows an open already placed above it)
+    key = anchor if anchor is not None else block
+    if any(key == seen for seen in state.opened_before):
+        return
+    rec = state.recording
+    dims = layout.slices_header(rec.n_slices, rec.per_warp, pooled=rec.pool_kernel is not None)[1]
+    place = ir.InsertionPoint(anchor) if anchor is not None else contextlib.nullcontext()
+    with place:
+        never = Int32(llvm.load(T.i32(), state.constant_slots["state"])) == NEVER_OPENED
+        guard = scf.IfOp(Boolean(never).ir_value())
+        with ir.InsertionPoint(guard.then_block):
+            header = SliceHeader(Int64(layout.SLICES_MAGIC), Int64(dims))
+            opened = SliceRecorder(int(rec.buffer.data_ptr()), cta_linear_index(), ordered=False,
+                                   header=header, pool_kernel=rec.pool_kernel)
+            constants = opened.constants()
+            for name in CONSTANT_FIELDS:
+                llvm.store(getattr(constants, name).ir_value(), state.constant_slots[name])
+            cursor, storing = opened.cursor_state()
+            llvm.store(cursor.ir_value(), state.cursor_slot)
+            llvm.store(storing.ir_value(), state.storing_slot)
+            scf.YieldOp([])
+    state.opened_before.append(key)
+
+
+def lazy_recorder(state: Tracing) -> SliceRecorder:
+    """The warp's recorder at this point, every value loaded from the slots."""
+    rec = state.recording
+    constants = SliceConstants(*(Int32(llvm.load(T.i32(), state.constant_slots[name]))
+                                 for name in CONSTANT_FIELDS))
+    cursor = Int32(llvm.load(T.i32(), state.cursor_slot))
+    storing = Boolean(llvm.load(T.bool(), state.storing_slot))
+    return SliceRecorder(int(rec.buffer.data_ptr()), Int32(0), ordered=False,
+                         enabled=True, pool_kernel=rec.pool_kernel, _state=(cursor, storing),
+                         _const=constants)
+
+
 @contextlib.contextmanager
 def slice_recorder(state: Tracing):
     """The kernel's recorder with its cursor loaded from the stack slots here, stored back
     after the records of one call."""
+    if state.lazy:
+        rec = lazy_recorder(state)
+        yield rec
+        cursor, storing = rec.cursor_state()
+        llvm.store(cursor.ir_value(), state.cursor_slot)
+        llvm.store(storing.ir_value(), state.storing_slot)
+        return
     if state.recorder is None:
         open_slice(state)
     rec = state.recorder
@@ -306,8 +421,9 @@ def kernel_end() -> None:
     if function is None or function != state.kernel_op:
         return
     STATE.tracing = None
-    if state.recorder is None:
+    if state.recorder is None and not (state.lazy and state.cursor_slot is not None):
         return
+    flush_pending(state)
     with slice_recorder(state) as rec:
         rec.close()
     state.recording.closed = True
@@ -319,17 +435,52 @@ on_kernel_end(kernel_end)
 # ------------------------------------------------------------------ records of one call
 def span_start(state: Tracing):
     """A region's start: a timer read only (the cursor stays put)."""
+    if state.lazy:
+        lazy_open(state)
+        flush_pending(state)
+        return lazy_recorder(state).now()
     if state.recorder is None:
         open_slice(state)
     return state.recorder.now()
 
 
 def span_end(state: Tracing, start, tag: int, payload) -> None:
+    if state.lazy:  # light: only the times now, the stores at the next record (flush_pending)
+        end = lazy_recorder(state).now()
+        for name, value in (("pending", Int32(1)), ("pending_start", Int32(start)),
+                            ("pending_end", Int32(end)), ("pending_tag", Int32(tag))):
+            llvm.store(value.ir_value(), state.constant_slots[name])
+        return
     with slice_recorder(state) as rec:
         rec.span(start, tag, payload=payload)
 
 
+def flush_pending(state: Tracing) -> None:
+    """Light mode: store the region still pending, if the warp has one (a START and a SPAN,
+    as ``span_end`` would have stored them; nothing, and the cursor unmoved, where none)."""
+    from cutlass._mlir.dialects import arith
+
+    if not state.lazy or state.cursor_slot is None:
+        return
+    slot = state.constant_slots
+    pending = Int32(llvm.load(T.i32(), slot["pending"])) != 0
+    with slice_recorder(state) as rec:
+        cursor, storing = rec.cursor_state()
+        rec.set_cursor_state(cursor, Boolean(storing) & pending)
+        rec.span(Int32(llvm.load(T.i32(), slot["pending_start"])),
+                 Int32(llvm.load(T.i32(), slot["pending_tag"])),
+                 end=Int32(llvm.load(T.i32(), slot["pending_end"])))
+        moved, stored = rec.cursor_state()
+        flag = Boolean(pending).ir_value()
+        rec.set_cursor_state(Int32(arith.select(flag, moved.ir_value(), cursor.ir_value())),
+                             Boolean(arith.select(flag, stored.ir_value(), storing.ir_value())))
+    llvm.store(Int32(0).ir_value(), slot["pending"])
+
+
 def instant(state: Tracing, tag: int, payload) -> None:
+    if state.lazy:
+        lazy_open(state)
+        flush_pending(state)
     with slice_recorder(state) as rec:
         rec.instant(tag, payload=payload & layout.MAX_SLICE_PAYLOAD
                     if isinstance(payload, int) else payload)

@@ -166,9 +166,9 @@ class LaunchSelector:
     functions that did not come from the hook, by name)."""
 
     def __init__(self, pool_factory: Callable[[], RunPool], selection: Selection, *,
-                 barriers: bool = True):
+                 barriers: bool = True, mode: str = "full"):
         self._pool_factory, self._pool = pool_factory, None
-        self.selection, self.barriers = selection, barriers
+        self.selection, self.barriers, self.mode = selection, barriers, mode
         self.launches: list[dict] = []
         self._epochs: dict[int, int] = {}  # kernel id -> recorded launches dispatched
         self.counts: dict[str, dict[str, int]] = {}
@@ -239,7 +239,7 @@ class LaunchSelector:
     def compile(self, make: Callable[[], Any], label: str):
         config = RecordingConfig(per_warp=self.pool.per_warp, max_warps=self.pool.capacity,
                                  allocate=_no_allocation, kernels=self.selection.kernels,
-                                 barriers=self.barriers, pool=self.pool)
+                                 barriers=self.barriers, pool=self.pool, mode=self.mode)
         from .autoprof import skipped_kernels
 
         with self.lock:

@@ -148,11 +148,13 @@ def _pool_open_lines(kernel: int) -> tuple:
         f"or.b64 fit, fit, {kernel << layout.SLICE_KERNEL_SHIFT};",
     )
 
-class _SliceConstants:
+class SliceConstants:
     """What the open computes once per warp: the low halves of the records' first address
     (``start``) and of the end of what fits (``end``), the high half shared by every record
     (``high``), whether the warp has a slice (``state``: 1 yes, 0 no slice, 2 not a slices
-    buffer) and the open time in 2**28 ns units (``opened``, for close()'s long-open flag)."""
+    buffer, 3 never opened: close() stores nothing) and the open time in 2**28 ns units
+    (``opened``, for close()'s long-open flag). Zero-edit recording keeps them in stack
+    slots where a warp may record without having opened (``SliceRecorder(_const=...)``)."""
 
     def __init__(self, start, high, end, state, opened):
         self.start, self.high, self.end, self.state, self.opened = start, high, end, state, opened
@@ -259,7 +261,7 @@ class SliceRecorder:
                          text, "=r,=r,=r,=r,=r,=b,l,r,l,l,l,~{memory}")
         start, high, end, state, opened = [Int32(llvm.extractvalue(T.i32(), res, [i])) for i in range(5)]
         storing = Boolean(llvm.extractvalue(T.bool(), res, [5]))
-        return _SliceConstants(start, high, end, state, opened), (start, storing)  # the cursor starts at start
+        return SliceConstants(start, high, end, state, opened), (start, storing)  # the cursor starts at start
 
     def __extract_mlir_values__(self):
         if not self.enabled:
@@ -273,6 +275,9 @@ class SliceRecorder:
         return SliceRecorder(self.buf, self.tid, ordered=self.ordered, enabled=True,
                              pool_kernel=self.pool_kernel,
                              _state=(Int32(values[0]), Boolean(values[1])), _const=self._const)
+
+    def constants(self) -> SliceConstants:
+        return self._const
 
     def cursor_state(self) -> tuple:
         """(cursor, storing): the values a kernel carries between records. Zero-edit
