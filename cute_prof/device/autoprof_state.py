@@ -182,20 +182,27 @@ def current_block():
         return None
 
 
-def enclosing_function(block):
-    """The outermost function-like op around ``block`` (kernel, device function), or None."""
+def outermost_enclosing(block, names: tuple[str, ...], *, stop=None):
+    """The outermost op named one of ``names`` around ``block`` (below ``stop``), or None."""
     found = None
     while block is not None:
         op = block.owner
         if op is None:
             break
         operation = op.operation if hasattr(op, "operation") else op
-        if operation.name in FUNCTION_OPS:
+        if stop is not None and operation == stop:
+            break
+        if operation.name in names:
             found = operation
         if not operation.attached or operation.parent is None:
             break
         block = operation.block
     return found
+
+
+def enclosing_function(block):
+    """The outermost function-like op around ``block`` (kernel, device function), or None."""
+    return outermost_enclosing(block, FUNCTION_OPS)
 
 
 def kernel_name(kernel_op) -> str:
@@ -327,20 +334,7 @@ def lazy_slots(state: Tracing) -> None:
 
 def outermost_loop(block, kernel_op):
     """The outermost loop op of the kernel around ``block`` (None: the block is in none)."""
-    found = None
-    while block is not None:
-        op = block.owner
-        if op is None:
-            break
-        operation = op.operation if hasattr(op, "operation") else op
-        if operation == kernel_op:
-            break
-        if operation.name in LOOP_OPS:
-            found = operation
-        if not operation.attached or operation.parent is None:
-            break
-        block = operation.block
-    return found
+    return outermost_enclosing(block, LOOP_OPS, stop=kernel_op)
 
 
 def lazy_open(state: Tracing) -> None:

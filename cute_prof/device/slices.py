@@ -131,15 +131,8 @@ def _pool_open_lines(kernel: int) -> tuple:
         "cvt.u32.u64 epl, ep;",
         "shfl.sync.idx.b32 epl, epl, 0, 31, -1;",
         "setp.lt.and.u64 ok, sl, x64, valid;",
-        "setp.eq.and.u32 l0, lane, 0, ok;",
-        "cvt.u64.u32 t, cap;",
-        f"add.u64 t, t, {layout.SLICE_HEADER_WORDS};",
-        "mul.lo.u64 a, sl, t;",
-        f"add.u64 a, a, {layout.SLICES_HEADER_WORDS};",
-        "shl.b64 a, a, 3;",
-        "add.u64 a, a, g;",  # the slice header
-        *_OPEN_LINES[_OPEN_LINES.index(
-            f"add.u64 r, a, {8 * layout.SLICE_HEADER_WORDS};"):],
+        # from here on as a per-warp-indexed open: the slice header's address, its records
+        *_OPEN_LINES[_OPEN_LINES.index("setp.eq.and.u32 l0, lane, 0, ok;"):],
         # slice word 3 also names the kernel and the launch epoch
         f"and.b32 x, epl, {layout.field_mask(layout.SLICE_EPOCH_BITS)};",
         "cvt.u64.u32 x64, x;",
