@@ -54,7 +54,7 @@ from .roles import RoleSpec, read_spec
 
 __all__ = ["Relation", "Resource", "Region", "PipelineSpec", "load_pipeline",
            "ARRIVAL_SAMPLE_DTYPE", "arrival_latencies", "arrival_positions", "arrival_issue_times",
-           "arrival_leader_gaps", "arrival_issue_rate", "shifted_arrivals"]
+           "arrival_leader_gaps", "shifted_arrivals"]
 
 # a sampled load of a ring (load_arrivals.load_arrival_sample): its latency, its place in the
 # loop (the ordinal of its commit in its producer warp) and when it was issued (its commit's
@@ -94,19 +94,6 @@ def arrival_issue_times(sample) -> np.ndarray | None:
     """When each sampled load was issued (ns), None for a plain sequence."""
     sample = np.asarray(sample)
     return sample["issued_ns"] if sample.dtype.names else None
-
-
-def arrival_issue_rate(sample) -> float:
-    """Sampled loads issued per ns over the middle nine tenths of their issue times (a
-    launch's ramp and tail left out): at one probe density, two launches' rates stand as
-    their loads' throughputs do."""
-    issued = arrival_issue_times(sample)
-    if issued is None or issued.size < 2:
-        raise ValueError("an issue rate needs two or more sampled loads with issue times")
-    low, high = np.quantile(issued, (0.05, 0.95))
-    if high <= low:
-        raise ValueError("the sampled loads were all issued at one time: no rate")
-    return 0.9 * issued.size / float(high - low)
 
 
 def shifted_arrivals(arrivals: dict, ns: float) -> dict:
