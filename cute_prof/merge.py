@@ -53,7 +53,7 @@ class MergeReport:
 
     offset_ns: int  # profiler time = %globaltimer + offset_ns
     matched: int  # instrumented launches matched to kernel slices
-    slice_shift: int  # index of the first matching kernel slice used
+    slice_shift: int  # index of the first kernel slice matched
     residual_ns: np.ndarray  # per launch: its own centring offset minus offset_ns
     start_margin_ns: np.ndarray  # per launch: first record start - slice start (>= 0 inside)
     end_margin_ns: np.ndarray  # per launch: slice end - last record end (>= 0 inside)
@@ -138,6 +138,35 @@ def _best_shift(first: np.ndarray, last: np.ndarray, slice_start, slice_end) -> 
     return int(np.argmin(spread)) if m > n else 0
 
 
+def _match_by_name(first: np.ndarray, last: np.ndarray, names: list[str], slices: list[dict],
+                   slice_start: np.ndarray, slice_end: np.ndarray) -> np.ndarray | None:
+    """Per launch, its kernel slice, where the profiler also saw launches left unrecorded: the
+    offset proposed by one of the first launch's same-name slices whose matches (each launch
+    to the nearest same-name slice) lie closest. None where a name has no slice."""
+    centre = (slice_start + slice_end) // 2
+    ours = (first + last) // 2
+    slice_names = np.array([str(s.get("name")) for s in slices], dtype=object)
+    by_name = {name: np.flatnonzero(slice_names == name) for name in set(names)}
+    if any(rows.size == 0 for rows in by_name.values()):
+        return None
+    best, best_cost = None, None
+    for candidate in by_name[names[0]]:
+        offset = centre[candidate] - ours[0]
+        chosen = np.empty(len(names), dtype=np.int64)
+        for name, rows in by_name.items():
+            mine = np.flatnonzero(np.array(names, dtype=object) == name)
+            want = ours[mine] + offset
+            at = np.clip(np.searchsorted(centre[rows], want), 1, max(rows.size - 1, 1))
+            left = rows[np.maximum(at - 1, 0)]
+            right = rows[np.minimum(at, rows.size - 1)]
+            closer = np.abs(centre[left] - want) <= np.abs(centre[right] - want)
+            chosen[mine] = np.where(closer, left, right)
+        cost = float(np.abs(centre[chosen] - ours - offset).sum())
+        if best_cost is None or cost < best_cost:
+            best, best_cost = chosen, cost
+    return best
+
+
 def merge_torch_trace(
     torch_trace,
     trace: Trace,
@@ -150,7 +179,8 @@ def merge_torch_trace(
 
     Every launch in ``trace.launches`` must correspond to one kernel slice whose name
     matches ``kernel_pattern``; the profiler may hold more such slices (the launches are
-    matched to the consecutive run of slices that fits best). ``kernel_pattern=None``: the
+    matched to the consecutive run of slices that fits best, or, where each launch names its
+    kernel, to the same-name slices that fit best: a ``cute-prof record`` launch range). ``kernel_pattern=None``: the
     launches' own kernel names where the trace knows them all (IKET captures do), else
     :data:`DEFAULT_KERNEL_PATTERN`. When a file is written, each launch dict of ``trace``
     gets its CUPTI kernel name under ``"kernel"``."""
@@ -171,12 +201,19 @@ def merge_torch_trace(
         )
     first = np.array([launch["first_ns"] for launch in launches], dtype=np.int64)
     last = np.array([launch["last_ns"] for launch in launches], dtype=np.int64)
-    shift = _best_shift(first, last, slice_start, slice_end)
     n = first.shape[0]
-    s_start, s_end = slice_start[shift:shift + n], slice_end[shift:shift + n]
+    names = [launch.get("kernel") for launch in launches]
+    picked = None
+    if all(names) and slice_start.shape[0] > n:  # named launches, fewer than the profiler saw
+        picked = _match_by_name(first, last, names, slices, slice_start, slice_end)
+    if picked is None:
+        shift = _best_shift(first, last, slice_start, slice_end)
+        picked = np.arange(shift, shift + n)
+    shift = int(picked.min())
+    s_start, s_end = slice_start[picked], slice_end[picked]
     per_launch = ((s_start + s_end) - (first + last)) // 2
     offset = int(np.median(per_launch))
-    matched = slices[shift:shift + n]
+    matched = [slices[i] for i in picked.tolist()]
     report = MergeReport(
         offset_ns=offset,
         matched=n,

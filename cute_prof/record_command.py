@@ -1,21 +1,15 @@
 """``cute-prof record [options] -- PROGRAM ARGS...``: run a program unmodified and record every
 CuTe DSL kernel it compiles, the way ``nsys profile`` runs one.
 
-The program gets its arguments, stdin, stdout, stderr and exit status untouched; what
-cute-prof says goes to stderr, prefixed ``cute-prof:``. It runs with ``record_boot`` first on
-``PYTHONPATH`` (its ``sitecustomize`` starts the recording inside the program, then runs
-the environment's own) and the on-disk compile caches off for the run (CuTe DSL's,
-FlashAttention-4's, quack's), so every kernel compiles in the process and can record;
-what the user has on disk is not touched. A ``PROGRAM`` ending in ``.py`` runs with this
-Python.
+The program keeps its arguments, streams and exit status; cute-prof writes to stderr. It runs
+with ``record_boot`` first on ``PYTHONPATH`` (whose ``sitecustomize`` starts the recording,
+then runs the environment's own) and the on-disk compile caches off (CuTe DSL's, FA4's,
+quack's), so every kernel compiles in the process. A ``PROGRAM`` ending in ``.py`` runs with
+this Python. Ctrl-C reaches the program, which saves as it exits; one still running
+``--grace`` seconds later (a hung kernel) is saved without waiting for the GPU, then killed.
 
-Ctrl-C reaches the program as usual; the recording is saved as it exits. If it has not exited
-``--grace`` seconds later (a hung kernel), the recording is saved without waiting for the GPU
-and the program is killed. The output folder is checked before the program starts.
-
-Owns the ``record`` verb's options and the parent's side of a run (stage 7); the child's side
-is :mod:`cute_prof.record_run`, the folder's reading :mod:`cute_prof.recorded_run`. It may not
-import the device ops: the parent never compiles or launches anything.
+Owns the ``record`` verb's options and the parent's side of a run (stage 7; the child's side
+is :mod:`cute_prof.record_run`). It may not import the device ops: the parent never compiles.
 """
 
 from __future__ import annotations

@@ -1,21 +1,14 @@
 """Inside the program that ``cute-prof record`` runs: install the recording, save the run.
 
-``cute-prof record`` starts the program with this package's ``record_boot`` folder first on
-``PYTHONPATH`` and the run's options in the ``CUTE_PROF_RECORD`` environment variable (JSON).
-Python imports ``sitecustomize`` from that folder at startup, which calls :func:`start`:
-
-* nothing happens until the program imports ``cutlass``; then the compile hook
-  (:class:`~cute_prof.device.launch_select.LaunchSelector`) goes in, so every kernel
-  compiled from then on can record (a program that never imports it runs untouched);
-* the pool (one pooled slices buffer, ``--max-memory``) is allocated on the first compile;
-* at exit (normal, an exception, Ctrl-C, SIGTERM) the run is saved to the output folder:
-  ``pool.npy`` (the claimed slices and the pool's tables, raw) and ``run.json`` (kernels,
-  their tags and pipelines, every recorded launch, the launches left plain and why, the
-  launches of kernels the hook never saw). Nothing is decoded at exit: readers decode on
-  first read (:mod:`cute_prof.recorded_run`).
-* the parent can ask for a save while the program is stuck (a hung kernel): it writes to
-  the pipe named in the options, and a watchdog thread copies the pool on a side stream,
-  which does not wait for the stuck kernel.
+The parent puts ``record_boot`` first on ``PYTHONPATH`` and the options in ``CUTE_PROF_RECORD``
+(JSON); Python's start-up imports its ``sitecustomize``, which calls :func:`start`. Nothing
+happens until the program imports ``cutlass``; then the compile hook
+(:class:`~cute_prof.device.launch_select.LaunchSelector`) goes in, and the pool is allocated
+at the first compile. At exit (normal, an exception, Ctrl-C, SIGTERM) the run is saved,
+undecoded: ``pool.npy`` (the claimed slices and the tables) and ``run.json`` (kernels, tags,
+pipelines, recorded launches, launches left plain and why, launches the hook never saw).
+While the program is stuck, the parent can ask for a save through a pipe: a watchdog thread
+copies the pool on a side stream, which does not wait for the stuck kernel.
 
 Owns the child's side of a run; it may not import the CLI.
 """

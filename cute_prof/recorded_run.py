@@ -1,19 +1,14 @@
 """Reading what ``cute-prof record`` saved: a folder with ``run.json`` and ``pool.npy``.
 
-Nothing was decoded when the program ended. :class:`RecordedRun` memory-maps the raw pool
-and decodes on first read: the launch table from the slice headers alone (one word per slice
-more for each launch's end), a launch's trace from its own slices only. So ``cute-prof
-summary`` of a run holds little more than the slice headers in memory, and a launch's trace
-costs what decoding that launch costs.
+:class:`RecordedRun` memory-maps the raw pool and decodes on first read: the launch table
+from the slice headers (and each slice's last record), a launch's trace from its own slices.
+A slice names its kernel and that kernel's launch epoch; ``run.json`` lists each recorded
+launch with the same epoch, its index among its kernel name's launches, its stream. After a
+CUDA graph captured one of a kernel's launches, that kernel's launches are numbered by epoch
+and marked ``replay`` (the host never saw the replays).
 
-Launch identity: every slice names its kernel id and that kernel's launch epoch (``layout``'s
-"Pooled slices"); the run's launch table (``run.json``) lists each recorded launch with the
-same epoch, its index among the launches of that kernel name, its stream and host time. A
-kernel whose launch a CUDA graph captured gets epochs the host never saw (one per replay):
-from then on its launches are numbered by epoch and marked ``replay``.
-
-Owns the run folder's reading, the launch table and the per-kernel / per-launch selection of
-the ``cute-prof`` verbs (stage 7, beside the session); it may not import the CLI.
+Owns the run folder's reading, the launch table and the verbs' choice of kernels and
+launches (stage 7, beside the session); it may not import the CLI.
 """
 
 from __future__ import annotations

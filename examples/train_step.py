@@ -1,21 +1,16 @@
 """A small attention block's training steps: three kinds of CuTe DSL kernel in one program,
-the kind of program ``cute-prof record`` profiles without a change to it.
+for ``cute-prof record`` to profile unchanged.
 
-Each step runs, forward: the QKV projection on quack's Hopper GEMM, FlashAttention-4's causal
-forward, the output projection on this repository's warp-specialised GEMM (a kernel of the
-user's own, ``examples/ws_gemm.py``); backward (the loss is the mean square of the output):
-the output projection's input gradient on the user's GEMM again, FlashAttention-4's backward,
-and the QKV weight gradient on quack's GEMM. It prints one line per step (the loss and a
-checksum of the gradients) so a run under the recorder can be compared with a plain one.
-
-Run it plainly, then recorded (two launches of each kernel after two warm-up launches)::
+Forward: the QKV projection on quack's GEMM, FlashAttention-4's causal forward, the output
+projection on this repository's warp-specialised GEMM (a kernel of the user's own,
+``examples/ws_gemm.py``). Backward (loss: the output's mean square): the user's GEMM, FA4's
+backward, quack's GEMM for the QKV weight gradient. One line per step (the loss, a gradient
+checksum) to compare a recorded run with a plain one::
 
     python examples/train_step.py --steps 6
     cute-prof record -o run -k flash -k gemm --launch-skip 2 --launch-count 2 -- \\
         examples/train_step.py --steps 6
     cute-prof summary run
-    cute-prof report run -o run.html
-    cute-prof export run -o run.pftrace
 
 Needs a Hopper GPU and the wheels ``requirements-fa4.txt`` lists.
 """

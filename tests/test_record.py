@@ -1,7 +1,5 @@
-"""``cute-prof record`` without a GPU: the pooled slices format (hand-built pools, split into
-launches and decoded), the run folder and the verbs that read it, and the command's handling
-of the program (its arguments, streams and exit status untouched; bad output refused before
-it starts)."""
+"""``cute-prof record`` without a GPU: hand-built pools split into launches and decoded, the run
+folder and its verbs, and the command's handling of the program and its output."""
 
 from __future__ import annotations
 
@@ -283,8 +281,8 @@ time.sleep(120)
 
 @pytest.mark.parametrize("stuck", [False, True])
 def test_ctrl_c_saves_the_run(tmp_path, stuck):
-    """Ctrl-C reaches the program (the terminal signals the whole foreground group); one that
-    exits is saved as it exits, one that does not is saved by its watchdog and killed."""
+    """Ctrl-C (to the whole group, as a terminal sends it): a program that exits saves as it
+    exits; one that does not is saved by its watchdog, then killed."""
     import signal
     import time
 
@@ -304,3 +302,25 @@ def test_ctrl_c_saves_the_run(tmp_path, stuck):
     expected = "interrupted while the program was stuck" if stuck else "uncaught KeyboardInterrupt"
     assert info["exit_reason"] == expected
     assert ("did not exit 1 s after the interrupt" in err) == stuck
+
+
+def test_merge_puts_a_launch_range_inside_the_torch_trace(run_folder, tmp_path):
+    """The profiler also saw launches left plain: each recorded launch lands on its own
+    kernel's slice (profiler time = %globaltimer - T0 + 1 ms)."""
+    run = RecordedRun(run_folder)
+    offset = 1_000_000 - T0
+    slices, plain = [], 0
+    for row in run.launches:  # a plain launch of the same kernel before each recorded one
+        for start, end in ((row.start_ns - 700, row.start_ns - 500), (row.start_ns - 5, row.end_ns + 5)):
+            slices.append({"ph": "X", "cat": "kernel", "name": row.kernel,
+                           "ts": (start + offset) / 1000, "dur": (end - start) / 1000})
+        plain += 1
+    (tmp_path / "torch.json").write_text(json.dumps({"traceEvents": slices}))
+    out = tmp_path / "merged.json"
+    assert cli_main(["-q", "merge", str(tmp_path / "torch.json"), str(run_folder), "-o", str(out)]) == 0
+    merged = json.loads(out.read_text())
+    # (the file keeps the offset as a JSON number: a double, exact to 256 ns at this size)
+    assert abs(merged["cute_prof_merge"]["offset_ns"] - offset) <= 256 and plain == len(run.launches)
+    launch_of = [e["args"]["cute_prof_launch"] for e in merged["traceEvents"]
+                 if e.get("cat") == "kernel" and "cute_prof_launch" in e.get("args", {})]
+    assert len(launch_of) == len(run.launches)  # the recorded slices, not the plain ones

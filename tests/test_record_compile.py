@@ -1,9 +1,8 @@
-"""``cute-prof record`` on a CPU box, compiling for sm_90a: a program's ``cute.compile`` of a
-warp-specialised GEMM (examples/ws_gemm.py, no hand-placed record) comes back as the
-recorder's function, whose recording build claims its slices from the run's pool (one atomic
-and one epoch load per warp at the open) and whose plain build is the kernel the program
-compiles without the recorder, byte for byte. The kernel filter is reported when it matches
-nothing, and a light recording keeps the producers' waits alone."""
+"""``cute-prof record`` on a CPU box, for sm_90a: a program's ``cute.compile`` of
+examples/ws_gemm.py comes back as the recorder's function; its recording build claims its
+slices from the pool (an atomic and an epoch load at the open), its plain build is the
+unrecorded kernel byte for byte; an unmatched filter is said; light mode keeps the
+producers' waits alone."""
 
 from __future__ import annotations
 

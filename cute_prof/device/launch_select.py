@@ -1,23 +1,17 @@
-"""A whole program's recording (``cute-prof record``): every kernel ``cute.compile`` builds
-gets a recording build that writes into the run's one pooled slices buffer, and each launch
-is chosen between that build and the plain one.
+"""A whole program's recording (``cute-prof record``): each launch runs either the recording
+build of its kernels (writing into the run's pooled slices buffer) or the plain one.
 
-While :class:`LaunchSelector` is installed, ``cute.compile`` (every ``CompileCallable``,
-whatever module calls it: FA4, quack, CUTLASS examples, the user's code) compiles the
-function with zero-edit recording on (:func:`cute_prof.device.autoprof.recording`). Kernels
-that record (they call a pipeline or a barrier, and match the kernel filter) get a kernel id
-in the pool and the caller gets a :class:`SelectingFunction` in place of the compiled
-function. Each call of it is one launch of its kernels: the selector numbers it per kernel
-name, and runs the recording build (after bumping that kernel's launch epoch on the launch's
-stream, ``layout``'s "Pooled slices") when the launch is in the selected range and the pool
-has room, else the plain build (compiled then, once, outside recording), so launches outside
-the range run at the plain kernel's speed. Launches of compiled functions that did not come
-from ``cute.compile`` inside the run (a ``@cute.jit`` function called directly, a module
-loaded from disk) are counted by name: nothing is missed silently.
+While :class:`LaunchSelector` is installed, every ``cute.compile`` (FA4's, quack's, the user's)
+compiles with zero-edit recording on. Kernels that record get a kernel id in the pool, and
+the caller gets a :class:`SelectingFunction`. Each call is one launch, numbered per kernel
+name: in the range and with room in the pool, the kernel's launch epoch is bumped on the
+launch's stream and the recording build runs; otherwise the plain build (compiled once,
+outside recording) runs at the plain kernel's speed. Launches of compiled functions that
+did not come from ``cute.compile`` in the run are counted by name.
 
 Owns the compile hook, the per-launch choice and the launch table; the pool tensor comes from
-the caller (the host allocates it: :func:`cute_prof.decode_slices.allocate_pool`), and it may
-not import anything on the host side above ``device``.
+the host (:func:`cute_prof.decode_slices.allocate_pool`). It may not import anything on the
+host side above ``device``.
 """
 
 from __future__ import annotations
