@@ -14,7 +14,7 @@ import pytest
 
 from cute_prof import layout as L
 from cute_prof.cli import main as cli_main
-from cute_prof.decode_slices import decode_slices, launch_slices_buffer, pool_slices
+from cute_prof.decode_slices import decode_slices, pool_slices
 from cute_prof.errors import ProfileBufferError
 from cute_prof.record_run import POOL_FILE, RUN_FILE, RUN_FORMAT, RUN_VERSION
 from cute_prof.recorded_run import RecordedRun, short_kernel_name
