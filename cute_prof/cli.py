@@ -328,8 +328,7 @@ def _cmd_report(args, progress: _Progress) -> int:
 
 
 def _report_run(run, args, progress: _Progress) -> int:
-    """A record folder's page: its summary, then a section per kernel (its last selected
-    launch: a warm one where the kernel ran more than once)."""
+    """A record folder's page: its summary, then each kernel's last selected launch."""
     from .report import write_run_report
 
     if args.roles or args.compare:
@@ -366,6 +365,17 @@ def _cmd_export(args, progress: _Progress) -> int:
     _check_output_is_not_input(args)
     output = Path(args.output)
     fmt = format_of(output, args.format)  # fail on a bad suffix before loading anything
+    run = _recorded_run(args)
+    torch_trace = args.torch or (run.torch_trace() if run is not None and fmt == "json" else None)
+    if torch_trace is not None:  # inside the program's torch.profiler trace: Chrome JSON
+        if fmt != "json":
+            raise ProfileBufferError("--torch merges into the torch.profiler trace: write .json")
+        from .merge import merge_torch_trace
+
+        report = merge_torch_trace(torch_trace, _load(args, progress), output)
+        progress(report.describe())
+        print(output)
+        return EXIT_OK
     trace = _load(args, progress)
     options = {}
     if args.group_by:
@@ -505,6 +515,9 @@ def _parser() -> argparse.ArgumentParser:
     export.add_argument("--bins", type=int, help="time bins of --aggregate (1000)")
     export.add_argument("--wait-tags", help="tags that mean waiting for --aggregate, e.g. "
                         "acquire,barrier (default: the role spec's wait tags)")
+    export.add_argument("--torch", metavar="TORCH_TRACE",
+                        help="merge into this torch.profiler trace (.json output; a record "
+                             "folder whose program exported one is merged into it)")
     export.add_argument("--flows", action="store_true",
                         help="arrows from each k-tile's producer region to its consumers "
                         "(needs --roles with pipeline tags)")

@@ -69,9 +69,8 @@ def _positive(text: str) -> int:
 def add_record_parser(commands) -> argparse.ArgumentParser:
     record = commands.add_parser(
         "record", help="run a program and record every CuTe DSL kernel it compiles",
-        description="Run PROGRAM unmodified and record the pipeline and barrier calls of every "
-                    "CuTe DSL kernel it compiles (zero-edit). Read the output with cute-prof "
-                    "summary/report/export OUT.",
+        description="Run PROGRAM unmodified; every CuTe DSL kernel it compiles records "
+                    "(zero-edit). Read OUT with cute-prof summary/report/export.",
         usage="cute-prof record [-o OUT] [-k PATTERN ...] [--launch-skip N] [--launch-count M] "
               "[options] -- PROGRAM [ARGS...]")
     record.add_argument("-o", "--output", help="output folder (default: cute-prof-run-N, the "

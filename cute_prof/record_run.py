@@ -53,6 +53,7 @@ class _Run:
         self.lock = threading.Lock()
         self.exit_reason = "exit"
         self.install_error = None
+        self.torch_traces: list[str] = []  # torch.profiler traces the program exported
 
     # ------------------------------------------------------------------ install
     def install_safely(self) -> None:
@@ -124,7 +125,7 @@ class _Run:
                           ("kernels", "launch_skip", "launch_count", "per_warp", "max_memory",
                            "barriers", "mode")},
             "cutlass_imported": selector is not None or self.install_error is not None,
-            "install_error": self.install_error,
+            "install_error": self.install_error, "torch_traces": self.torch_traces,
             "notes": notes,
         }
         if selector is not None:
@@ -283,6 +284,21 @@ def _note_uncaught_exceptions() -> None:
     sys.excepthook = excepthook
 
 
+def _note_torch_traces() -> None:
+    """Remember where the program exports its torch.profiler traces (export merges them)."""
+    from torch.profiler import profile
+
+    original = profile.export_chrome_trace
+
+    def export_chrome_trace(self, path, *args, **kwargs):
+        result = original(self, path, *args, **kwargs)
+        if _RUN is not None:
+            _RUN.torch_traces.append(os.path.abspath(str(path)))
+        return result
+
+    profile.export_chrome_trace = export_chrome_trace
+
+
 def _watchdog(fd: int) -> None:
     """The parent writes one byte to ask for a save now (the program does not exit)."""
     with os.fdopen(fd, "rb", buffering=0) as pipe:
@@ -313,6 +329,7 @@ def start(options: dict | None = None) -> None:
             return
         options = json.loads(text)
     _RUN = _Run(options)
+    sys.meta_path.insert(0, _AfterImport("torch.profiler", _note_torch_traces))
     if "cutlass" in sys.modules and "cutlass.cute" in sys.modules:
         _RUN.install_safely()
     else:  # after the whole package: cutlass/__init__ imports cutlass.cute half-way through

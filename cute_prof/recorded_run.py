@@ -170,8 +170,8 @@ class RecordedRun:
         return found
 
     def _slice_stats(self, rows: np.ndarray) -> dict:
-        """Per slice in ``rows``: CTA, records stored and attempted, overflow, open time and
-        the time of its last stored record, from the slice headers and that one record."""
+        """Per slice in ``rows``, from its header and last record: CTA, records stored and
+        attempted, overflow, open time and last record's time."""
         words, per_warp = self.words, self._slices["per_warp"]
         stride = layout.SLICE_HEADER_WORDS + per_warp
         at = layout.SLICES_HEADER_WORDS + rows.astype(np.int64) * stride
@@ -190,10 +190,15 @@ class RecordedRun:
         return {"cta": ident & _LOW32, "stored": stored, "attempted": attempted,
                 "overflow": np.maximum(attempted - stored, 0), "open": opened_ns, "last": end}
 
+    def torch_trace(self) -> Path | None:
+        """The torch.profiler trace the program exported last, if it still exists."""
+        found = [Path(p) for p in self.info.get("torch_traces", []) if Path(p).is_file()]
+        return found[-1] if found else None
+
     # ------------------------------------------------------------------ selection
     def select(self, *, kernel: str | None = None, launch: str | int | None = None) -> list[LaunchRow]:
-        """Launches whose kernel name contains ``kernel`` and whose index (within that kernel
-        name) is ``launch`` (an int, ``"A:B"`` or ``"N,M"``); all by default."""
+        """Launches of kernels named with ``kernel`` in them, of index ``launch`` within their
+        kernel name (``3``, ``"2:5"``, ``"1,4"``); all by default."""
         rows = self.launches
         if kernel is not None:
             rows = [r for r in rows if kernel in r.kernel]

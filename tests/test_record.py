@@ -317,10 +317,19 @@ def test_merge_puts_a_launch_range_inside_the_torch_trace(run_folder, tmp_path):
         plain += 1
     (tmp_path / "torch.json").write_text(json.dumps({"traceEvents": slices}))
     out = tmp_path / "merged.json"
-    assert cli_main(["-q", "merge", str(tmp_path / "torch.json"), str(run_folder), "-o", str(out)]) == 0
+    assert cli_main(["-q", "export", str(run_folder), "--torch", str(tmp_path / "torch.json"),
+                     "-o", str(out)]) == 0
     merged = json.loads(out.read_text())
     # (the file keeps the offset as a JSON number: a double, exact to 256 ns at this size)
     assert abs(merged["cute_prof_merge"]["offset_ns"] - offset) <= 256 and plain == len(run.launches)
     launch_of = [e["args"]["cute_prof_launch"] for e in merged["traceEvents"]
                  if e.get("cat") == "kernel" and "cute_prof_launch" in e.get("args", {})]
     assert len(launch_of) == len(run.launches)  # the recorded slices, not the plain ones
+
+
+def test_the_programs_torch_profiler_trace_is_noted(tmp_path):
+    (tmp_path / "t.py").write_text("import torch\nfrom torch.profiler import profile\n"
+                                   "with profile() as p:\n    torch.ones(2)\n"
+                                   "p.export_chrome_trace('torch.json')\n")
+    assert _cli(tmp_path, "-o", "o", "--", "t.py").returncode == 0
+    assert RecordedRun(tmp_path / "o").torch_trace() == tmp_path / "torch.json"

@@ -1,25 +1,16 @@
-"""What a light recording answers: per ring, whether the loop is bound by its consumers, its
-interval per iteration, its tiles, and which CTAs and SMs finish last, from the producer's
-waits alone.
+"""What a light recording answers from the producer's waits alone (``producer_acquire``,
+``producer_tail``: ``autoprofile(mode="light")``, ``cute-prof record --mode light``):
 
-A light recording (``autoprofile(mode="light")``, ``cute-prof record --mode light``) keeps
-only the producer's ``producer_acquire`` and ``producer_tail`` regions. They are enough for
-four answers:
+* **bound by the consumers or not**: the producer's acquire of a slot ends when the consumers
+  release it, so a producer blocked much of its time means the consumers hold the loop; one
+  rarely blocked means the loads do, or nothing (which of the two needs a full recording);
+* **the interval per iteration**: the median spacing of a ring's acquire ends;
+* **tiles**: gaps in that spacing much longer than the interval;
+* **stragglers**: each CTA's last producer record, and the SMs they ran on.
 
-* **Bound by the consumers or not.** The producer's acquire of slot k ends when the
-  consumers release it, so its blocked share says whether the ring stays full. A blocked
-  producer means the consumers hold the loop. A producer that is rarely blocked means the
-  loads (or nothing) do: which of the two needs the consumers' own waits, that is, a full
-  recording.
-* **The interval per iteration:** the median spacing of a ring's acquire ends.
-* **Tiles:** the gaps in that spacing, much longer than the interval.
-* **Stragglers:** each CTA's last producer record, and the SMs they ran on.
-
-The same function reads a full recording's producer records, so the two modes' answers can
-be compared directly.
-
-It owns these light verdicts; it may not import the exporters, and it builds no pipeline model
-(:mod:`.derived_pipeline` does).
+It reads a full recording's producer records the same way, so both modes compare directly.
+It owns these light verdicts; it may not import the exporters, and it builds no pipeline
+model (:mod:`.derived_pipeline` does).
 """
 
 from __future__ import annotations
