@@ -35,7 +35,7 @@ from .buffer import host_words
 from .decode import decode_buffer
 from .errors import ProfileBufferError, ProfileWarning
 from .tags import TagTable
-from .trace import EVENT_DTYPE, Trace
+from .trace import EVENT_DTYPE, Trace, stack_traces
 
 __all__ = [
     "DistributedTraceError",
@@ -200,23 +200,14 @@ def merge_rank_payloads(payloads: list, *, world_size: int | None = None, base_r
         warnings.warn("not every rank measured its clock: ranks' times are left unaligned",
                       ProfileWarning, stacklevel=2)
 
-    names: dict[str, int] = {}
-    for trace in traces:
-        for name in trace.tag_names:
-            names.setdefault(name, len(names))
-    tid_stride = 1 + max((int(t.events["tid"].max()) for t in traces if len(t.events)),
-                         default=0)
+    stacked, names, tid_stride = stack_traces(traces)
     if tid_stride * world >= 2**31:
         raise DistributedTraceError(f"rank tids up to {tid_stride - 1} times {world} ranks "
                                     "overflow the int32 track id")
 
     parts, launches, track_names, ranks = [], [], {}, []
     base = clocks[base_rank] if aligned else None
-    for rank, (trace, payload) in enumerate(zip(traces, payloads)):
-        ev = trace.events  # decoded for this merge only: adjusted in place
-        remap = np.array([names[n] for n in trace.tag_names] or [0], dtype=np.int32)
-        known = ev["tag"] < len(trace.tag_names)
-        ev["tag"] = np.where(known, remap[np.minimum(ev["tag"], len(remap) - 1)], ev["tag"])
+    for rank, (trace, payload, ev) in enumerate(zip(traces, payloads, stacked)):
         shift = 0
         clock = clocks[rank]
         if aligned:
@@ -232,9 +223,8 @@ def merge_rank_payloads(payloads: list, *, world_size: int | None = None, base_r
             launches.append(entry)
         ev["launch"] += first
         label = f"rank {rank} {payload.get('host', '?')} GPU {payload.get('gpu', '?')}"
-        for tid in np.unique(ev["tid"]).tolist():
+        for tid in np.unique(trace.events["tid"]).tolist():
             track_names[rank * tid_stride + tid] = f"{label}: {trace.track_name(tid)}"
-        ev["tid"] += rank * tid_stride
         status = "ok"
         if trace.attempted == 0:
             status = "empty"
@@ -260,7 +250,7 @@ def merge_rank_payloads(payloads: list, *, world_size: int | None = None, base_r
     events = events[np.argsort(events["start_ns"], kind="stable")]
     return Trace(
         events=events,
-        tag_names=tuple(names),
+        tag_names=names,
         capacity=sum(t.capacity for t in traces),
         attempted=sum(t.attempted for t in traces),
         overflow=sum(t.overflow for t in traces),

@@ -5,10 +5,9 @@ The parent puts ``record_boot`` first on ``PYTHONPATH`` and the options in ``CUT
 happens until the program imports ``cutlass``; then the compile hook
 (:class:`~cute_prof.device.launch_select.LaunchSelector`) goes in, and the pool is allocated
 at the first compile. At exit (normal, an exception, Ctrl-C, SIGTERM) the run is saved,
-undecoded: ``pool.npy`` (the claimed slices and the tables) and ``run.json`` (kernels, tags,
-pipelines, recorded launches, launches left plain and why, launches the hook never saw).
-While the program is stuck, the parent can ask for a save through a pipe: a watchdog thread
-copies the pool on a side stream, which does not wait for the stuck kernel.
+undecoded: ``pool.npy`` (claimed slices, tables) and ``run.json`` (kernels, launches, what
+ran plain and why). Asked through a pipe while the program is stuck, a watchdog thread
+saves the pool from a side stream, which does not wait for the stuck kernel.
 
 Owns the child's side of a run; it may not import the CLI.
 """
@@ -30,7 +29,7 @@ import numpy as np
 
 from . import layout
 
-__all__ = ["ENV_VAR", "RUN_FILE", "POOL_FILE", "start", "save_run"]
+__all__ = ["ENV_VAR", "RUN_FILE", "POOL_FILE", "RecordingRun", "current_run", "start", "save_run"]
 
 ENV_VAR = "CUTE_PROF_RECORD"
 RUN_FILE = "run.json"
@@ -40,10 +39,12 @@ RUN_VERSION = 1
 # how long the save at exit waits for the GPU to finish before copying what is there
 DRAIN_TIMEOUT_S = 20.0
 
-_RUN: "_Run | None" = None
+_RUN: "RecordingRun | None" = None
 
 
-class _Run:
+class RecordingRun:
+    """One process's run: its options, its compile hook (``selector``) and its save."""
+
     def __init__(self, options: dict):
         self.options = options
         self.out = Path(options["out"])
@@ -328,7 +329,7 @@ def start(options: dict | None = None) -> None:
         if not text:
             return
         options = json.loads(text)
-    _RUN = _Run(options)
+    _RUN = RecordingRun(options)
     sys.meta_path.insert(0, _AfterImport("torch.profiler", _note_torch_traces))
     if "cutlass" in sys.modules and "cutlass.cute" in sys.modules:
         _RUN.install_safely()
@@ -342,6 +343,11 @@ def start(options: dict | None = None) -> None:
     if fd is not None:
         threading.Thread(target=_watchdog, args=(int(fd),), daemon=True,
                          name="cute-prof-watchdog").start()
+
+
+def current_run() -> RecordingRun | None:
+    """The run this process records (None outside ``cute-prof record`` and :func:`start`)."""
+    return _RUN
 
 
 def save_run() -> None:

@@ -26,7 +26,7 @@ from .analysis.zero_edit import finish_zero_edit_trace
 from .decode_slices import decode_slices, launch_slices_buffer, pool_slices
 from .errors import ProfileBufferError
 from .record_run import POOL_FILE, RUN_FILE, RUN_FORMAT
-from .trace import EVENT_DTYPE, Trace
+from .trace import EVENT_DTYPE, Trace, stack_traces
 
 __all__ = ["LaunchRow", "RecordedRun", "is_run_folder", "short_kernel_name"]
 
@@ -63,6 +63,8 @@ class LaunchRow:
     end_ns: int
     stream: int | None
     replay: bool
+    order_begin: int = 0  # where its slices start in the run's slice order
+    no_slice: int = 0  # records of its warps that found no slice (the pool's lost table)
 
     @property
     def duration_ns(self) -> int:
@@ -114,6 +116,7 @@ class RecordedRun:
         opened = np.flatnonzero(sl["kernel"] >= 0)
         host = self._host_launches()
         rows: list[LaunchRow] = []
+        self._order = np.zeros(0, np.int64)
         if opened.size:
             key = sl["kernel"][opened] * (1 << 40) + sl["epoch"][opened]
             order = opened[np.argsort(key, kind="stable")]
@@ -137,8 +140,9 @@ class RecordedRun:
                     attempted=int(stats["attempted"][part].sum()) + lost_table,
                     lost=int(stats["overflow"][part].sum()) + lost_table,
                     start_ns=int(stats["open"][part].min()), end_ns=int(stats["last"][part].max()),
-                    stream=entry.get("stream") if entry else None, replay=entry is None))
-            self._order, self._bounds = order, bounds
+                    stream=entry.get("stream") if entry else None, replay=entry is None,
+                    order_begin=int(begin), no_slice=lost_table))
+            self._order = order
         seen = {(r.kernel_id, r.epoch) for r in rows}
         for (kernel, epoch), entry in host.items():  # recorded launches that kept no slice
             if (kernel, epoch) in seen:
@@ -148,7 +152,7 @@ class RecordedRun:
             rows.append(LaunchRow(number=0, kernel_id=kernel, kernel=self._kernel_name(kernel),
                                   launch=entry["launch"], epoch=epoch, slices=0, ctas=0,
                                   records=0, attempted=lost, lost=lost, start_ns=0, end_ns=0,
-                                  stream=entry.get("stream"), replay=False))
+                                  stream=entry.get("stream"), replay=False, no_slice=lost))
         rows.sort(key=lambda r: (r.start_ns == 0, r.start_ns, r.kernel_id, r.epoch))
         for number, row in enumerate(rows):
             row.number = number
@@ -180,9 +184,13 @@ class RecordedRun:
         fits = np.minimum(fit_word & _LOW32, per_warp)
         counts = np.where(closed, closing & _LOW32, 0)
         stored = np.where(closed, np.minimum(counts, fits), 0)
-        for i in np.flatnonzero(~closed):  # unclosed warps (a crash): count what was written
-            written = np.asarray(words[at[i] + 4:at[i] + 4 + fits[i]]) < 0
-            stored[i] = int(np.argmin(written)) if not written.all() else int(fits[i])
+        bad = np.flatnonzero(~closed)  # unclosed warps (a crash): count the leading written
+        if bad.size:
+            column = np.arange(per_warp)
+            written = np.asarray(words[(at[bad] + layout.SLICE_HEADER_WORDS)[:, None]
+                                       + column[None, :]]) < 0
+            written &= column[None, :] < fits[bad][:, None]
+            stored[bad] = np.where(written.all(axis=1), per_warp, np.argmin(written, axis=1))
         attempted = np.where(closed, counts, stored)
         last_at = at + layout.SLICE_HEADER_WORDS + np.maximum(stored - 1, 0)
         last = np.asarray(words[last_at]) & _LOW32
@@ -216,33 +224,18 @@ class RecordedRun:
     # ------------------------------------------------------------------ decoding
     def trace(self, row: LaunchRow) -> Trace:
         """One launch decoded, named like an ``autoprofile()`` trace."""
-        self.launches  # noqa: B018 - builds the slice order
         kernel = self.kernels.get(row.kernel_id, {})
         if row.slices:
-            index = self.launches.index(row)
-            begin, end = self._span_of(row)
-            slices = self._order[begin:end]
-        else:
-            index, slices = self.launches.index(row), np.zeros(0, np.int64)
-        lost = row.lost - int(self._slice_stats(slices)["overflow"].sum()) if slices.size else row.lost
-        if slices.size:
-            buffer = launch_slices_buffer(self.words, slices, lost=lost)
-        else:
-            buffer = np.array(layout.slices_header(1, 1), dtype=np.int64)
-            buffer = np.concatenate([buffer, np.zeros(layout.SLICE_HEADER_WORDS + 1, np.int64)])
-            buffer[2] = lost
+            slices = self._order[row.order_begin:row.order_begin + row.slices]
+            buffer = launch_slices_buffer(self.words, slices, lost=row.no_slice)
+        else:  # every warp found no slice: a buffer of no slice, its losses counted
+            buffer = np.array(layout.slices_header(0, 1), dtype=np.int64)
+            buffer[2] = row.no_slice
         meta = {"autoprof": kernel.get("metadata", {}), "kernel": row.kernel,
-                "run_launch": {"number": index, "launch": row.launch, "epoch": row.epoch,
+                "run_launch": {"number": row.number, "launch": row.launch, "epoch": row.epoch,
                                "stream": row.stream, "replay": row.replay}}
         trace = decode_slices(buffer, list(kernel.get("tags", [])), metadata=meta)
         return finish_zero_edit_trace(trace)
-
-    def _span_of(self, row: LaunchRow) -> tuple[int, int]:
-        sl = self._slices
-        key = sl["kernel"][self._order] * (1 << 40) + sl["epoch"][self._order]
-        wanted = row.kernel_id * (1 << 40) + row.epoch
-        begin = int(np.searchsorted(key, wanted, side="left"))
-        return begin, int(np.searchsorted(key, wanted, side="right"))
 
     def combined_trace(self, rows: list[LaunchRow]) -> Trace:
         """Several launches in one trace: each launch its own group of tracks (tids moved
@@ -250,29 +243,19 @@ class RecordedRun:
         traces = [self.trace(r) for r in rows]
         if len(traces) == 1:
             return traces[0]
-        names: dict[str, int] = {}
-        for trace in traces:
-            for name in trace.tag_names:
-                names.setdefault(name, len(names))
-        stride = 1 + max((int(t.events["tid"].max()) for t in traces if len(t.events)), default=0)
-        parts, track_names, launches = [], {}, []
-        for number, (row, trace) in enumerate(zip(rows, traces)):
-            ev = trace.events.copy()
-            remap = np.array([names[n] for n in trace.tag_names] or [0], dtype=np.int64)
-            known = ev["tag"] < len(trace.tag_names)
-            ev["tag"] = np.where(known, remap[np.minimum(ev["tag"], len(remap) - 1)], ev["tag"])
+        parts, names, stride = stack_traces(traces)
+        track_names, launches = {}, []
+        for number, (row, trace, ev) in enumerate(zip(rows, traces, parts)):
             for tid, name in trace.track_names.items():
                 track_names[number * stride + int(tid)] = name
-            ev["tid"] += number * stride
             ev["launch"] = number
             launches.append({"index": number, "name": row.label(), "kernel": row.kernel,
                              "start_ns": row.start_ns, "end_ns": row.end_ns,
                              "first_ns": row.start_ns, "last_ns": row.end_ns,
                              "tid_base": number * stride})
-            parts.append(ev)
         events = np.concatenate(parts) if parts else np.zeros(0, dtype=EVENT_DTYPE)
         events = events[np.argsort(events["start_ns"], kind="stable")]
-        return Trace(events=events, tag_names=tuple(names),
+        return Trace(events=events, tag_names=names,
                      capacity=sum(t.capacity for t in traces),
                      attempted=sum(t.attempted for t in traces),
                      overflow=sum(t.overflow for t in traces),

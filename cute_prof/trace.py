@@ -239,3 +239,24 @@ class Trace:
             incomplete=0,
             metadata=dict(metadata or {}),
         )
+
+
+def stack_traces(traces: Sequence[Trace]) -> tuple[list[np.ndarray], tuple[str, ...], int]:
+    """Several traces' events ready for one trace (several ranks, several launches): copies
+    with one tag table (tags merged by name, in order of first appearance) and part k's tids
+    moved up by k times the stride (one more than the largest tid of any part). Returns
+    ``(events per part, tag names, stride)``."""
+    names: dict[str, int] = {}
+    for trace in traces:
+        for name in trace.tag_names:
+            names.setdefault(name, len(names))
+    stride = 1 + max((int(t.events["tid"].max()) for t in traces if len(t.events)), default=0)
+    parts = []
+    for k, trace in enumerate(traces):
+        ev = trace.events.copy()
+        remap = np.array([names[n] for n in trace.tag_names] or [0], dtype=np.int32)
+        known = ev["tag"] < len(trace.tag_names)
+        ev["tag"] = np.where(known, remap[np.minimum(ev["tag"], len(remap) - 1)], ev["tag"])
+        ev["tid"] += k * stride
+        parts.append(ev)
+    return parts, tuple(names), stride

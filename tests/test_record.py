@@ -333,3 +333,10 @@ def test_the_programs_torch_profiler_trace_is_noted(tmp_path):
                                    "p.export_chrome_trace('torch.json')\n")
     assert _cli(tmp_path, "-o", "o", "--", "t.py").returncode == 0
     assert RecordedRun(tmp_path / "o").torch_trace() == tmp_path / "torch.json"
+
+
+def test_an_unclosed_slice_keeps_what_it_wrote(tmp_path):
+    pool = Pool(4)
+    pool.launch(kernel=0, epoch=1, ctas=1, start=T0, closed=False)  # no close: a crash
+    (row,) = RecordedRun(write_run(tmp_path / "u", pool, [host_launch(0, 1, 0)])).launches
+    assert row.records == row.attempted == 2 * 6 and row.lost == 0

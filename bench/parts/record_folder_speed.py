@@ -70,7 +70,7 @@ def main(argv=None) -> int:
     from cute_prof import record_run
 
     pool, launches = build_pool(args.records)
-    run = record_run._Run({"out": args.folder, "program": ["synthetic"], "kernels": []})
+    run = record_run.RecordingRun({"out": args.folder, "program": ["synthetic"], "kernels": []})
     run.selector = _selector(pool, launches)
     started = time.perf_counter()
     run.save()

@@ -119,10 +119,9 @@ def _stragglers(trace: Trace, tid: np.ndarray, end: np.ndarray) -> dict[str, Any
     np.maximum.at(cta_end, of, end)
     median = float(np.median(cta_end))
     latest = np.argsort(cta_end)[::-1][:STRAGGLERS_LISTED]
-    sm_of = {}
     rows = np.flatnonzero(np.isin(trace.events["tid"].astype(np.int64) // stride, ctas[latest]))
-    for row in rows:
-        sm_of.setdefault(int(trace.events["tid"][row]) // stride, int(trace.events["sm"][row]))
+    found, first = np.unique(trace.events["tid"][rows].astype(np.int64) // stride, return_index=True)
+    sm_of = dict(zip(found.tolist(), trace.events["sm"][rows[first]].tolist()))
     return {"ctas": int(ctas.size),
             "last": [{"cta": int(ctas[i]), "sm": sm_of.get(int(ctas[i])),
                       "after_median_ns": float(cta_end[i] - median)} for i in latest],

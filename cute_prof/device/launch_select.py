@@ -48,8 +48,8 @@ class Selection:
 
 
 class RunPool:
-    """The run's pooled slices buffer (a torch tensor the caller allocated), its kernels and
-    a host mirror of its claim count (copied after each recorded launch, never waited for)."""
+    """The run's pooled slices buffer, its kernels, and a host copy of its claim count
+    (refreshed after each recorded launch, never waited for)."""
 
     def __init__(self, buffer, *, per_warp: int):
         import torch
@@ -127,8 +127,8 @@ class CompiledEntry:
 
 
 class SelectingFunction:
-    """What ``cute.compile`` returns during a run for a function whose kernels record: call
-    it as the compiled function; every other attribute is the recording build's."""
+    """What ``cute.compile`` returns in a run for a recording function: called, it picks a
+    build per launch; other attributes are the recording build's."""
 
     def __init__(self, selector: "LaunchSelector", entry: CompiledEntry):
         self._selector, self._entry = selector, entry
@@ -154,10 +154,9 @@ def stream_handle(args, kwargs) -> int | None:
 
 
 class LaunchSelector:
-    """Installs the compile hook for a run and keeps its launch table (``launches``: one dict
-    per recorded launch; ``counts``: per kernel name, launches seen, recorded, left plain
-    for the range, left plain for the pool's memory; ``unknown``: launches of compiled
-    functions that did not come from the hook, by name)."""
+    """A run's compile hook and launch table: ``launches`` (a dict per recorded launch),
+    ``counts`` (per kernel name: launched, recorded, plain for the range, plain for memory),
+    ``unknown`` (launches of functions the hook did not build, by name)."""
 
     def __init__(self, pool_factory: Callable[[], RunPool], selection: Selection, *,
                  barriers: bool = True, mode: str = "full"):

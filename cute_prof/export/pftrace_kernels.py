@@ -151,6 +151,18 @@ def _varint_length(value):
 
 
 @jit.kernel
+def _put_packet_head(out, at, ts, sequence, rest):
+    """A ``Trace.packet`` entry's tag and length, its timestamp and its sequence id, for a
+    packet whose remaining fields take ``rest`` bytes."""
+    out[at] = 0x0A
+    at = _put_varint(out, at + 1, 2 + _varint_length(ts) + _varint_length(sequence) + rest)
+    out[at] = 0x40
+    at = _put_varint(out, at + 1, ts)
+    out[at] = 0x50
+    return _put_varint(out, at + 1, sequence)
+
+
+@jit.kernel
 def _put_event(out, at, ts, sequence, kind, iid, payload, override, templates, template_at):
     """One ``Trace.packet`` entry: timestamp, sequence id and the TrackEvent (type, name
     id, payload annotation) with its flags, as the official protos serialise them; or,
@@ -165,13 +177,7 @@ def _put_event(out, at, ts, sequence, kind, iid, payload, override, templates, t
         if iid != 0:
             event += 1 + _varint_length(iid)
         length = 1 + _varint_length(event) + event + (2 if iid != 0 else 0)
-    body = 2 + _varint_length(ts) + _varint_length(sequence) + length
-    out[at] = 0x0A
-    at = _put_varint(out, at + 1, body)
-    out[at] = 0x40
-    at = _put_varint(out, at + 1, ts)
-    out[at] = 0x50
-    at = _put_varint(out, at + 1, sequence)
+    at = _put_packet_head(out, at, ts, sequence, length)
     if override >= 0:
         for b in range(template_at[override], template_at[override + 1]):
             out[at] = templates[b]
@@ -267,13 +273,7 @@ def encode_counter_packets(out, ts, value, uuid, sequence):
     for k in range(ts.shape[0]):
         event = 2 + 1 + _varint_length(uuid[k]) + 2 + 8
         t = max(ts[k], 0)
-        body = 2 + _varint_length(t) + _varint_length(sequence) + 1 + _varint_length(event) + event
-        out[at] = 0x0A
-        at = _put_varint(out, at + 1, body)
-        out[at] = 0x40
-        at = _put_varint(out, at + 1, t)
-        out[at] = 0x50
-        at = _put_varint(out, at + 1, sequence)
+        at = _put_packet_head(out, at, t, sequence, 1 + _varint_length(event) + event)
         out[at] = 0x5A
         at = _put_varint(out, at + 1, event)
         out[at] = 0x48

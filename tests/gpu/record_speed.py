@@ -90,10 +90,10 @@ def main(argv=None) -> dict:
         same = ptx is not None and ptx == _ptx(entry.plain_fn)
         rows.append({"shape": label, "unhooked_us": base, "outside_range_us": plain,
                      "ratio": plain / base, "a_a_ratio": again / base, "same_ptx": same})
-    counts = record_run._RUN.selector.counts
+    counts = record_run.current_run().selector.counts
     result = {"device": torch.cuda.get_device_name(), "rounds": args.rounds,
               "per_block": args.per_block, "rows": rows, "counts": counts,
-              "recorded_launches": len(record_run._RUN.selector.launches)}
+              "recorded_launches": len(record_run.current_run().selector.launches)}
     print(f"{'FA4 forward h16 d128 bf16':28s} {'unhooked us':>12s} {'outside range us':>17s} "
           f"{'ratio':>7s} {'A/A ratio':>9s} {'same PTX':>8s}")
     for r in rows:
