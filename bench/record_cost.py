@@ -1,8 +1,7 @@
-"""What does one record cost? The probe kernel, per write path, beside NVIDIA IKET; one
+"""What does one record cost? The probe kernel, per write path; one
 zero-edit record on a dependency chain; the flight recorder's marks (GPU).
 
     python bench/record_cost.py probe --rounds 30 --json overhead.json
-    python bench/record_cost.py peers ours --json ours.json
     python bench/record_cost.py --help
 """
 
@@ -13,9 +12,6 @@ from tools.runner import Part, run
 PARTS = [
     Part("probe", "bench/parts/overhead.py", "every write path on the FMA probe, CUPTI: slope and x unprofiled",
          "GPU", "bench/results/record_cost/table.md"),
-    Part("peers", "bench/parts/overhead_peers.py",
-         "ours and IKET (under run-iket) on IKET's loop nest, CUDA events; 'table' merges results",
-         "GPU", "bench/results/record_cost/iket_nest_table.md"),
     Part("chain", "bench/parts/record_chain.py",
          "one zero-edit record on a dependency chain: two warps' 1-stage PipelineAsync ping-pong",
          "GPU", "bench/results/record_cost/chain.md"),

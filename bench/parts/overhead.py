@@ -57,11 +57,6 @@ def build():
     from cute_prof.device.ptx import inline_asm
     from cute_prof.device.slices import SliceRecorder, prefetch_header
 
-    try:  # NVIDIA IKET's ranges, for the side-by-side run under run-iket (bench/parts/overhead_peers.py)
-        from cutlass.cute.experimental import iket
-    except ImportError:  # pragma: no cover - older nvidia-cutlass-dsl
-        iket = None
-
     def fma_iteration(x, y, z, w, a, b, fmas):
         """One probe iteration: ``fmas`` FMAs in CHAINS independent dependent chains
         (unrolled while tracing)."""
@@ -81,8 +76,7 @@ def build():
         bidx, _, _ = cute.arch.block_idx()
         warp = cute.arch.warp_idx()
         gidx = bidx * THREADS + tidx
-        sliced = mode.startswith(("slices_s", "slicesu_s"))
-        slices_path = mode in ("slices", "slices_unordered", "span_pairs") or sliced
+        slices_path = mode in ("slices", "slices_unordered", "span_pairs")
         # the slices buffer's header loads go out first, beside the data load, as the
         # library tells kernel authors to (prefetch_header): the open then does not wait
         header = prefetch_header(buf) if slices_path else None
@@ -94,49 +88,31 @@ def build():
         w = x + 3.0
         track = bidx * WARPS + warp
         rec = cp.WarpRecorder(buf, max_events, track, enabled=mode == "staged")
-        # nested modes (loop nest, one record per outer iteration, no run-time record test):
-        # nest_sN unprofiled, iket_sN IKET ranges, slices_sN / slicesu_sN our slices
-        nested = mode.startswith(("iket_s", "nest_s", "slices_s", "slicesu_s"))
-        ranged = mode.startswith("iket_s")
-        srec = SliceRecorder(buf, track, ordered=mode in ("slices", "span_pairs") or mode.startswith("slices_s"),
+        srec = SliceRecorder(buf, track, ordered=mode in ("slices", "span_pairs"),
                              enabled=slices_path, header=header)
-        nest_stride = int(mode.rsplit("_s", 1)[1]) if nested else 1
-        if cutlass.const_expr(nested):
-            # IKET's ranges cannot sit under a dynamic `if`: one range per outer iteration
-            # around `stride` unrolled iterations; nest_sN is the same loop nest unprofiled.
-            for _o in cutlass.range(ITERS // nest_stride, unroll=1):
-                if cutlass.const_expr(ranged):
-                    token = iket.range_start("iter")
-                for _s in cutlass.range_constexpr(nest_stride):
-                    x, y, z, w = fma_iteration(x, y, z, w, a, b, fmas)
-                if cutlass.const_expr(ranged):
-                    iket.range_end(token)
-                if cutlass.const_expr(sliced):
-                    srec.end(1)
-        else:
-            for i in cutlass.range(ITERS, unroll=1):
-                record = ((i & mask) == 0) & (warp < rec_warps)
-                t = Int64(0)
-                t32 = Int32(0)
-                if cutlass.const_expr(mode in ("atomic", "staged")):
-                    if record:
-                        t = cp.read_globaltimer()
-                if cutlass.const_expr(mode == "span_pairs"):
-                    if record:
-                        t32 = srec.now()
-                x, y, z, w = fma_iteration(x, y, z, w, a, b, fmas)
-                if cutlass.const_expr(mode != "off"):
-                    if record:
-                        if cutlass.const_expr(mode == "atomic"):
-                            cp.profile_stop(buf, t, 1, track, max_events, guard="lane0")
-                        if cutlass.const_expr(mode == "staged"):
-                            rec.stop(t, 1)
-                        if cutlass.const_expr(mode in ("slices", "slices_unordered")):
-                            srec.end(1)
-                        if cutlass.const_expr(mode == "span_pairs"):
-                            srec.span(t32, 1)
-                        if cutlass.const_expr(mode == "scaffold"):
-                            inline_asm(None, [], "{\n}", "~{memory}")
+        for i in cutlass.range(ITERS, unroll=1):
+            record = ((i & mask) == 0) & (warp < rec_warps)
+            t = Int64(0)
+            t32 = Int32(0)
+            if cutlass.const_expr(mode in ("atomic", "staged")):
+                if record:
+                    t = cp.read_globaltimer()
+            if cutlass.const_expr(mode == "span_pairs"):
+                if record:
+                    t32 = srec.now()
+            x, y, z, w = fma_iteration(x, y, z, w, a, b, fmas)
+            if cutlass.const_expr(mode != "off"):
+                if record:
+                    if cutlass.const_expr(mode == "atomic"):
+                        cp.profile_stop(buf, t, 1, track, max_events, guard="lane0")
+                    if cutlass.const_expr(mode == "staged"):
+                        rec.stop(t, 1)
+                    if cutlass.const_expr(mode in ("slices", "slices_unordered")):
+                        srec.end(1)
+                    if cutlass.const_expr(mode == "span_pairs"):
+                        srec.span(t32, 1)
+                    if cutlass.const_expr(mode == "scaffold"):
+                        inline_asm(None, [], "{\n}", "~{memory}")
         if cutlass.const_expr(close):
             rec.flush()
             srec.close()
