@@ -332,7 +332,7 @@ class RecordedRun:
                 why.append(f"{c['plain_memory']} after the pool filled (raise --max-memory)")
             lines.append(f"not recorded, run plain: {short_kernel_name(name)}: {', '.join(why)}")
         for name, n in s["unknown_launches"].items():
-            lines.append(f"launched but not compiled by cute.compile in this run (not recorded): "
+            lines.append(f"launched but not built in this run (not recorded): "
                          f"{name} x{n}")
         selection = s["selection"] or {}
         if selection.get("kernels") and not s["counts"]:

@@ -6,8 +6,11 @@ compiles with zero-edit recording on. Kernels that record get a kernel id in the
 the caller gets a :class:`SelectingFunction`. Each call is one launch, numbered per kernel
 name: in the range and with room in the pool, the kernel's launch epoch is bumped on the
 launch's stream and the recording build runs; otherwise the plain build (compiled once,
-outside recording) runs at the plain kernel's speed. Launches of compiled functions that
-did not come from ``cute.compile`` in the run are counted by name.
+outside recording) runs at the plain kernel's speed. A ``@cute.jit`` function called
+directly traces at every call (the DSL then finds its compiled module in its own cache by the
+module's hash): the call is traced with recording on or off, by the same choice, and its
+kernels keep their ids from one call to the next, so both builds stay cached. Launches of
+compiled functions that came from neither (a module loaded from elsewhere) are counted by name.
 
 Owns the compile hook, the per-launch choice and the launch table; the pool tensor comes from
 the host (:func:`cute_prof.decode_slices.allocate_pool`). It may not import anything on the
@@ -153,6 +156,36 @@ def stream_handle(args, kwargs) -> int | None:
     return None
 
 
+class DirectPool:
+    """The run's pool as one trace of a directly called function sees it: a kernel traced
+    before under that function keeps its id (the recording build's module repeats, and the
+    DSL's cache serves it); ``used`` lists (name, id) of this trace's kernels."""
+
+    def __init__(self, pool: RunPool, ids: dict):
+        self.buffer, self.capacity, self.per_warp = pool.buffer, pool.capacity, pool.per_warp
+        self._pool, self._ids = pool, ids
+        self.used: list[tuple[str, int]] = []
+
+    def new_kernel(self, name: str) -> int:
+        key = (name, sum(1 for seen, _ in self.used if seen == name))
+        if key not in self._ids:
+            self._ids[key] = self._pool.new_kernel(name)
+        self.used.append((name, self._ids[key]))
+        return self._ids[key]
+
+
+@dataclasses.dataclass
+class DirectCall:
+    """A direct call in flight (between its trace and its launch): whether it traced with
+    recording on, the kernels it recorded, its arguments (for the stream)."""
+
+    function: dict
+    record: bool
+    pool: DirectPool | None
+    args: tuple
+    kwargs: dict
+
+
 class LaunchSelector:
     """A run's compile hook and launch table: ``launches`` (a dict per recorded launch),
     ``counts`` (per kernel name: launched, recorded, plain for the range, plain for memory),
@@ -173,6 +206,10 @@ class LaunchSelector:
         self._patches: list[tuple[Any, str, Any]] = []
         self._builds: set[int] = set()
         self._keep: list = []
+        # a directly called @cute.jit function -> {"ids": its kernels' ids, "names": the
+        # kernels its module launches (None until its first launch)}
+        self._direct: dict[Any, dict] = {}
+        self._in_flight = threading.local()  # .call: this thread's DirectCall, if any
 
     @property
     def pool(self) -> RunPool:
@@ -187,11 +224,14 @@ class LaunchSelector:
 
     # ------------------------------------------------------------------ the hook
     def install(self) -> None:
+        from cutlass._mlir import ir
         from cutlass.base_dsl.compiler import CompileCallable
+        from cutlass.base_dsl.dsl import BaseDSL
         from cutlass.base_dsl.jit_executor import JitExecutor
 
         original_compile = CompileCallable.__dict__["_compile"]
         original_run = JitExecutor.__dict__["run_compiled_program"]
+        original_func = BaseDSL.__dict__["_func"]
         selector = self
 
         def _compile(this, func, *args, **kwargs):
@@ -200,8 +240,19 @@ class LaunchSelector:
             label = getattr(func, "__qualname__", None) or type(func).__name__
             return selector.compile(lambda: original_compile(this, func, *args, **kwargs), label)
 
+        def _func(this, func, *args, **kwargs):
+            nested = ir.Context.current is not None and ir.InsertionPoint.current is not None
+            if nested or kwargs.get("compile_only"):  # traced inside another, or cute.compile
+                return original_func(this, func, *args, **kwargs)
+            return selector.direct_call(lambda: original_func(this, func, *args, **kwargs),
+                                        func, args, kwargs)
+
         def run_compiled_program(this, exe_args):
             module = getattr(this, "jit_module", None)
+            call = getattr(selector._in_flight, "call", None)
+            if call is not None:
+                selector._in_flight.call = None  # its own launch; a later one is not
+                return selector.direct_launch(call, module, lambda: original_run(this, exe_args))
             if id(getattr(module, "engine", None)) not in selector._builds:
                 kernels = [m.sym for m in getattr(module, "cuda_modules", None) or []]
                 name = ", ".join(kernels) or "a function cute.compile did not build in this run"
@@ -211,6 +262,7 @@ class LaunchSelector:
 
         self._patch(CompileCallable, "_compile", _compile)
         self._patch(JitExecutor, "run_compiled_program", run_compiled_program)
+        self._patch(BaseDSL, "_func", _func)
 
     def uninstall(self) -> None:
         while self._patches:
@@ -255,39 +307,107 @@ class LaunchSelector:
         return SelectingFunction(self, entry)
 
     # ------------------------------------------------------------------ launching
-    def launch(self, entry: CompiledEntry, args, kwargs):
+    def _next_indices(self, names: list[str], *, claim: bool) -> list[int]:
+        """Each kernel's index among its name's launches (``claim``: counted as launched)."""
+        indices = []
+        for name in names:
+            count = self.counts.setdefault(
+                name, {"launched": 0, "recorded": 0, "plain_range": 0, "plain_memory": 0})
+            indices.append(count["launched"])
+            count["launched"] += claim
+        return indices
+
+    def _tally(self, names: list[str], *, recorded: bool, wanted: bool) -> None:
+        for name in names:
+            key = "recorded" if recorded else ("plain_memory" if wanted else "plain_range")
+            self.counts[name][key] += 1
+
+    def _begin_recorded(self, kernels: list[tuple[int, str, int]], args, kwargs):
+        """Bump each (kernel id, name, index)'s epoch on the launch's stream and note the
+        launch; the stream is returned for :meth:`RunPool.after_launch`."""
         import torch
 
+        stream = self.pool.stream(stream_handle(args, kwargs))
+        self.pool.before_launch([kernel for kernel, _, _ in kernels], stream)
+        for kernel, name, index in kernels:
+            self._epochs[kernel] = self._epochs.get(kernel, 0) + 1
+            self.launches.append({
+                "kernel_id": kernel, "kernel": name, "launch": index,
+                "epoch": self._epochs[kernel],
+                "stream": int(stream.cuda_stream) if stream is not None else None,
+                "host_ns": time.time_ns(),
+                "captured": bool(stream is not None
+                                 and torch.cuda.is_current_stream_capturing()),
+            })
+        return stream
+
+    def launch(self, entry: CompiledEntry, args, kwargs):
         with self.lock:
-            indices = []
-            for name in entry.names:
-                count = self.counts.setdefault(
-                    name, {"launched": 0, "recorded": 0, "plain_range": 0, "plain_memory": 0})
-                indices.append(count["launched"])
-                count["launched"] += 1
+            indices = self._next_indices(entry.names, claim=True)
             wanted = any(self.selection.in_range(i) for i in indices)
             record = wanted and not self.pool.full()
-            for name in entry.names:
-                key = "recorded" if record else ("plain_memory" if wanted else "plain_range")
-                self.counts[name][key] += 1
+            self._tally(entry.names, recorded=record, wanted=wanted)
             if not record:
                 plain = entry.plain()
                 self._note_build(plain)
                 return plain(*args, **kwargs)
-            handle = stream_handle(args, kwargs)
-            stream = self.pool.stream(handle)
-            self.pool.before_launch(entry.kernel_ids, stream)
-            for kernel, name, index in zip(entry.kernel_ids, entry.names, indices):
-                self._epochs[kernel] = self._epochs.get(kernel, 0) + 1
-                self.launches.append({
-                    "kernel_id": kernel, "kernel": name, "launch": index,
-                    "epoch": self._epochs[kernel],
-                    "stream": int(stream.cuda_stream) if stream is not None else None,
-                    "host_ns": time.time_ns(),
-                    "captured": bool(stream is not None
-                                     and torch.cuda.is_current_stream_capturing()),
-                })
+            stream = self._begin_recorded(
+                list(zip(entry.kernel_ids, entry.names, indices)), args, kwargs)
         result = entry.recording_fn(*args, **kwargs)
+        self.pool.after_launch(stream)
+        return result
+
+    # ------------------------------------------------------------------ direct calls
+    def direct_call(self, call: Callable[[], Any], func, args, kwargs):
+        """A ``@cute.jit`` function called directly: trace it with recording on when its
+        launch is wanted (the kernels its last call launched are in the range and the pool
+        has room), else plain. Its first call records unless ``--launch-skip`` is set (its
+        kernels are not known before it is traced; with a skip, its first call runs plain and
+        names them)."""
+        with self.lock:
+            known = self._direct.setdefault(func, {"ids": {}, "names": None})
+            if known["names"] is None:
+                record = self.selection.skip == 0 and not self.pool.full()
+            else:
+                indices = self._next_indices(known["names"], claim=False)
+                record = (any(self.selection.in_range(i) for i in indices)
+                          and not self.pool.full())
+            pool = DirectPool(self.pool, known["ids"]) if record else None
+            self._in_flight.call = DirectCall(known, record, pool, args, kwargs)
+            try:
+                if not record:
+                    return call()
+                config = RecordingConfig(per_warp=pool.per_warp, max_warps=pool.capacity,
+                                         allocate=_no_allocation,
+                                         kernels=self.selection.kernels,
+                                         barriers=self.barriers, pool=pool, mode=self.mode)
+                from .autoprof import skipped_kernels
+
+                with recording(config) as found:
+                    result = call()
+                self.skipped_kernels |= skipped_kernels()
+                recorded = {r.pool_kernel for r in self.recordings}
+                self.recordings.extend(r for r in found if r.pool_kernel not in recorded)
+                return result
+            finally:
+                self._in_flight.call = None
+
+    def direct_launch(self, call: DirectCall, module, run: Callable[[], Any]):
+        """The launch of a direct call's module: counted under its kernels' names, recorded
+        (epochs bumped, launches noted) when it was traced with recording on."""
+        names = [m.sym for m in getattr(module, "cuda_modules", None) or []]
+        if call.function["names"] is None:
+            call.function["names"] = names
+        indices = self._next_indices(names, claim=True)
+        used = dict(call.pool.used) if call.record else {}
+        recorded = [(used[name], name, index) for name, index in zip(names, indices)
+                    if name in used]
+        wanted = any(self.selection.in_range(i) for i in indices)
+        self._tally(names, recorded=bool(recorded), wanted=wanted)
+        if not recorded:
+            return run()
+        stream = self._begin_recorded(recorded, call.args, call.kwargs)
+        result = run()
         self.pool.after_launch(stream)
         return result
 
