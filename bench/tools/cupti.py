@@ -1,6 +1,8 @@
 """Kernel times from CUPTI (torch.profiler), variants shuffled every round: the GPU benches' one
 timing method. CUDA events around one Python launch also time the host's launch overhead
-(tens of microseconds for a CuTe DSL kernel), which differs from variant to variant."""
+(tens of microseconds for a CuTe DSL kernel), which differs from variant to variant. Where
+CUPTI cannot run (under ``run-iket``, whose injection library holds it), ``time_batches``
+times batches of launches enqueued behind a sleep kernel, so they run back to back."""
 
 from __future__ import annotations
 
@@ -24,6 +26,33 @@ def time_shuffled(variants: dict, *, rounds: int, warmup: int = 3, resets: dict 
     times = calibration.time_shuffled(variants, rounds=rounds, warmup=warmup, resets=resets,
                                       per_block=per_block, exclude=HOUSEKEEPING)
     return {name: [ns / 1e6 for ns in values] for name, values in times.items()}
+
+
+def time_batches(variants: dict, *, rounds: int, batch: int = 10, warmup: int = 3) -> dict:
+    """``{name: [ms per launch, per round]}`` from CUDA events around ``batch`` launches
+    enqueued behind a ~10 ms sleep kernel (longer than enqueueing them), shuffled each round."""
+    import random
+
+    import torch
+
+    names = list(variants)
+    for _ in range(warmup):
+        for name in names:
+            variants[name]()
+    torch.cuda.synchronize()
+    times = {name: [] for name in names}
+    for _ in range(rounds):
+        random.shuffle(names)
+        for name in names:
+            start, end = torch.cuda.Event(enable_timing=True), torch.cuda.Event(enable_timing=True)
+            torch.cuda._sleep(20_000_000)
+            start.record()
+            for _ in range(batch):
+                variants[name]()
+            end.record()
+            end.synchronize()
+            times[name].append(start.elapsed_time(end) / batch)
+    return times
 
 
 def traced_launches(prof, launch, count: int, *, warm: int = 10):

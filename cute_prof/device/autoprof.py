@@ -65,7 +65,7 @@ from .load_probes import (
 from .ptx import trace_time_int
 
 __all__ = ["KernelRecording", "LIGHT_OPS", "LOAD_ARRIVAL_TIMEOUT_NS", "MODES", "PipelineInfo", "RecordingConfig",
-           "Site", "is_recording", "is_tma_load_ring", "load_arrival_probe", "mark",
+           "Site", "is_recording", "pipeline_classes", "is_tma_load_ring", "load_arrival_probe", "mark",
            "recording", "region", "sampling_offset", "skipped_kernels"]
 
 # method name -> what its call records
@@ -253,7 +253,9 @@ def _patch_sync_objects() -> None:
             _patch(MbarrierArray, method, _sync_object_method(function, method))
 
 
-def _pipeline_classes():
+def pipeline_classes() -> list:
+    """Every ``cutlass.pipeline`` class a kernel may call: the roots and their subclasses
+    (FA4's and quack's own among them, once imported)."""
     from cutlass import pipeline
 
     roots = [pipeline.PipelineAsync]
@@ -273,7 +275,7 @@ def _pipeline_classes():
 
 def _patch_pipeline_classes() -> None:
     """Wrap the recorded methods defined by every pipeline class (new subclasses too)."""
-    for cls in _pipeline_classes():
+    for cls in pipeline_classes():
         for op in PIPELINE_WAITS + PIPELINE_SIGNALS:
             method = cls.__dict__.get(op)
             if method is None or getattr(method, "_cute_prof_autoprof", False):
