@@ -48,6 +48,7 @@ from .autoprof_state import (
     PipelineInfo,
     RecordingConfig,
     Site,
+    acquire_wait_end,
     creation_site,
     in_call,
     pipeline_info,
@@ -84,7 +85,10 @@ CLUSTER_SIGNALS = ("cluster_arrive", "cluster_arrive_relaxed")
 # own barriers build other ops (``nvvm.barrier``), and a wrapped call inside another records once
 NVVM_BARRIER_WAITS = ("barrier_cta_sync",)
 # what a light recording keeps: the producer's waits alone (its blocked time at acquire says
-# when the consumers released; the acquires' ends pace the ring)
+# when the consumers released; the acquires' ends pace the ring). A light producer_acquire
+# region runs from before the warp's deferred stores of its previous region to where the
+# ring's empty-barrier wait returns (its arrive on the full barrier, the expect-tx, is
+# outside); where that wait is not made unconditionally in the call, to the call's end
 LIGHT_OPS = ("producer_acquire", "producer_tail")
 MODES = ("full", "light")
 # pipeline records carry no payload: a warp makes a pipeline's calls in order, so the host
@@ -108,8 +112,11 @@ def _pipeline_method(original, op: str, kind: str):
             info = pipeline_info(self)
             return rec.site(f"{info.name}.{op}", op, kind, info.index), kind
 
+        # light: an acquire's region ends where its empty-barrier wait returns
+        wait_of = (getattr(self, "sync_object_empty", None)
+                   if active.mode == "light" and op == "producer_acquire" else None)
         result = record_call(tag_of, lambda: NO_PAYLOAD,
-                             lambda: original(self, *args, **kwargs))
+                             lambda: original(self, *args, **kwargs), wait_of=wait_of)
         if op == "producer_commit" and active.load_arrivals > 0:
             state = args[0] if args else kwargs.get("state")
             load_arrival_probe(self, state, active.load_arrivals)
@@ -203,6 +210,10 @@ _SYNC_OPS = {("full", "wait"): "consumer_wait", ("empty", "wait"): "producer_acq
 
 def _sync_object_method(original, method: str):
     def wrapper(self, *args, **kwargs):
+        if method == "wait" and STATE.active is not None and STATE.active.mode == "light":
+            ended, result = acquire_wait_end(self, lambda: original(self, *args, **kwargs))
+            if ended:
+                return result
         owner = _sync_owners.get(id(self))
         if STATE.active is None or in_call() or owner is None:
             return original(self, *args, **kwargs)

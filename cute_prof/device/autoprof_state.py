@@ -152,6 +152,9 @@ class Tracing:
         # pipeline index -> stack slot: 1 while the ring's latest full-barrier arm has had
         # no acquire after it (load_arrivals.previous_load_arrival_probe)
         self.armed_slots: dict[int, Any] = {}
+        # light mode, while a producer_acquire records: the region's end is read where its
+        # ring's empty-barrier wait returns, not after the whole call (acquire_wait_end)
+        self.acquire: dict | None = None
 
 
 class RecordingState:
@@ -306,11 +309,12 @@ def open_slice(state: Tracing) -> None:
 
 
 CONSTANT_FIELDS = ("start", "high", "end", "state", "opened")
-# light mode's region not stored yet: its start and end times and its tag (pending: 1 while
-# there is one). A wait's region is stored at the warp's next record, not right after the
-# call: the stores wait for the timer reads, and right after a producer's acquire they
-# would hold back the copy it issues next
-PENDING_FIELDS = ("pending", "pending_start", "pending_end", "pending_tag")
+# light mode's region not stored yet: its start and end times and its SPAN record's high word
+# (tag and kind packed while tracing; pending: 1 while there is one). A wait's region is
+# stored at the warp's next record, not right after the call: the stores wait for the timer
+# reads, and right after a producer's acquire they would hold back the copy it issues next.
+# The packed word (not the tag) keeps the tag's packing out of the producer's loop
+PENDING_FIELDS = ("pending", "pending_start", "pending_end", "pending_high")
 
 
 def lazy_slots(state: Tracing) -> None:
@@ -428,11 +432,18 @@ on_kernel_end(kernel_end)
 
 # ------------------------------------------------------------------ records of one call
 def span_start(state: Tracing):
-    """A region's start: a timer read only (the cursor stays put)."""
+    """A region's start: a timer read only (the cursor stays put).
+
+    Light mode reads the timer before it stores the warp's pending region, not after: ptxas
+    moves no instruction across a ``%globaltimer`` read, so the stores' address and bounds
+    arithmetic stays below it, after the copies the warp issued since its previous acquire,
+    instead of being hoisted above them (onto the path from that acquire's wait to its
+    copy). The region then also covers those few stores, before its wait."""
     if state.lazy:
         lazy_open(state)
+        start = lazy_recorder(state).now()
         flush_pending(state)
-        return lazy_recorder(state).now()
+        return start
     if state.recorder is None:
         open_slice(state)
     return state.recorder.now()
@@ -441,8 +452,12 @@ def span_start(state: Tracing):
 def span_end(state: Tracing, start, tag: int, payload) -> None:
     if state.lazy:  # light: only the times now, the stores at the next record (flush_pending)
         end = lazy_recorder(state).now()
+        # light records carry no payload (pipeline calls only): the SPAN's high word is a
+        # trace-time constant, as a signed 32-bit value
+        high = layout.slice_record_high(tag, kind=layout.SLICE_KIND_SPAN, payload=0)
+        high -= (1 << 32) if high >> 31 else 0
         for name, value in (("pending", Int32(1)), ("pending_start", Int32(start)),
-                            ("pending_end", Int32(end)), ("pending_tag", Int32(tag))):
+                            ("pending_end", Int32(end)), ("pending_high", Int32(high))):
             llvm.store(value.ir_value(), state.constant_slots[name])
         return
     with slice_recorder(state) as rec:
@@ -461,9 +476,9 @@ def flush_pending(state: Tracing) -> None:
     with slice_recorder(state) as rec:
         cursor, storing = rec.cursor_state()
         rec.set_cursor_state(cursor, Boolean(storing) & pending)
-        rec.span(Int32(llvm.load(T.i32(), slot["pending_start"])),
-                 Int32(llvm.load(T.i32(), slot["pending_tag"])),
-                 end=Int32(llvm.load(T.i32(), slot["pending_end"])))
+        rec.span(Int32(llvm.load(T.i32(), slot["pending_start"])), 0,
+                 end=Int32(llvm.load(T.i32(), slot["pending_end"])),
+                 high=Int32(llvm.load(T.i32(), slot["pending_high"])))
         moved, stored = rec.cursor_state()
         flag = Boolean(pending).ir_value()
         rec.set_cursor_state(Int32(arith.select(flag, moved.ir_value(), cursor.ir_value())),
@@ -480,10 +495,57 @@ def instant(state: Tracing, tag: int, payload) -> None:
                     if isinstance(payload, int) else payload)
 
 
-def record_call(tag_of: Callable[[KernelRecording], tuple[int, str]], payload_of, call):
+def _nested_in(block, outer) -> bool:
+    """``block`` is ``outer``, or inside it through ``scf.if`` ops on a constant true alone
+    (``if_generate(True, ...)``, which the compiler folds away): code placed there runs
+    exactly when code placed in ``outer`` would."""
+    for _ in range(8):
+        if block == outer:
+            return True
+        op = block.owner
+        op = op.operation if op is not None and hasattr(op, "operation") else op
+        if op is None or op.name != "scf.if":
+            return False
+        cond = op.operands[0].owner
+        cond = cond.operation if hasattr(cond, "operation") else cond
+        try:
+            if cond.name != "arith.constant" or int(ir.IntegerAttr(cond.attributes["value"]).value) == 0:
+                return False
+        except (AttributeError, KeyError, TypeError, ValueError):
+            return False
+        block = op.block
+    return False
+
+
+def acquire_wait_end(sync, call):
+    """Light mode, a pipeline's barrier array's ``wait`` about to be made: where it is the
+    empty-barrier wait of the ``producer_acquire`` being recorded, placed unconditionally in
+    that call's block, make it and end the acquire's region right after it. Returns
+    ``(True, result)``, or ``(False, None)`` where the caller should make the wait itself.
+
+    The region then ends where the wait returns, before the acquire's own arrive on the full
+    barrier (the expect-tx of a TMA ring): ptxas moves no instruction across the timer read,
+    and read after that arrive it held the arrive and the copy's set-up apart, on the path
+    from the consumers' release to the next copy."""
+    state = STATE.tracing
+    acquire = state.acquire if state is not None else None
+    if (acquire is None or acquire["ended"] or sync is not acquire["sync"]
+            or not _nested_in(current_block(), acquire["block"])):
+        return False, None
+    result = call()
+    span_end(state, acquire["start"], acquire["tag"], acquire["payload"])
+    acquire["ended"] = True
+    return True, result
+
+
+def record_call(tag_of: Callable[[KernelRecording], tuple[int, str]], payload_of, call, *,
+                wait_of=None):
     """Make ``call()`` with its records: a wait a region around it, a signal an instant after
     it (``tag_of(recording)`` gives the tag and the kind); the call alone where nothing
-    records."""
+    records. ``wait_of``: light mode, a producer_acquire's ring's empty barrier array; the
+    region ends where the call's own wait on it returns (:func:`acquire_wait_end`), after
+    the whole call where the call makes no such wait in its own block (a wait under a
+    dynamic ``try_acquire_token``, a class that waits otherwise)."""
     state = tracing_here()
     if state is None:
         return call()
@@ -492,8 +554,18 @@ def record_call(tag_of: Callable[[KernelRecording], tuple[int, str]], payload_of
     with outermost():
         if kind == "wait":
             start = span_start(state)
-            result = call()
-            span_end(state, start, tag, payload)
+            acquire = None
+            if state.lazy and wait_of is not None:
+                acquire = state.acquire = {"sync": wait_of, "start": start, "tag": tag,
+                                           "payload": payload, "block": current_block(),
+                                           "ended": False}
+            try:
+                result = call()
+            finally:
+                if acquire is not None:
+                    state.acquire = None
+            if acquire is None or not acquire["ended"]:
+                span_end(state, start, tag, payload)
         else:
             result = call()
             instant(state, tag, payload)

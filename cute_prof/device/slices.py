@@ -334,15 +334,18 @@ class SliceRecorder:
         text = "\n".join(["{", *self._timer_lines("$0"), "}"])
         return Int32(inline_asm(T.i32(), [], text, "=r,~{memory}"))
 
-    def span(self, start, tag, *, payload=0, end=None):
+    def span(self, start, tag, *, payload=0, end=None, high=None):
         """Record the region [``start``, ``end``] (timestamps from :meth:`now`; ``end=None``
         reads the timer): a START and a SPAN record, stored together. Unlike :meth:`end`,
         regions written this way may overlap or nest in any order (a warp-specialised
-        consumer's MMA k-tile spans its next wait), and the payload keeps 32 bits."""
+        consumer's MMA k-tile spans its next wait), and the payload keeps 32 bits.
+        ``high``: the SPAN record's high word packed already (an Int32 holding
+        ``layout.slice_record_high(tag, kind=SLICE_KIND_SPAN)``, payload 0); ``tag`` and
+        ``payload`` are then not read."""
         if not self.enabled:
             return
-        tag = resolve_tag(tag)
-        payload = trace_time_int(payload)
+        tag = resolve_tag(tag) if high is None else 0
+        payload = trace_time_int(payload) if high is None else 0
         if isinstance(payload, int) and not 0 <= payload <= layout.MAX_SLICE_REGION_PAYLOAD:
             raise ProfileBufferError(
                 f"payload {payload} does not fit 32 bits (0..{layout.MAX_SLICE_REGION_PAYLOAD})")
@@ -350,8 +353,14 @@ class SliceRecorder:
         self._state_operands(operands, cons)
         operands.append(_low_word(start).ir_value())
         cons.append("r")
-        lines = ["{", ".reg .pred p0;", ".reg .u32 lo, hi, shi, c1;", ".reg .u64 a;",
-                 *_high_word_lines(tag, payload, layout.SLICE_KIND_SPAN, operands, cons, start_word="shi")]
+        if high is not None:
+            operands.append(Int32(high).ir_value())
+            cons.append("r")
+            words = [f"mov.u32 hi, ${len(operands)};", f"mov.u32 shi, {layout.slice_start_high(0)};"]
+        else:
+            words = _high_word_lines(tag, payload, layout.SLICE_KIND_SPAN, operands, cons,
+                                     start_word="shi")
+        lines = ["{", ".reg .pred p0;", ".reg .u32 lo, hi, shi, c1;", ".reg .u64 a;", *words]
         if end is None:
             lines += self._timer_lines("lo")
         else:
