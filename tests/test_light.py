@@ -87,3 +87,41 @@ def test_blocked_share_interval_tiles_and_stragglers_hand_computed():
     assert late["ctas"] == 2 and late["last"][0]["cta"] == 1 and late["spread_ns"] == 7
     text = format_light_verdicts(busy)
     assert "bound by the consumers" in text and "one iteration every 400 ns" in text
+
+
+def _two_ring_trace(k_wait: int, v_wait: int, *, v_every: int = 1, iterations: int = 12):
+    """One producer warp acquiring ring k then ring v each iteration (v only every
+    ``v_every``-th), 40 ns of work after each acquire: FA4's K and V in turn."""
+    rows, t = [], 1_000_000
+    for i in range(iterations):
+        rows.append((t, k_wait, 0))
+        t += k_wait + 40
+        if i % v_every == 0:
+            rows.append((t, v_wait, 1))
+            t += v_wait + 40
+    ev = np.zeros(len(rows), EVENT_DTYPE)
+    for column, values in zip(("start_ns", "dur_ns", "tag"), zip(*rows)):
+        ev[column] = values
+    sites = [{"tag": i, "name": f"{ring}.producer_acquire", "op": "producer_acquire",
+              "kind": "wait", "pipeline": i} for i, ring in enumerate("kv")]
+    pipes = [{"index": i, "name": ring, "cls": "PipelineTmaAsync", "stages": 1,
+              "created_at": "k.py:1"} for i, ring in enumerate("kv")]
+    meta = {"autoprof": {"kernel": "k", "mode": "light", "sites": sites, "pipelines": pipes}}
+    tags = [s["name"] for s in sites]
+    return finish_zero_edit_trace(Trace(ev, tags, len(rows), len(rows), 0, 0, metadata=meta))
+
+
+def test_rings_acquired_in_lockstep_are_judged_together():
+    # the producer waits on k's slot nearly all the time, v's is free by then: both rings
+    # are paced by that one wait (what light recording measured on FA4's forward)
+    rings = {r["ring"]: r for r in light_verdicts(_two_ring_trace(400, 8))["rings"]}
+    assert rings["v"]["producer_wait"] * 2 < CONSUMER_BOUND_SHARE  # alone, v looks free
+    assert rings["v"]["interval_ns"] == rings["k"]["interval_ns"] == 400 + 8 + 80
+    assert rings["v"]["lockstep"] == ["k"] and rings["k"]["lockstep"] == ["v"]
+    assert rings["v"]["judged_wait"] == pytest.approx(
+        rings["k"]["producer_wait"] + rings["v"]["producer_wait"])
+    assert rings["k"]["bound_by"] == rings["v"]["bound_by"] == "consumers"
+    assert "in lockstep" in format_light_verdicts({"rings": list(rings.values())})
+    # v at half k's pace is not in lockstep: it is judged on its own waits
+    apart = {r["ring"]: r for r in light_verdicts(_two_ring_trace(400, 8, v_every=2))["rings"]}
+    assert apart["v"]["lockstep"] == [] and apart["v"]["bound_by"] == "loads or balanced"

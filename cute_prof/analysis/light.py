@@ -26,8 +26,12 @@ from .zero_edit import autoprof_metadata
 __all__ = ["CONSUMER_BOUND_SHARE", "TILE_GAP_FACTOR", "light_verdicts", "format_light_verdicts"]
 
 # judged share (the producer's blocked share on a ring, times the rings it waits on in turn)
-# from which the ring counts as held by its consumers: waits.bound_kind's threshold
+# from which the ring counts as held by its consumers: waits.bound_kind's threshold. Rings
+# a producer acquires in lockstep (the same warps, the same interval within one timer tick:
+# FA4's K and V) are judged by at least their summed share: its wait for whichever slot frees last
+# paces them all, and light recording at full speed puts nearly all of it on one of them
 CONSUMER_BOUND_SHARE = 0.5
+LOCKSTEP_NS = 32
 # a gap between consecutive acquire ends this many intervals long starts a new tile
 TILE_GAP_FACTOR = 4.0
 # CTAs listed as stragglers: those whose producer finished last, at most this many
@@ -104,9 +108,21 @@ def light_verdicts(trace: Trace) -> dict[str, Any]:
         out.append({
             "ring": ring, "producer_warps": int(mine.size), "acquires": int(rows.size),
             "producer_wait": share, "producer_rings": rings, "judged_wait": judged,
-            "bound_by": "consumers" if judged >= CONSUMER_BOUND_SHARE else "loads or balanced",
             "interval_ns": interval, "tiles_per_warp_median": float(np.median(tiles)),
+            "lockstep": [], "_warps": tuple(mine.tolist()),
         })
+    for row in out:
+        if row["interval_ns"] is None:
+            continue
+        together = [o for o in out if o["_warps"] == row["_warps"] and o["interval_ns"] is not None
+                    and abs(o["interval_ns"] - row["interval_ns"]) <= LOCKSTEP_NS]
+        if len(together) > 1:
+            row["lockstep"] = sorted(o["ring"] for o in together if o is not row)
+            row["judged_wait"] = max(row["judged_wait"], sum(o["producer_wait"] for o in together))
+    for row in out:
+        del row["_warps"]
+        row["bound_by"] = ("consumers" if row["judged_wait"] >= CONSUMER_BOUND_SHARE
+                           else "loads or balanced")
     return {"rings": out, "stragglers": _stragglers(trace, tid[producer_rows], end[producer_rows])}
 
 
@@ -138,8 +154,10 @@ def format_light_verdicts(result: dict[str, Any]) -> str:
         pace = (f"one iteration every {row['interval_ns']:.0f} ns, "
                 f"{row['tiles_per_warp_median']:.0f} tile(s) per producer warp"
                 if row["interval_ns"] is not None else "one acquire per producer warp")
+        with_ = (f", {row['judged_wait']:.0%} with {', '.join(row['lockstep'])} (in lockstep)"
+                 if row["lockstep"] else "")
         lines.append(f"{row['ring']}: producer blocked {row['producer_wait']:.0%} of its time "
-                     f"(on {row['producer_rings']} ring(s)): {said}; {pace}")
+                     f"(on {row['producer_rings']} ring(s){with_}): {said}; {pace}")
     late = result.get("stragglers") or {}
     if late.get("last"):
         worst = ", ".join(f"CTA {c['cta']} (SM {c['sm']}, +{c['after_median_ns'] / 1e3:.1f} us)"
