@@ -196,7 +196,7 @@ def records_of(launch, first: int) -> dict:
     import torch
 
     from cute_prof.analysis.light import light_verdicts
-    from cute_prof.analysis.zero_edit import finish_zero_edit_trace
+    from cute_prof.analysis.zero_edit import finish_zero_edit_trace, is_zero_edit
     from cute_prof.analysis.zero_edit_work import ring_waits
     from cute_prof.decode_slices import decode_slices, reset_slices
 
@@ -221,7 +221,8 @@ def records_of(launch, first: int) -> dict:
                                for t in traces for r in light_verdicts(t)["rings"]}}
         if mode == "full":  # the full verdict of the same rings, from both sides' waits
             out["full_verdict"] = {f"{t.metadata['kernel'][:40]}/{r['ring']}": r["bound_by"]
-                                   for t in traces for r in ring_waits(t)}
+                                   for t in traces if is_zero_edit(t)
+                                   for r in ring_waits(t)}
     return out
 
 

@@ -20,6 +20,7 @@ host side above ``device``.
 from __future__ import annotations
 
 import dataclasses
+import importlib
 import threading
 import time
 from typing import Any, Callable
@@ -143,6 +144,32 @@ class SelectingFunction:
         return getattr(self._entry.recording_fn, name)
 
 
+def _backend_functions() -> list:
+    """The DSL's compiled-function classes that run a program themselves (the MLIR engine's,
+    the cutlass compiler's, TVM-FFI's), each defining ``run_compiled_program``."""
+    from cutlass.base_dsl.jit_executor import JitCompiledFunction
+
+    found = [JitCompiledFunction]
+    for module, name in (("cutlass.cutlass_dsl.cutlass_function", "CutlassCallJitCompiledFunction"),
+                         ("cutlass.cutlass_dsl.tvm_ffi_provider", "TVMFFIJitCompiledFunctionBase")):
+        try:
+            cls = getattr(importlib.import_module(module), name)
+        except (ImportError, AttributeError):  # a DSL build without that backend
+            continue
+        if "run_compiled_program" in cls.__dict__:
+            found.append(cls)
+    return found
+
+
+def kernel_names(function) -> list[str]:
+    """The kernels a compiled function launches (its kernel symbols)."""
+    info = getattr(function, "kernel_info", None)
+    if info:
+        return list(info)
+    module = getattr(function, "jit_module", None)
+    return [m.sym for m in getattr(module, "cuda_modules", None) or []]
+
+
 def stream_handle(args, kwargs) -> int | None:
     """The ``CUstream`` a compiled function is called with (None: it takes none, and launches
     on the current stream, as a TVM-FFI function with the environment's stream does)."""
@@ -209,7 +236,8 @@ class LaunchSelector:
         # a directly called @cute.jit function -> {"ids": its kernels' ids, "names": the
         # kernels its module launches (None until its first launch)}
         self._direct: dict[Any, dict] = {}
-        self._in_flight = threading.local()  # .call: this thread's DirectCall, if any
+        # .call: this thread's DirectCall before its launch; .direct: during it
+        self._in_flight = threading.local()
 
     @property
     def pool(self) -> RunPool:
@@ -247,21 +275,35 @@ class LaunchSelector:
             return selector.direct_call(lambda: original_func(this, func, *args, **kwargs),
                                         func, args, kwargs)
 
-        def run_compiled_program(this, exe_args):
+        def counting_unknown(this, exe_args):
             module = getattr(this, "jit_module", None)
-            call = getattr(selector._in_flight, "call", None)
-            if call is not None:
-                selector._in_flight.call = None  # its own launch; a later one is not
-                return selector.direct_launch(call, module, lambda: original_run(this, exe_args))
-            if id(getattr(module, "engine", None)) not in selector._builds:
+            direct = getattr(selector._in_flight, "direct", False)  # counted by its call
+            if not direct and id(getattr(module, "engine", None)) not in selector._builds:
                 kernels = [m.sym for m in getattr(module, "cuda_modules", None) or []]
                 name = ", ".join(kernels) or "a function cute.compile did not build in this run"
                 with selector.lock:
                     selector.unknown[name] = selector.unknown.get(name, 0) + 1
             return original_run(this, exe_args)
 
+        def launching(original):
+            """A compiled function's run, on whichever of the DSL's backends: a direct call's
+            launch is counted (and recorded) there, once, wherever the backend delegates."""
+            def run_compiled_program(this, exe_args):
+                call = getattr(selector._in_flight, "call", None)
+                if call is None:
+                    return original(this, exe_args)
+                selector._in_flight.call, selector._in_flight.direct = None, True
+                try:
+                    return selector.direct_launch(call, kernel_names(this),
+                                                  lambda: original(this, exe_args))
+                finally:
+                    selector._in_flight.direct = False
+            return run_compiled_program
+
         self._patch(CompileCallable, "_compile", _compile)
-        self._patch(JitExecutor, "run_compiled_program", run_compiled_program)
+        self._patch(JitExecutor, "run_compiled_program", launching(counting_unknown))
+        for cls in _backend_functions():
+            self._patch(cls, "run_compiled_program", launching(cls.__dict__["run_compiled_program"]))
         self._patch(BaseDSL, "_func", _func)
 
     def uninstall(self) -> None:
@@ -390,12 +432,14 @@ class LaunchSelector:
                 self.recordings.extend(r for r in found if r.pool_kernel not in recorded)
                 return result
             finally:
+                if self._in_flight.call is not None:  # it ran by a path no hook saw
+                    name = f"{getattr(func, '__qualname__', func)} (called directly)"
+                    self.unknown[name] = self.unknown.get(name, 0) + 1
                 self._in_flight.call = None
 
-    def direct_launch(self, call: DirectCall, module, run: Callable[[], Any]):
+    def direct_launch(self, call: DirectCall, names: list[str], run: Callable[[], Any]):
         """The launch of a direct call's module: counted under its kernels' names, recorded
         (epochs bumped, launches noted) when it was traced with recording on."""
-        names = [m.sym for m in getattr(module, "cuda_modules", None) or []]
         if call.function["names"] is None:
             call.function["names"] = names
         indices = self._next_indices(names, claim=True)
