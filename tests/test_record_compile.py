@@ -66,9 +66,9 @@ def _run(tmp_path: Path, name: str, *record_args: str) -> tuple[dict, subprocess
 def builds(tmp_path_factory):
     tmp = tmp_path_factory.mktemp("record_compile")
     plain, _ = _run(tmp, "plain")
-    recorded, proc = _run(tmp, "recorded", "--launch-skip", "1", "-k", "WsGemm")
+    recorded, proc = _run(tmp, "recorded", "--mode", "full", "--launch-skip", "1", "-k", "WsGemm")
     unmatched, unmatched_proc = _run(tmp, "unmatched", "-k", "no_such_kernel")
-    light, _ = _run(tmp, "light", "--mode", "light")
+    light, _ = _run(tmp, "light", "-k", "WsGemm")  # no --mode: light, the default
     return (plain, (recorded, proc, tmp / "recorded" / "run"), (unmatched, unmatched_proc),
             (light, tmp / "light" / "run"))
 

@@ -42,7 +42,7 @@ def runs(tmp_path_factory):
     assert plain.returncode == 0, plain.stderr[-3000:]
     folder = tmp / "run"
     recorded = _run([sys.executable, "-m", "cute_prof", "record", "-o", str(folder),
-                     "-k", "flash", "-k", "gemm", "--launch-skip", str(SKIP),
+                     "--mode", "full", "-k", "flash", "-k", "gemm", "--launch-skip", str(SKIP),
                      "--launch-count", str(COUNT), "--", *program], tmp, "train_step_recorded")
     return plain, recorded, folder
 
