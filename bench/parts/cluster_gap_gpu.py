@@ -11,7 +11,7 @@ the CTA before it, over ``--launches`` traced launches.
     python bench/whatif.py cluster-gap --sizes 1,2 --out $OUT/cluster_gap.json
 
 Writes ``cluster_gap.json`` (``gap_ns`` per size), which the check's ``cluster_gaps`` reads.
-H100: 352 ns alone, 416 ns in clusters of two (bench/results/whatif/cluster_gap.txt).
+H100: 352 ns alone, 416 ns in clusters of two (bench/results/whatif/cluster_gap.txt at d2970b0).
 """
 
 import argparse

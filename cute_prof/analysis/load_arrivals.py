@@ -100,7 +100,7 @@ def load_arrival_sample(trace: Trace) -> dict[str, np.ndarray]:
 # probed launches whose spans against the base differ by less than this ran alike: it is
 # the spread of the probes' own cost over launches of one kernel, so a larger difference is
 # the memory system's state, not the probes (set from the what-if check's probed launches;
-# bench/results/whatif/probes.txt)
+# bench/results/whatif/probes.txt at d2970b0)
 PROBED_SPAN_TIE = 0.016
 
 

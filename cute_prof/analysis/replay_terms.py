@@ -328,7 +328,7 @@ def trailing_lag(data: PipelineData, i: int) -> float | None:
     the kernel's time does not. A starved ring, which makes both groups wait for the same
     load, holds them near the lower state. Kept item by item, the upper state moved a
     shallower ring's prediction with that launch-to-launch share
-    (``bench/results/whatif/trailing_lag.txt``)."""
+    (``bench/results/whatif/trailing_lag.txt`` at d2970b0)."""
     if data.lead_end is None:
         return None
     lag = data.end[:, :, i] - data.lead_end[:, :, i]
@@ -472,7 +472,7 @@ def unwaited_release_offsets(data: PipelineData, jobs: dict, measured_begin: np.
     their mean and quantile. Else the offsets of the regions no longer than the shortest
     typical one and the blocked margin, their median. That fallback reads long: those
     regions still waited for part of their job, so their median lies above what a starved
-    ring pays (``bench/results/whatif/release_after_wait.txt``); and a 32 ns timer moves a
+    ring pays (``bench/results/whatif/release_after_wait.txt`` at d2970b0); and a 32 ns timer moves a
     median of so few by whole ticks, which moves a starved ring's prediction from one
     traced launch to the next."""
     clean = _clean_release_offsets(data, jobs, measured_begin)
