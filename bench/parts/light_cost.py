@@ -71,7 +71,8 @@ def iket_sites(sites: list):
             return made
         return staticmethod(wrapper)
 
-    for cls in pipeline_classes():
+    owners = {base for cls in pipeline_classes() for base in cls.__mro__}  # mixins too
+    for cls in owners:
         for op in IKET_OPS:
             if op in cls.__dict__:
                 patch(cls, op, ranged(cls.__dict__[op], op))
@@ -87,8 +88,8 @@ def iket_sites(sites: list):
 
 
 def iket_pass() -> str | None:
-    """Which of run-iket's passes runs this process: "tracker" (its dry run, which only needs
-    each kernel launched once), "iket", or None (not under run-iket)."""
+    """Which of run-iket's passes runs this process: "tracker" (its dry run, which makes every
+    launch the profiling pass makes), "iket", or None (not under run-iket)."""
     config = os.environ.get("IKET_INJECTION_CONFIG")
     if config is None:
         return None
@@ -232,6 +233,7 @@ def main(argv=None) -> int:
     ap.add_argument("--cases", default=",".join(CASES), help="comma-separated case names")
     ap.add_argument("--iket", action="store_true",
                     help="plain and IKET only, CUDA events (run it under run-iket)")
+    ap.add_argument("--batch", type=int, default=3, help="--iket: launches per timed batch")
     ap.add_argument("--json")
     args = ap.parse_args(argv)
     import torch
@@ -242,10 +244,11 @@ def main(argv=None) -> int:
     install_switch(modes=modes)
     results = {"device": torch.cuda.get_device_name(), "date": time.strftime("%Y-%m-%d"),
                "command": "python bench/kernel_cost.py light " + " ".join(argv or sys.argv[1:]),
-               "rounds": args.rounds, "timing": "CUDA events, batches of 10" if args.iket
+               "rounds": args.rounds, "timing": f"CUDA events, batches of {args.batch}" if args.iket
                else "CUPTI", "cases": {}}
     lines = [f"{'case':<26} {'plain us':>9}" + "".join(f" {m + ' x':>8}" for m in modes[1:])]
     for name in args.cases.split(","):
+        print(f"# {name}", flush=True)
         first = len(Switch.made)
         launch = CASES[name]()
         launch()  # compiles every build of each kernel it launches
@@ -258,12 +261,10 @@ def main(argv=None) -> int:
             return run
 
         variants = {m: in_mode(m) for m in modes}
-        if under == "tracker":  # run-iket's dry run: each build launched once is enough
-            for run in variants.values():
-                run()
-            torch.cuda.synchronize()
-            continue
-        times = (time_batches(variants, rounds=args.rounds) if args.iket
+        # run-iket's dry run (its tracker) runs every launch too: IKET keeps each launch's
+        # traces on the GPU and sizes their buffer from the launches its tracker counted
+        times = (time_batches(variants, rounds=args.rounds, batch=args.batch, warmup=1)
+                 if args.iket
                  else time_shuffled(variants, rounds=args.rounds, warmup=5))
         Switch.mode = "plain"
         row = {"plain_us": 1e3 * statistics.median(times["plain"])}
