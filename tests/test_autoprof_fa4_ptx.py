@@ -57,6 +57,8 @@ for causal in (False, True):
                         "sites": [s.to_dict() for s in rec.sites.values()],
                         "pipelines": [p.to_dict() for p in rec.pipelines],
                         "closed": rec.closed, "address": int(rec.buffer.data_ptr())}
+with cute_prof.autoprofile(per_warp=4096, max_warps=16384, device="cpu", mode="light"):
+    out["light"] = ptx(False)
 with autoprofile_probed(per_warp=4096, max_warps=16384, device="cpu", load_arrivals=7) as prof:
     probed = ptx(False)
 out["probed"] = {"ptx": probed, "sites": [s.to_dict() for s in prof.recordings[-1].sites.values()]}
@@ -124,3 +126,16 @@ def test_fa4_load_arrival_probes_follow_the_k_and_v_commits(compiled):
     probes = [b for b in blocks if "ARRIVAL_POLL:" in b]
     assert len(probes) >= 2 and all("mbarrier.try_wait.parity" in b for b in probes)
     assert "ARRIVAL_POLL" not in compiled["False"]["recorded"]
+
+
+def test_fa4_light_acquire_ends_before_its_arm_of_the_full_barrier(compiled):
+    """Light mode: each producer acquire's region ends where its wait on the empty barrier
+    returns, before the acquire arms the full barrier (``expect_tx``): a timer read after the
+    arm kept the arm and the copy's set-up apart, on the path from the consumers' release to
+    the copy (bench/results/light_cost)."""
+    ptx = compiled["light"]
+    arms = [m.start() for m in re.finditer(r"mbarrier\.arrive\.expect_tx", ptx)]
+    assert len(arms) >= 3  # Q, K and V
+    for arm in arms:
+        wait = ptx.rfind("mbarrier.try_wait", 0, arm)
+        assert wait >= 0 and "%globaltimer_lo" in ptx[wait:arm], ptx[wait:arm][-400:]

@@ -49,6 +49,7 @@ from .autoprof_state import (
     RecordingConfig,
     Site,
     acquire_wait_end,
+    constant_int,
     creation_site,
     in_call,
     pipeline_info,
@@ -154,14 +155,6 @@ def _barrier_function(original, op: str, kind: str):
     return wrapper
 
 
-def _constant_int(value):
-    """The int an ``arith.constant`` MLIR value holds, else None."""
-    try:
-        return int(value.owner.opview.attributes["value"].value)
-    except (AttributeError, KeyError, TypeError, ValueError):
-        return None
-
-
 def _nvvm_barrier_function(original):
     """``nvvm.barrier_cta_sync(barrier_id, ...)``: the id is an MLIR value, a constant where
     the kernel's barrier id is (the tag names it), else packed as the payload on the device."""
@@ -170,7 +163,7 @@ def _nvvm_barrier_function(original):
         if STATE.active is None or in_call():
             return original(*args, **kwargs)
         value = args[0] if args else kwargs.get("barrier_id")
-        static = _constant_int(value)
+        static = constant_int(value)
         if static is None:
             from cutlass import Int32
 

@@ -154,7 +154,7 @@ class Tracing:
         self.armed_slots: dict[int, Any] = {}
         # light mode, while a producer_acquire records: the region's end is read where its
         # ring's empty-barrier wait returns, not after the whole call (acquire_wait_end)
-        self.acquire: dict | None = None
+        self.acquire: RecordedAcquire | None = None
 
 
 class RecordingState:
@@ -495,26 +495,41 @@ def instant(state: Tracing, tag: int, payload) -> None:
                     if isinstance(payload, int) else payload)
 
 
-def _nested_in(block, outer) -> bool:
+def constant_int(value) -> int | None:
+    """The int an ``arith.constant`` MLIR value holds, else None."""
+    try:
+        op = getattr(value.owner, "operation", value.owner)
+        if op.name != "arith.constant":
+            return None
+        return int(op.opview.attributes["value"].value)
+    except (AttributeError, KeyError, TypeError, ValueError):
+        return None
+
+
+def runs_with(block, outer) -> bool:
     """``block`` is ``outer``, or inside it through ``scf.if`` ops on a constant true alone
     (``if_generate(True, ...)``, which the compiler folds away): code placed there runs
     exactly when code placed in ``outer`` would."""
-    for _ in range(8):
-        if block == outer:
-            return True
+    while block != outer:
         op = block.owner
-        op = op.operation if op is not None and hasattr(op, "operation") else op
-        if op is None or op.name != "scf.if":
-            return False
-        cond = op.operands[0].owner
-        cond = cond.operation if hasattr(cond, "operation") else cond
-        try:
-            if cond.name != "arith.constant" or int(ir.IntegerAttr(cond.attributes["value"]).value) == 0:
-                return False
-        except (AttributeError, KeyError, TypeError, ValueError):
+        op = getattr(op, "operation", op)
+        if op is None or op.name != "scf.if" or not constant_int(op.operands[0]):
             return False
         block = op.block
-    return False
+    return True
+
+
+@dataclasses.dataclass
+class RecordedAcquire:
+    """Light mode, a ``producer_acquire`` being recorded: the wait on ``sync`` (its ring's
+    empty barriers) made in ``block`` ends its region (:func:`acquire_wait_end`)."""
+
+    sync: Any
+    block: Any
+    start: Any
+    tag: int
+    payload: Any
+    ended: bool = False
 
 
 def acquire_wait_end(sync, call):
@@ -529,12 +544,12 @@ def acquire_wait_end(sync, call):
     from the consumers' release to the next copy."""
     state = STATE.tracing
     acquire = state.acquire if state is not None else None
-    if (acquire is None or acquire["ended"] or sync is not acquire["sync"]
-            or not _nested_in(current_block(), acquire["block"])):
+    if (acquire is None or acquire.ended or sync is not acquire.sync
+            or not runs_with(current_block(), acquire.block)):
         return False, None
     result = call()
-    span_end(state, acquire["start"], acquire["tag"], acquire["payload"])
-    acquire["ended"] = True
+    span_end(state, acquire.start, acquire.tag, acquire.payload)
+    acquire.ended = True
     return True, result
 
 
@@ -556,15 +571,14 @@ def record_call(tag_of: Callable[[KernelRecording], tuple[int, str]], payload_of
             start = span_start(state)
             acquire = None
             if state.lazy and wait_of is not None:
-                acquire = state.acquire = {"sync": wait_of, "start": start, "tag": tag,
-                                           "payload": payload, "block": current_block(),
-                                           "ended": False}
+                acquire = state.acquire = RecordedAcquire(wait_of, current_block(), start,
+                                                          tag, payload)
             try:
                 result = call()
             finally:
                 if acquire is not None:
                     state.acquire = None
-            if acquire is None or not acquire["ended"]:
+            if acquire is None or not acquire.ended:
                 span_end(state, start, tag, payload)
         else:
             result = call()
