@@ -109,6 +109,7 @@ def test_light_mode_records_the_producers_waits_alone(builds):
     _, (recorded, _, _), _, (light, folder) = builds
     (kernel,) = json.loads((folder / "run.json").read_text())["kernels"]
     assert kernel["metadata"]["mode"] == "light"
+    assert kernel["metadata"]["opens_at_entry"] is False  # its producer is a whole warp
     assert {s["op"] for s in kernel["metadata"]["sites"]} == {"producer_acquire", "producer_tail"}
     ptx = light["recording_ptx"]
     assert ptx.count("atom.global.add.u64") > recorded["recording_ptx"].count("atom.global.add.u64")

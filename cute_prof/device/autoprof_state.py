@@ -85,6 +85,10 @@ class KernelRecording:
         self.sites: dict[int, Site] = {}
         self.pipelines: list[PipelineInfo] = []
         self.closed = False
+        # light mode in a pool: every warp opens at the kernel's entry, as in full mode, for a
+        # record site the whole warp may not reach together (the pool's open shares one
+        # lane's claim with a full-warp shuffle)
+        self.opens_at_entry = False
 
     def site(self, name: str, op: str, kind: str, pipeline: int | None) -> int:
         tag = self.tags.id(name)
@@ -99,6 +103,7 @@ class KernelRecording:
             "pipelines": [p.to_dict() for p in self.pipelines],
             "barriers_recorded": self.barriers and self.mode == "full",
             "mode": self.mode,
+            **({"opens_at_entry": self.opens_at_entry} if self.mode == "light" else {}),
             **({"pool_kernel": self.pool_kernel} if self.pool_kernel is not None else {}),
         }
 
@@ -149,6 +154,7 @@ class Tracing:
         self.lazy = False
         self.constant_slots: dict[str, Any] = {}
         self.opened_before: list = []  # the loop ops and blocks a guarded open was placed in
+        self.entry_body = None  # the entry block's first op before the slots went in
         # pipeline index -> stack slot: 1 while the ring's latest full-barrier arm has had
         # no acquire after it (load_arrivals.previous_load_arrival_probe)
         self.armed_slots: dict[int, Any] = {}
@@ -323,6 +329,7 @@ def lazy_slots(state: Tracing) -> None:
     if state.cursor_slot is not None:
         return
     entry = state.kernel_op.regions[0].blocks[0]
+    state.entry_body = entry.operations[0]
     with ir.InsertionPoint.at_block_begin(entry):
         one = Int32(1).ir_value()
         pointer = llvm.PointerType.get()
@@ -341,10 +348,45 @@ def outermost_loop(block, kernel_op):
     return outermost_enclosing(block, LOOP_OPS, stop=kernel_op)
 
 
+# where a value comes from, for it to hold alike in a warp's 32 threads: a constant, a value
+# made warp-uniform, the CTA's or cluster's place in the launch (and arith on those)
+WARP_UNIFORM_SOURCES = ("arith.constant", "cute_nvgpu.arch.make_warp_uniform")
+WARP_UNIFORM_REGISTERS = ("ctaid", "nctaid", "clusterid", "nclusterid", "cluster.ctaid",
+                          "cluster.nctaid", "cluster.ctarank", "cluster.nctarank")
+
+
+def warp_uniform(value, kernel_op, depth: int = 0) -> bool:
+    """``value`` provably holds alike in all of a warp's threads (False: not shown so)."""
+    owner = value.owner
+    if isinstance(owner, ir.Block):  # a kernel argument
+        return owner == kernel_op.regions[0].blocks[0]
+    op = getattr(owner, "operation", owner)
+    name = op.name
+    if name in WARP_UNIFORM_SOURCES:
+        return True
+    if name.startswith("nvvm.read.ptx.sreg."):
+        return name[len("nvvm.read.ptx.sreg."):].rsplit(".", 1)[0] in WARP_UNIFORM_REGISTERS
+    return (name.startswith("arith.") and depth < 64
+            and all(warp_uniform(v, kernel_op, depth + 1) for v in op.operands))
+
+
+def whole_warp_reaches(block, kernel_op) -> bool:
+    """Every ``scf.if`` around ``block`` (up to the kernel) branches alike for a warp's
+    threads, and nothing else encloses it: a warp reaching it arrives with all its threads."""
+    while True:
+        op = getattr(block.owner, "operation", block.owner)
+        if op is None or op == kernel_op:
+            return True
+        if op.name != "scf.if" or not warp_uniform(op.operands[0], kernel_op):
+            return False
+        block = op.block
+
+
 def lazy_open(state: Tracing) -> None:
     """Light mode, at a record site: open the warp's slice before the outermost loop around
     the site (here when there is none), guarded so that a warp opens once, whichever of the
-    kernel's record sites it reaches first."""
+    kernel's record sites it reaches first. In a pool, where the whole warp may not reach
+    that place together, every warp opens at the kernel's entry instead."""
     from cutlass._mlir.dialects import scf
 
     lazy_slots(state)
@@ -353,11 +395,16 @@ def lazy_open(state: Tracing) -> None:
     # one guarded open per loop nest, and per block for the sites outside any loop (a
     # later site of the same block follows an open already placed above it)
     key = anchor if anchor is not None else block
-    if any(key == seen for seen in state.opened_before):
-        return
     rec = state.recording
+    if rec.opens_at_entry or any(key == seen for seen in state.opened_before):
+        return
+    where = anchor.operation.block if anchor is not None else block
+    if rec.pool_kernel is not None and not whole_warp_reaches(where, state.kernel_op):
+        rec.opens_at_entry = True
+        place = ir.InsertionPoint(state.entry_body)
+    else:
+        place = ir.InsertionPoint(anchor) if anchor is not None else contextlib.nullcontext()
     dims = layout.slices_header(rec.n_slices, rec.per_warp, pooled=rec.pool_kernel is not None)[1]
-    place = ir.InsertionPoint(anchor) if anchor is not None else contextlib.nullcontext()
     with place:
         never = Int32(llvm.load(T.i32(), state.constant_slots["state"])) == NEVER_OPENED
         guard = scf.IfOp(Boolean(never).ir_value())
