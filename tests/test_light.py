@@ -125,3 +125,12 @@ def test_rings_acquired_in_lockstep_are_judged_together():
     # v at half k's pace is not in lockstep: it is judged on its own waits
     apart = {r["ring"]: r for r in light_verdicts(_two_ring_trace(400, 8, v_every=2))["rings"]}
     assert apart["v"]["lockstep"] == [] and apart["v"]["bound_by"] == "loads or balanced"
+
+
+def test_the_report_of_a_light_recording_gives_its_verdicts(fa4, tmp_path):
+    from cute_prof.report import write_report
+
+    page = write_report(light_only(fa4), tmp_path / "light.html").read_text()
+    assert "A light recording: the producer's waits alone." in page
+    assert "pipeline_k: producer blocked" in page and "bound by the consumers" in page
+    assert "No ring has both a producer and a consumer" not in page
