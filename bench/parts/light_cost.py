@@ -7,7 +7,8 @@ under ``run-iket``, which holds CUPTI, so ``--iket`` times plain and IKET with C
 around batches of launches:
 
     python bench/kernel_cost.py light --rounds 20 --json light.json
-    run-iket profile --postprocess none -- python bench/kernel_cost.py light --iket --json iket.json
+    run-iket profile --postprocess none -- \
+        python bench/kernel_cost.py light --iket --rounds 5 --batch 3 --json iket.json
 """
 
 from __future__ import annotations
