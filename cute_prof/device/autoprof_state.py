@@ -370,16 +370,25 @@ def warp_uniform(value, kernel_op, depth: int = 0) -> bool:
             and all(warp_uniform(v, kernel_op, depth + 1) for v in op.operands))
 
 
+def only_ifs_around(block, stop, condition: Callable[[Any], bool]) -> bool:
+    """Between ``block`` and ``stop`` (an enclosing block, or the op whose region holds the
+    walk's last block) lie only ``scf.if`` ops, each on a condition ``condition`` accepts."""
+    while not (isinstance(stop, ir.Block) and block == stop):
+        op = getattr(block.owner, "operation", block.owner)
+        if op is None:
+            return False
+        if not isinstance(stop, ir.Block) and op == stop:
+            return True
+        if op.name != "scf.if" or not condition(op.operands[0]):
+            return False
+        block = op.block
+    return True
+
+
 def whole_warp_reaches(block, kernel_op) -> bool:
     """Every ``scf.if`` around ``block`` (up to the kernel) branches alike for a warp's
     threads, and nothing else encloses it: a warp reaching it arrives with all its threads."""
-    while True:
-        op = getattr(block.owner, "operation", block.owner)
-        if op is None or op == kernel_op:
-            return True
-        if op.name != "scf.if" or not warp_uniform(op.operands[0], kernel_op):
-            return False
-        block = op.block
+    return only_ifs_around(block, kernel_op, lambda cond: warp_uniform(cond, kernel_op))
 
 
 def lazy_open(state: Tracing) -> None:
@@ -557,13 +566,7 @@ def runs_with(block, outer) -> bool:
     """``block`` is ``outer``, or inside it through ``scf.if`` ops on a constant true alone
     (``if_generate(True, ...)``, which the compiler folds away): code placed there runs
     exactly when code placed in ``outer`` would."""
-    while block != outer:
-        op = block.owner
-        op = getattr(op, "operation", op)
-        if op is None or op.name != "scf.if" or not constant_int(op.operands[0]):
-            return False
-        block = op.block
-    return True
+    return only_ifs_around(block, outer, lambda cond: bool(constant_int(cond)))
 
 
 @dataclasses.dataclass

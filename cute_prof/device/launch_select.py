@@ -202,11 +202,20 @@ class DirectPool:
 
 
 @dataclasses.dataclass
+class DirectFunction:
+    """A ``@cute.jit`` function called directly: its kernels' pool ids, (name, ordinal in a
+    trace) -> id, and the kernels its module launches (None until its first launch)."""
+
+    ids: dict = dataclasses.field(default_factory=dict)
+    names: list[str] | None = None
+
+
+@dataclasses.dataclass
 class DirectCall:
     """A direct call in flight (between its trace and its launch): whether it traced with
     recording on, the kernels it recorded, its arguments (for the stream)."""
 
-    function: dict
+    function: DirectFunction
     record: bool
     pool: DirectPool | None
     args: tuple
@@ -233,9 +242,7 @@ class LaunchSelector:
         self._patches: list[tuple[Any, str, Any]] = []
         self._builds: set[int] = set()
         self._keep: list = []
-        # a directly called @cute.jit function -> {"ids": its kernels' ids, "names": the
-        # kernels its module launches (None until its first launch)}
-        self._direct: dict[Any, dict] = {}
+        self._direct: dict[Any, DirectFunction] = {}  # by the function called
         # .call: this thread's DirectCall before its launch; .direct: during it
         self._in_flight = threading.local()
 
@@ -407,14 +414,14 @@ class LaunchSelector:
         kernels are not known before it is traced; with a skip, its first call runs plain and
         names them)."""
         with self.lock:
-            known = self._direct.setdefault(func, {"ids": {}, "names": None})
-            if known["names"] is None:
+            known = self._direct.setdefault(func, DirectFunction())
+            if known.names is None:
                 record = self.selection.skip == 0 and not self.pool.full()
             else:
-                indices = self._next_indices(known["names"], claim=False)
+                indices = self._next_indices(known.names, claim=False)
                 record = (any(self.selection.in_range(i) for i in indices)
                           and not self.pool.full())
-            pool = DirectPool(self.pool, known["ids"]) if record else None
+            pool = DirectPool(self.pool, known.ids) if record else None
             self._in_flight.call = DirectCall(known, record, pool, args, kwargs)
             try:
                 if not record:
@@ -440,8 +447,8 @@ class LaunchSelector:
     def direct_launch(self, call: DirectCall, names: list[str], run: Callable[[], Any]):
         """The launch of a direct call's module: counted under its kernels' names, recorded
         (epochs bumped, launches noted) when it was traced with recording on."""
-        if call.function["names"] is None:
-            call.function["names"] = names
+        if call.function.names is None:
+            call.function.names = names
         indices = self._next_indices(names, claim=True)
         used = dict(call.pool.used) if call.record else {}
         recorded = [(used[name], name, index) for name, index in zip(names, indices)
